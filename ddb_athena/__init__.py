@@ -1,0 +1,1 @@
+"""Keep Amazon DynamoDB tables queryable in Amazon Athena through Apache Iceberg."""

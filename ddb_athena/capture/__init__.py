@@ -1,0 +1,1 @@
+"""Capture of DynamoDB changes into change files in S3 (boto3 only, no Spark, no Dagster)."""

@@ -1,0 +1,69 @@
+"""Commit manifests: which source files a successful merge committed, so that exactly those are cleaned up.
+
+A merge writes its manifest after its Iceberg commit, so a manifest only ever lists committed
+files. The cleanup deletes exactly the listed files; one that fails part-way leaves files
+whose replay the merge ignores (it is idempotent). Files in no manifest are never deleted.
+"""
+
+import json
+from datetime import datetime, timezone
+
+from ddb_athena.capture.change_files import SourceLayout, batched, list_keys
+
+DELETE_BATCH = 1000  # S3's DeleteObjects limit
+
+
+class ManifestError(ValueError):
+    pass
+
+
+def write_commit_manifest(s3, layout: SourceLayout, run_id: str, keys: list[str], table: str, snapshot_id: int | None) -> str:
+    for key in keys:
+        if not key.startswith(layout.changes_prefix):
+            raise ManifestError(f"{key!r} is not under {layout.changes_prefix!r}")
+    manifest_key = f"{layout.manifests_prefix}{run_id}.json"
+    manifest = {
+        "bucket": layout.bucket,
+        "changes_prefix": layout.changes_prefix,
+        "table": table,
+        "snapshot_id": snapshot_id,
+        "run_id": run_id,
+        "committed_at": datetime.now(timezone.utc).isoformat(),
+        "files": sorted(keys),
+    }
+    s3.put_object(Bucket=layout.bucket, Key=manifest_key, Body=json.dumps(manifest).encode("utf-8"), ContentType="application/json")
+    return manifest_key
+
+
+def read_commit_manifest(s3, bucket: str, manifest_key: str) -> dict:
+    body = s3.get_object(Bucket=bucket, Key=manifest_key)["Body"].read()
+    manifest = json.loads(body)
+    prefix = manifest.get("changes_prefix", "")
+    if manifest.get("bucket") != bucket or not prefix or any(not key.startswith(prefix) for key in manifest["files"]):
+        raise ManifestError(f"manifest s3://{bucket}/{manifest_key} lists files outside its source prefix; refusing to delete")
+    return manifest
+
+
+def committed_files(s3, layout: SourceLayout) -> set[str]:
+    """Files committed by merges whose cleanup has not happened yet."""
+    committed: set[str] = set()
+    for obj in list_keys(s3, layout.bucket, layout.manifests_prefix):
+        committed.update(read_commit_manifest(s3, layout.bucket, obj["Key"])["files"])
+    return committed
+
+
+def delete_committed_files(s3, bucket: str, manifest_key: str) -> int:
+    """Deletes the files a manifest lists, then the manifest. Idempotent."""
+    try:
+        manifest = read_commit_manifest(s3, bucket, manifest_key)
+    except s3.exceptions.NoSuchKey:
+        return 0  # already cleaned up by an earlier attempt
+    deleted = 0
+    for chunk in batched(manifest["files"], DELETE_BATCH):
+        response = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": key} for key in chunk], "Quiet": True})
+        if response.get("Errors"):
+            first = response["Errors"][0]
+            raise RuntimeError(f"could not delete {len(response['Errors'])} files, e.g. {first['Key']}: {first.get('Message')}")
+        deleted += len(chunk)
+    s3.delete_object(Bucket=bucket, Key=manifest_key)
+    return deleted

@@ -1,0 +1,131 @@
+"""The `ddb-athena` command: local stack, init, seed, simulate, query."""
+
+import argparse
+import random
+import signal
+import sys
+import threading
+
+from ddb_athena.settings import LOCAL_STACK_PORT, Settings
+
+
+def _local_stack(args, settings: Settings) -> int:
+    from ddb_athena.local_stack import start_moto_server
+
+    server = start_moto_server(args.port)
+    print(f"AWS emulator (moto) listening on http://127.0.0.1:{args.port} — Ctrl-C to stop", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    server.stop()
+    return 0
+
+
+def _init(args, settings: Settings) -> int:
+    from ddb_athena.local_stack import create_demo_resources
+
+    if not settings.is_local and not args.yes:
+        print(
+            f"Refusing to create tables and buckets in the aws profile (region {settings.region}) without --yes.",
+            file=sys.stderr,
+        )
+        return 2
+    for line in create_demo_resources(settings) or ["everything already exists"]:
+        print(line)
+    return 0
+
+
+def _simulator(args, settings: Settings, with_orders: bool):
+    from ddb_athena.simulate import BookSimulator
+
+    simulator = BookSimulator(
+        settings.client("dynamodb"), settings.books_table, settings.orders_table if with_orders else None, rng=random.Random(args.seed)
+    )
+    simulator.load_existing_ids()
+    return simulator
+
+
+def _seed(args, settings: Settings) -> int:
+    from datetime import datetime, timedelta, timezone
+
+    from ddb_athena.simulate import order_item
+
+    simulator = _simulator(args, settings, with_orders=False)
+    for _ in range(args.books):
+        simulator.insert()
+    dynamodb = settings.client("dynamodb")
+    now = datetime.now(timezone.utc)
+    for index in range(args.orders):
+        created = now - timedelta(days=1, seconds=index * 60)
+        dynamodb.put_item(TableName=settings.orders_table, Item=order_item(simulator.rng, created))
+    print(f"seeded {args.books} books and {args.orders} orders")
+    return 0
+
+
+def _simulate(args, settings: Settings) -> int:
+    simulator = _simulator(args, settings, with_orders=not args.books_only)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        counts = simulator.run(args.rate, args.duration, should_stop=stop.is_set)
+    except KeyboardInterrupt:
+        counts = simulator.counts
+    print(" ".join(f"{name}={count}" for name, count in counts.items()), flush=True)
+    return 0
+
+
+def _query(args, settings: Settings) -> int:
+    from ddb_athena.resources import resources_from_settings
+    from ddb_athena.spark.query import rows_as_json, rows_as_table, run_query
+
+    spark = resources_from_settings(settings)["spark"].spark_session
+    spark.sparkContext.setLogLevel("ERROR")
+    columns, rows = run_query(spark, args.sql)
+    print(rows_as_json(columns, rows) if args.format == "json" else rows_as_table(columns, rows))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ddb-athena", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    stack = commands.add_parser("local-stack", help="run the AWS emulator (moto) on 127.0.0.1 in the foreground")
+    stack.add_argument("--port", type=int, default=LOCAL_STACK_PORT)
+    stack.set_defaults(handler=_local_stack)
+
+    init = commands.add_parser("init", help="create the DynamoDB tables and the bucket if missing")
+    init.add_argument("--yes", action="store_true", help="required in the aws profile")
+    init.set_defaults(handler=_init)
+
+    seed = commands.add_parser("seed", help="insert demo books and orders")
+    seed.add_argument("--books", type=int, default=50)
+    seed.add_argument("--orders", type=int, default=100)
+    seed.add_argument("--seed", type=int, default=None)
+    seed.set_defaults(handler=_seed)
+
+    simulate = commands.add_parser("simulate", help="write book inserts, updates and deletes (and orders)")
+    simulate.add_argument("--rate", type=float, default=2.0, help="operations per second")
+    simulate.add_argument("--duration", type=float, default=None, help="seconds (default: until stopped)")
+    simulate.add_argument("--seed", type=int, default=None, help="random seed, for repeatable traffic")
+    simulate.add_argument("--books-only", action="store_true", help="no orders")
+    simulate.set_defaults(handler=_simulate)
+
+    query = commands.add_parser("query", help="run Spark SQL against the Iceberg catalog")
+    query.add_argument("sql")
+    query.add_argument("--format", choices=("table", "json"), default="table")
+    query.set_defaults(handler=_query)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "rate", 1) <= 0:
+        build_parser().error("--rate must be positive")
+    return args.handler(args, Settings.from_env())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

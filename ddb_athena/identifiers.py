@@ -1,0 +1,27 @@
+"""Validation of every name that reaches SQL: tables, columns, namespaces, catalogs."""
+
+import re
+
+# Glue, Athena and Spark all accept this subset; anything else is refused rather than quoted.
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+class InvalidIdentifierError(ValueError):
+    """A name that would reach SQL is not a plain identifier."""
+
+
+def validate_identifier(name: str, kind: str = "identifier") -> str:
+    """Returns `name` if it is a plain SQL identifier, otherwise raises InvalidIdentifierError."""
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
+        raise InvalidIdentifierError(
+            f"{kind} {name!r} is not allowed: use letters, digits and underscores, "
+            "starting with a letter or underscore, at most 128 characters"
+        )
+    return name
+
+
+def qualified_name(*parts: str) -> str:
+    """`catalog.namespace.table` (or any prefix of it), every part validated."""
+    if not parts:
+        raise InvalidIdentifierError("an empty qualified name is not allowed")
+    return ".".join(validate_identifier(part) for part in parts)

@@ -1,0 +1,62 @@
+"""Jobs: the books sync, the cleanup of committed change files, and table maintenance.
+
+Every job that touches the books source or table carries the same concurrency tag, which
+dagster.yaml limits to one run at a time: runs queue behind each other, never overlap.
+"""
+
+from datetime import timedelta
+
+from dagster import AssetObservation, AssetSelection, Config, OpExecutionContext, define_asset_job, in_process_executor, job, op
+from pydantic import Field
+
+from ddb_athena.assets.books import books_iceberg, books_source
+from ddb_athena.capture.commit_manifests import delete_committed_files
+from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
+from ddb_athena.spark.maintenance import maintain_table
+
+BOOKS_CONCURRENCY_TAG = {"ddb_athena/writer": "books"}
+
+books_sync_job = define_asset_job(
+    "books_sync",
+    selection=AssetSelection.assets(books_source, books_iceberg),
+    # One process per run, so capture, merge and checks share one SparkSession.
+    executor_def=in_process_executor,
+    tags=BOOKS_CONCURRENCY_TAG,
+    description="Capture the books stream and MERGE it into library.books.",
+)
+
+
+class CleanupConfig(Config):
+    bucket: str = Field(description="bucket of the manifest")
+    manifest_key: str = Field(description="commit manifest written by the materialization")
+
+
+@op(description="Deletes exactly the source files one successful materialization committed.")
+def delete_committed_source_files(context: OpExecutionContext, config: CleanupConfig, aws: AwsClientsResource) -> int:
+    deleted = delete_committed_files(aws.client("s3"), config.bucket, config.manifest_key)
+    context.log.info(f"Deleted {deleted} committed files listed in s3://{config.bucket}/{config.manifest_key}")
+    return deleted
+
+
+@job(tags=BOOKS_CONCURRENCY_TAG, executor_def=in_process_executor, description="Cleanup requested by the cleanup sensor.")
+def source_cleanup():
+    delete_committed_source_files()
+
+
+@op(description="Compacts library.books, expires old snapshots (past the retention) and prunes old tombstones.")
+def maintain_books_table(context: OpExecutionContext, spark: IcebergSparkResource, sync: SyncSettings) -> None:
+    result = maintain_table(
+        spark.spark_session,
+        spark.catalog,
+        sync.books_iceberg_table,
+        snapshot_retention=timedelta(hours=sync.snapshot_retention_hours),
+        retain_last=sync.snapshot_retain_last,
+        tombstone_retention=timedelta(days=sync.tombstone_retention_days),
+    )
+    # Shown on the books_iceberg asset page beside its materializations.
+    context.log_event(AssetObservation(asset_key=books_iceberg.key, metadata={f"maintenance_{k}": v for k, v in vars(result).items()}))
+
+
+@job(tags=BOOKS_CONCURRENCY_TAG, executor_def=in_process_executor, description="Hourly Iceberg maintenance of library.books.")
+def books_maintenance():
+    maintain_books_table()

@@ -1,0 +1,143 @@
+"""Dagster resources: AWS clients, the Iceberg-configured SparkSession, and the sync settings."""
+
+from datetime import timedelta
+
+import boto3
+from botocore.config import Config
+from dagster import ConfigurableResource, InitResourceContext
+from dagster_aws.utils import ResourceWithBoto3Configuration
+from dagster_pyspark import LazyPySparkResource
+from pydantic import Field, PrivateAttr
+from pyspark.sql import SparkSession
+
+from ddb_athena.capture.change_files import SourceLayout
+from ddb_athena.identifiers import qualified_name
+from ddb_athena.settings import BOOKS_SOURCE_PREFIX, Settings
+from ddb_athena.spark.session_config import SparkIcebergOptions, iceberg_spark_config
+
+
+class AwsClientsResource(ResourceWithBoto3Configuration):
+    """boto3 clients for DynamoDB, DynamoDB Streams and S3, from one configuration."""
+
+    def client(self, service: str):
+        session = boto3.session.Session(
+            profile_name=self.profile_name,
+            aws_access_key_id=self.aws_access_key_id,
+            aws_secret_access_key=self.aws_secret_access_key,
+            aws_session_token=self.aws_session_token,
+            region_name=self.region_name,
+        )
+        return session.client(
+            service,
+            endpoint_url=self.endpoint_url,
+            use_ssl=self.use_ssl,
+            verify=self.verify,
+            config=Config(retries={"max_attempts": self.max_attempts, "mode": "standard"}),
+        )
+
+
+class IcebergSparkResource(ConfigurableResource):
+    """One SparkSession per run (created on first use), configured for the Iceberg catalog.
+
+    Built on dagster-pyspark's LazyPySparkResource; `jars_packages` switches from the local
+    JARs to Maven coordinates (`spark.jars.packages`) where Maven is reachable.
+    """
+
+    profile: str = Field(description="local (Hadoop catalog, S3 emulator) or aws (Glue catalog)")
+    warehouse: str = Field(description="Iceberg warehouse URI")
+    catalog: str = Field(default="lake", description="Spark catalog name; it is the default catalog")
+    master: str | None = Field(default="local[2]", description="spark.master; None on a cluster")
+    jars_packages: str | None = Field(default=None, description="spark.jars.packages instead of local JARs")
+    s3_endpoint_url: str | None = None
+    region: str = "us-east-1"
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    extra_config: dict[str, str] = Field(default_factory=dict, description="any further Spark settings")
+    _pyspark: LazyPySparkResource | None = PrivateAttr(default=None)
+
+    def spark_config(self) -> dict[str, str]:
+        jars: list = []
+        if self.profile == "local" and not self.jars_packages:
+            from ddb_athena.spark.jars import local_jar_paths
+
+            jars = local_jar_paths()
+        credentials = (
+            {"AWS_ACCESS_KEY_ID": self.access_key_id, "AWS_SECRET_ACCESS_KEY": self.secret_access_key}
+            if self.access_key_id and self.secret_access_key
+            else {}
+        )
+        return iceberg_spark_config(
+            SparkIcebergOptions(
+                profile=self.profile,
+                warehouse=self.warehouse,
+                catalog=self.catalog,
+                master=self.master,
+                jars=[str(jar) for jar in jars],
+                jars_packages=self.jars_packages,
+                s3_endpoint_url=self.s3_endpoint_url,
+                region=self.region,
+                credentials=credentials,
+                extra=self.extra_config,
+            )
+        )
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        self._pyspark = LazyPySparkResource(spark_config=self.spark_config())
+
+    @property
+    def spark_session(self) -> SparkSession:
+        if self._pyspark is None:
+            self._pyspark = LazyPySparkResource(spark_config=self.spark_config())
+        return self._pyspark.spark_session
+
+    @property
+    def source_scheme(self) -> str:
+        """s3a:// through Hadoop locally; s3:// on EMR and Glue, whose file systems own that scheme."""
+        return "s3a" if self.profile == "local" else "s3"
+
+
+class SyncSettings(ConfigurableResource):
+    """Where the sources live and what the Iceberg tables are called."""
+
+    bucket: str
+    books_table: str = Field(description="DynamoDB table name of books")
+    namespace: str = "library"
+    freshness_minutes: int = 2
+    snapshot_retention_hours: float = 6.0
+    snapshot_retain_last: int = 10
+    tombstone_retention_days: float = 7.0
+
+    @property
+    def books_layout(self) -> SourceLayout:
+        return SourceLayout(self.bucket, BOOKS_SOURCE_PREFIX)
+
+    @property
+    def books_iceberg_table(self) -> str:
+        return qualified_name(self.namespace, "books")
+
+    @property
+    def freshness(self) -> timedelta:
+        return timedelta(minutes=self.freshness_minutes)
+
+
+def resources_from_settings(settings: Settings) -> dict:
+    credentials = settings.credentials or {}
+    return {
+        "aws": AwsClientsResource(
+            region_name=settings.region,
+            endpoint_url=settings.default_endpoint_url,
+            aws_access_key_id=credentials.get("AWS_ACCESS_KEY_ID"),
+            aws_secret_access_key=credentials.get("AWS_SECRET_ACCESS_KEY"),
+        ),
+        "spark": IcebergSparkResource(
+            profile=settings.profile,
+            warehouse=settings.warehouse,
+            master=settings.spark_master,
+            jars_packages=settings.spark_packages,
+            s3_endpoint_url=settings.s3_endpoint_url,
+            region=settings.region,
+            access_key_id=credentials.get("AWS_ACCESS_KEY_ID"),
+            secret_access_key=credentials.get("AWS_SECRET_ACCESS_KEY"),
+        ),
+        "sync": SyncSettings(bucket=settings.bucket, books_table=settings.books_table, namespace=settings.namespace),
+    }

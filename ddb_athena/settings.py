@@ -1,0 +1,98 @@
+"""Configuration from environment variables, with defaults that work on the local stack."""
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from ddb_athena.identifiers import validate_identifier
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LOCAL_STATE_DIR = REPO_ROOT / ".ddb_athena"
+LOCAL_STACK_PORT = 5055
+LOCAL_ENDPOINT_URL = f"http://127.0.0.1:{LOCAL_STACK_PORT}"
+# moto accepts any credentials; these make boto3 work locally with nothing configured.
+LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+PROFILES = ("local", "aws")
+NAMESPACE = "library"
+BOOKS_SOURCE_PREFIX = "books_source"
+
+
+class SettingsError(ValueError):
+    """The environment describes a configuration that cannot work."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    profile: str
+    bucket: str
+    warehouse: str
+    books_table: str
+    orders_table: str
+    region: str
+    endpoint_url: str | None
+    s3_endpoint_url: str | None
+    namespace: str = NAMESPACE
+    credentials: Mapping[str, str] = field(default_factory=dict)
+    # Set only when the endpoint is our local default rather than boto3's own variables.
+    default_endpoint_url: str | None = None
+    spark_master: str | None = "local[2]"
+    spark_packages: str | None = None
+
+    @property
+    def is_local(self) -> bool:
+        return self.profile == "local"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
+        env = os.environ if environ is None else environ
+        profile = env.get("DDB_ATHENA_PROFILE", "local")
+        if profile not in PROFILES:
+            raise SettingsError(f"DDB_ATHENA_PROFILE={profile!r}: expected one of {', '.join(PROFILES)}")
+        local = profile == "local"
+        bucket = env.get("DDB_ATHENA_BUCKET", "ddb-athena-local")
+        default_endpoint_url = LOCAL_ENDPOINT_URL if local and not env.get("AWS_ENDPOINT_URL") else None
+        endpoint_url = env.get("AWS_ENDPOINT_URL") or default_endpoint_url
+        if local:
+            warehouse = env.get("DDB_ATHENA_WAREHOUSE") or (LOCAL_STATE_DIR / "warehouse").as_uri()
+        else:
+            warehouse = env.get("DDB_ATHENA_WAREHOUSE") or f"s3://{bucket}/warehouse"
+            if not warehouse.startswith("s3://"):
+                raise SettingsError(f"DDB_ATHENA_WAREHOUSE={warehouse!r}: the aws profile needs an s3:// URI")
+        credentials = {}
+        if local and not env.get("AWS_ACCESS_KEY_ID"):
+            credentials = dict(LOCAL_CREDENTIALS)
+        return cls(
+            profile=profile,
+            bucket=bucket,
+            warehouse=warehouse,
+            # DynamoDB table names allow '-' and '.', which never reach SQL; Iceberg names are fixed.
+            books_table=env.get("DDB_ATHENA_BOOKS_TABLE", "books"),
+            orders_table=env.get("DDB_ATHENA_ORDERS_TABLE", "orders"),
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
+            endpoint_url=endpoint_url,
+            s3_endpoint_url=env.get("AWS_ENDPOINT_URL_S3") or endpoint_url,
+            namespace=validate_identifier(env.get("DDB_ATHENA_NAMESPACE", NAMESPACE), "namespace"),
+            credentials=credentials,
+            default_endpoint_url=default_endpoint_url,
+            # On a cluster the launcher sets the master; locally Spark runs in this process.
+            spark_master=env.get("DDB_ATHENA_SPARK_MASTER") or ("local[2]" if local else None),
+            spark_packages=env.get("DDB_ATHENA_SPARK_PACKAGES") or None,
+        )
+
+    def client(self, service: str):
+        """A boto3 client for `service`.
+
+        boto3 resolves AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_<SERVICE> itself; an explicit
+        endpoint is passed only for the local default, so those variables keep precedence.
+        """
+        import boto3
+
+        kwargs = {"region_name": self.region}
+        if self.credentials:
+            kwargs["aws_access_key_id"] = self.credentials["AWS_ACCESS_KEY_ID"]
+            kwargs["aws_secret_access_key"] = self.credentials["AWS_SECRET_ACCESS_KEY"]
+        if self.default_endpoint_url:
+            kwargs["endpoint_url"] = self.default_endpoint_url
+        return boto3.client(service, **kwargs)

@@ -1,0 +1,255 @@
+"""Applies change files to an Iceberg table with one MERGE INTO (Spark only, no Dagster).
+
+Guarantees:
+- the latest change per key wins by stream sequence number; an older change never
+  overwrites a newer one (the row keeps the sequence number it was written from);
+- a deleted key is remembered in a tombstone table, so replaying an older insert or update
+  for it (a retried run, a partly failed cleanup, a late file) never resurrects it;
+- re-applying files that were already applied changes nothing;
+- a bad record is quarantined with its reason, and everything else is applied.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
+
+from ddb_athena.capture.change_files import EVENT_NAMES, is_change_file
+from ddb_athena.dynamodb_json import item_problem
+from ddb_athena.identifiers import qualified_name, validate_identifier
+from ddb_athena.table_spec import (
+    CHANGED_AT_COLUMN,
+    ITEM_COLUMN,
+    SEQUENCE_COLUMN,
+    SEQUENCE_DIGITS,
+    SYNCED_AT_COLUMN,
+    TableSpec,
+    create_table_sql,
+    image_problem_sql,
+    image_schema_ddl,
+    typed_columns_sql,
+    upsert_merge_sql,
+)
+
+BOOTSTRAP_FILE_PROPERTY = "ddb_athena.bootstrap-file"
+_ENVELOPE_SCHEMA = "event_name string, keys string, new_image string, sequence_number string, approximate_creation_time string"
+
+
+@dataclass
+class MergeResult:
+    change_files: list[str]
+    records_read: int = 0
+    records_quarantined: int = 0
+    records_superseded: int = 0
+    changes: int = 0
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    stale_skipped: int = 0
+    bootstrap_file: str | None = None
+    snapshot_id: int | None = None
+    newest_change_at: datetime | None = None
+    quarantine_reasons: dict[str, int] = field(default_factory=dict)
+
+
+def tombstone_table(target: str) -> str:
+    return f"{target}_tombstones"
+
+
+def ensure_tables(spark: SparkSession, spec: TableSpec, target: str) -> None:
+    namespace = qualified_name(*target.split(".")[:-1])
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
+    spark.sql(create_table_sql(spec, target))
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {qualified_name(*tombstone_table(target).split('.'))} "
+        f"({spec.key.name} string, {SEQUENCE_COLUMN} string, deleted_at timestamp) USING iceberg "
+        "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read')"
+    )
+
+
+def table_exists(spark: SparkSession, target: str) -> bool:
+    return spark.catalog.tableExists(qualified_name(*target.split(".")))
+
+
+def current_snapshot_id(spark: SparkSession, target: str) -> int | None:
+    rows = spark.sql(f"SELECT snapshot_id FROM {qualified_name(*target.split('.'))}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
+    return rows[0][0] if rows else None
+
+
+def _table_property(spark: SparkSession, target: str, name: str) -> str | None:
+    rows = spark.sql(f"SHOW TBLPROPERTIES {qualified_name(*target.split('.'))} ('{name}')").collect()
+    value = rows[0]["value"] if rows else None
+    return None if value is None or "does not have property" in value else value
+
+
+def _validated_changes(spark: SparkSession, spec: TableSpec, uris: list[str]) -> DataFrame:
+    """Every line of the files with its parsed fields and the reason it cannot be applied (NULL if it can)."""
+    key = spec.key
+    item_problem_udf = F.udf(item_problem, StringType())
+    lines = (
+        spark.read.text(uris)
+        .select(F.input_file_name().alias("source_file"), F.col("value").alias("line"))
+        .where(F.trim("line") != "")
+        .withColumn("file_name", F.regexp_extract("source_file", r"([^/]+)$", 1))
+        .withColumn("envelope", F.from_json("line", _ENVELOPE_SCHEMA))
+        .select("source_file", "file_name", "line", "envelope.*")
+        .withColumn("image", F.from_json("new_image", image_schema_ddl(spec)))
+        .withColumn("key", F.get_json_object("keys", f"$.{key.attribute}.{key.type_tag}"))
+    )
+    events = ", ".join(f"'{name}'" for name in EVENT_NAMES)
+    reason = F.expr(
+        "CASE "
+        "WHEN get_json_object(line, '$') IS NULL THEN 'not valid JSON' "
+        f"WHEN event_name IS NULL OR event_name NOT IN ({events}) THEN concat('unknown event name: ', coalesce(event_name, 'none')) "
+        f"WHEN sequence_number IS NULL OR NOT sequence_number RLIKE '^[0-9]{{1,{SEQUENCE_DIGITS}}}$' THEN 'missing or malformed sequence_number' "
+        f"WHEN key IS NULL THEN 'missing key attribute {key.attribute} ({key.type_tag})' "
+        "WHEN try_cast(approximate_creation_time AS timestamp) IS NULL THEN 'missing or malformed approximate_creation_time' "
+        "WHEN new_image IS NULL AND event_name <> 'REMOVE' THEN 'missing new_image' "
+        "ELSE NULL END"
+    )
+    checked = lines.withColumn("reason", reason)
+    checked = checked.withColumn("reason", F.coalesce("reason", item_problem_udf("new_image")))
+    return checked.withColumn(
+        "reason", F.coalesce("reason", F.when(F.col("event_name") != "REMOVE", F.expr(image_problem_sql(spec))))
+    )
+
+
+def _latest_per_key(changes: DataFrame) -> DataFrame:
+    """One row per key: the change with the highest stream sequence number (ties: the later file)."""
+    order = Window.partitionBy("key").orderBy(F.col(SEQUENCE_COLUMN).desc(), F.col("file_name").desc())
+    return changes.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
+
+
+def _typed(spec: TableSpec, changes: DataFrame, synced_at: datetime) -> DataFrame:
+    # The key comes from the record's Keys: a REMOVE has no image to take it from.
+    return changes.selectExpr(
+        "key",
+        "event_name",
+        "file_name",
+        f"key AS {spec.key.name}",
+        *typed_columns_sql(spec.columns, "image"),
+        f"new_image AS {ITEM_COLUMN}",
+        f"lpad(sequence_number, {SEQUENCE_DIGITS}, '0') AS {SEQUENCE_COLUMN}",
+        f"CAST(approximate_creation_time AS timestamp) AS {CHANGED_AT_COLUMN}",
+        f"CAST('{synced_at.strftime('%Y-%m-%d %H:%M:%S.%f')}' AS timestamp) AS {SYNCED_AT_COLUMN}",
+    )
+
+
+def merge_change_files(
+    spark: SparkSession,
+    spec: TableSpec,
+    target: str,
+    change_file_uris: list[str],
+    quarantine_uri: str,
+) -> MergeResult:
+    """Applies exactly the given change files to `target` (a `namespace.table` in the default catalog)."""
+    ensure_tables(spark, spec, target)
+    result = MergeResult(change_files=list(change_file_uris))
+    if not change_file_uris:
+        result.snapshot_id = current_snapshot_id(spark, target)
+        return result
+
+    validated = _validated_changes(spark, spec, change_file_uris).persist()
+    try:
+        result.records_read = validated.count()
+        bad = validated.where("reason IS NOT NULL")
+        result.quarantine_reasons = {row["reason"]: row["count"] for row in bad.groupBy("reason").count().collect()}
+        result.records_quarantined = sum(result.quarantine_reasons.values())
+        if result.records_quarantined:
+            bad.select("source_file", "line", "reason").coalesce(1).write.mode("append").json(quarantine_uri)
+
+        good = _typed(spec, validated.where("reason IS NULL"), datetime.now(timezone.utc))
+        # A snapshot file replaces everything captured before it (see capture/bootstrap.py).
+        previous_bootstrap = _table_property(spark, target, BOOTSTRAP_FILE_PROPERTY)
+        if previous_bootstrap:
+            good = good.where(F.col("file_name") > previous_bootstrap)
+        snapshot_files = [row[0] for row in good.where("event_name = 'SNAPSHOT'").select("file_name").distinct().collect()]
+        result.bootstrap_file = max(snapshot_files) if snapshot_files else None
+        if result.bootstrap_file:
+            good = good.where(F.col("file_name") >= result.bootstrap_file)
+        applicable = good.count()
+        result.records_superseded = result.records_read - result.records_quarantined - applicable
+
+        latest = _latest_per_key(good)
+        newest = latest.agg(F.max(CHANGED_AT_COLUMN)).collect()[0][0]
+        result.newest_change_at = newest.replace(tzinfo=timezone.utc) if newest else None
+        if result.bootstrap_file:
+            _rebuild(spark, spec, target, latest, result)
+        else:
+            _upsert(spark, spec, target, latest, result)
+    finally:
+        validated.unpersist()
+    result.snapshot_id = current_snapshot_id(spark, target)
+    return result
+
+
+def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame, result: MergeResult) -> None:
+    key = spec.key.name
+    target_sql = qualified_name(*target.split("."))
+    tombstones_sql = qualified_name(*tombstone_table(target).split("."))
+    tombstones = spark.table(tombstones_sql).select(F.col(key).alias("key"), F.col(SEQUENCE_COLUMN).alias("_tombstone"))
+    current = spark.table(target_sql).select(F.col(key).alias("key"), F.col(SEQUENCE_COLUMN).alias("_current"))
+    # Classify each change against the table as it is now (runs never overlap, so it stays so).
+    classified = (
+        latest.join(tombstones, "key", "left")
+        .join(current, "key", "left")
+        .withColumn(
+            "_action",
+            F.expr(
+                f"CASE WHEN _tombstone IS NOT NULL AND {SEQUENCE_COLUMN} < _tombstone THEN 'stale' "
+                f"WHEN _current IS NOT NULL AND {SEQUENCE_COLUMN} <= _current THEN 'stale' "
+                "WHEN event_name = 'REMOVE' AND _current IS NOT NULL THEN 'delete' "
+                "WHEN event_name = 'REMOVE' THEN 'tombstone' "
+                "WHEN _current IS NOT NULL THEN 'update' ELSE 'insert' END"
+            ),
+        )
+        .localCheckpoint()
+    )
+    counts = {row["_action"]: row["count"] for row in classified.groupBy("_action").count().collect()}
+    result.changes = sum(counts.values())
+    result.inserted, result.updated, result.deleted = counts.get("insert", 0), counts.get("update", 0), counts.get("delete", 0)
+    result.stale_skipped = counts.get("stale", 0)
+
+    applicable = classified.where("_action <> 'stale'")
+    removes = applicable.where("event_name = 'REMOVE'").select(
+        F.col("key").alias(key), SEQUENCE_COLUMN, F.col(CHANGED_AT_COLUMN).alias("deleted_at")
+    )
+    view = validate_identifier(f"{spec.table}_changes")
+    tombstone_view = validate_identifier(f"{spec.table}_removes")
+    # Tombstones first: if the run dies between the two commits, the retry still knows the delete.
+    if not removes.isEmpty():
+        removes.createOrReplaceTempView(tombstone_view)
+        spark.sql(
+            f"MERGE INTO {tombstones_sql} t USING {tombstone_view} s ON t.{key} = s.{key} "
+            f"WHEN MATCHED AND t.{SEQUENCE_COLUMN} < s.{SEQUENCE_COLUMN} THEN UPDATE SET * "
+            "WHEN NOT MATCHED THEN INSERT *"
+        )
+    to_merge = applicable.where("_action <> 'tombstone'")
+    if not to_merge.isEmpty():
+        to_merge.createOrReplaceTempView(view)
+        spark.sql(upsert_merge_sql(spec, target, view))
+
+
+def _rebuild(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame, result: MergeResult) -> None:
+    """Replaces the table with the snapshot plus the changes after it, in one atomic overwrite."""
+    key = spec.key.name
+    target_sql = qualified_name(*target.split("."))
+    tombstones_sql = qualified_name(*tombstone_table(target).split("."))
+    columns = [column.name for column in spec.all_columns] + [ITEM_COLUMN, SEQUENCE_COLUMN, CHANGED_AT_COLUMN, SYNCED_AT_COLUMN]
+    if not is_change_file(result.bootstrap_file):
+        raise ValueError(f"{result.bootstrap_file!r} is not a change file name")
+    latest = latest.localCheckpoint()
+    live = latest.where("event_name <> 'REMOVE'").select(*columns)
+    removes = latest.where("event_name = 'REMOVE'").select(F.col("key").alias(key), SEQUENCE_COLUMN, F.col(CHANGED_AT_COLUMN).alias("deleted_at"))
+    before = spark.table(target_sql).select(F.col(key).alias("_old"))
+    after = live.select(F.col(key).alias("_new"))
+    compared = before.join(after, F.col("_old") == F.col("_new"), "full_outer")
+    result.changes = latest.count()
+    result.inserted = compared.where("_old IS NULL").count()
+    result.updated = compared.where("_old IS NOT NULL AND _new IS NOT NULL").count()
+    result.deleted = compared.where("_new IS NULL").count()
+    removes.writeTo(tombstones_sql).overwrite(F.lit(True))
+    live.writeTo(target_sql).overwrite(F.lit(True))
+    spark.sql(f"ALTER TABLE {target_sql} SET TBLPROPERTIES ('{BOOTSTRAP_FILE_PROPERTY}'='{result.bootstrap_file}')")

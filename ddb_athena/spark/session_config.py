@@ -1,0 +1,84 @@
+"""The Spark configuration for Iceberg, as a plain dict: local (Hadoop catalog, S3A on the emulator) or aws (Glue)."""
+
+import sys
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from ddb_athena.identifiers import validate_identifier
+
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+# What a machine with Maven access (EMR, Glue, a laptop) sets instead of local JARs.
+AWS_ICEBERG_PACKAGES = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.0,org.apache.iceberg:iceberg-aws-bundle:1.10.0"
+
+
+@dataclass(frozen=True)
+class SparkIcebergOptions:
+    profile: str
+    warehouse: str
+    catalog: str = "lake"
+    master: str | None = "local[2]"
+    jars: Sequence[str] = ()
+    jars_packages: str | None = None
+    s3_endpoint_url: str | None = None
+    region: str = "us-east-1"
+    credentials: Mapping[str, str] = field(default_factory=dict)
+    shuffle_partitions: int = 4
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+def iceberg_spark_config(options: SparkIcebergOptions) -> dict[str, str]:
+    catalog = validate_identifier(options.catalog, "catalog name")
+    prefix = f"spark.sql.catalog.{catalog}"
+    config = {
+        "spark.app.name": "ddb_athena",
+        "spark.sql.extensions": ICEBERG_EXTENSIONS,
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        f"{prefix}.warehouse": options.warehouse,
+        # `library.books` resolves in the Iceberg catalog, in SQL and in the `query` command.
+        "spark.sql.defaultCatalog": catalog,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(options.shuffle_partitions),
+        # Python UDF workers must run the interpreter that has this package installed.
+        "spark.pyspark.python": sys.executable,
+        "spark.ui.showConsoleProgress": "false",
+    }
+    if options.master:
+        config["spark.master"] = options.master
+    if options.jars_packages:
+        config["spark.jars.packages"] = options.jars_packages
+    elif options.jars:
+        config["spark.jars"] = ",".join(str(jar) for jar in options.jars)
+
+    if options.profile == "local":
+        config[f"{prefix}.type"] = "hadoop"
+        config.update(_s3a_emulator_config(options))
+    elif options.profile == "aws":
+        config[f"{prefix}.catalog-impl"] = "org.apache.iceberg.aws.glue.GlueCatalog"
+        config[f"{prefix}.io-impl"] = "org.apache.iceberg.aws.s3.S3FileIO"
+        config[f"{prefix}.client.region"] = options.region
+        config["spark.hadoop.fs.s3a.aws.credentials.provider"] = "com.amazonaws.auth.DefaultAWSCredentialsProviderChain"
+    else:
+        raise ValueError(f"unknown profile {options.profile!r}")
+    config.update(options.extra)
+    return config
+
+
+def _s3a_emulator_config(options: SparkIcebergOptions) -> dict[str, str]:
+    if not options.s3_endpoint_url:
+        return {}
+    config = {
+        "spark.hadoop.fs.s3a.endpoint": options.s3_endpoint_url,
+        "spark.hadoop.fs.s3a.endpoint.region": options.region,
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": str(options.s3_endpoint_url.startswith("https")).lower(),
+        "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+    }
+    if options.credentials:
+        config.update(
+            {
+                "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+                "spark.hadoop.fs.s3a.access.key": options.credentials["AWS_ACCESS_KEY_ID"],
+                "spark.hadoop.fs.s3a.secret.key": options.credentials["AWS_SECRET_ACCESS_KEY"],
+            }
+        )
+    return config

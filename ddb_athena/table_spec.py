@@ -1,0 +1,199 @@
+"""Table specs: which DynamoDB attributes become which typed Iceberg columns, and the SQL for them.
+
+Everything that depends on a table's shape is generated here from a spec, so that another
+table is one spec away. Every name is validated before it reaches SQL.
+"""
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from ddb_athena.identifiers import InvalidIdentifierError, qualified_name, validate_identifier
+
+# transform -> (DynamoDB type tag it reads, Iceberg/Spark SQL type or None when it takes a parameter)
+TRANSFORMS = {
+    "string": ("S", "string"),
+    "decimal": ("N", None),
+    "epoch_nanos_timestamp": ("N", "timestamp"),
+    "iso_timestamp": ("S", "timestamp"),
+    "boolean": ("BOOL", "boolean"),
+    "json_list": ("L", "string"),
+    "json_map": ("M", "string"),
+}
+
+# Columns every synced table carries besides the typed ones.
+ITEM_COLUMN = "item"
+SEQUENCE_COLUMN = "_sequence_number"
+CHANGED_AT_COLUMN = "_changed_at"
+SYNCED_AT_COLUMN = "_synced_at"
+# Stream sequence numbers are decimal strings of up to 40 digits; left-padding makes them sort as text.
+SEQUENCE_DIGITS = 40
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    name: str
+    attribute: str
+    transform: str = "string"
+    precision: int = 38
+    scale: int = 0
+    required: bool = False
+
+    def __post_init__(self):
+        validate_identifier(self.name, "column name")
+        # Attribute names are free text in DynamoDB; the ones we type must also be safe in SQL.
+        validate_identifier(self.attribute, "attribute name")
+        if self.transform not in TRANSFORMS:
+            raise ValueError(f"column {self.name}: unknown transform {self.transform!r}; known: {sorted(TRANSFORMS)}")
+        if not (1 <= self.precision <= 38 and 0 <= self.scale <= self.precision):
+            raise ValueError(f"column {self.name}: decimal({self.precision},{self.scale}) is not valid")
+
+    @property
+    def type_tag(self) -> str:
+        return TRANSFORMS[self.transform][0]
+
+    @property
+    def sql_type(self) -> str:
+        if self.transform == "decimal":
+            return f"decimal({self.precision},{self.scale})"
+        return TRANSFORMS[self.transform][1]
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    table: str
+    key: ColumnSpec
+    columns: tuple[ColumnSpec, ...]
+    partition_by: tuple[str, ...] = ()
+    properties: tuple[tuple[str, str], ...] = field(default=())
+
+    def __post_init__(self):
+        validate_identifier(self.table, "table name")
+        if self.key.transform != "string":
+            raise ValueError("the key column must be a string (S) attribute")
+        names = [column.name for column in self.all_columns]
+        reserved = {ITEM_COLUMN, SEQUENCE_COLUMN, CHANGED_AT_COLUMN, SYNCED_AT_COLUMN}
+        duplicates = {name for name in names if names.count(name) > 1} | (set(names) & reserved)
+        if duplicates:
+            raise ValueError(f"table {self.table}: duplicate or reserved column names {sorted(duplicates)}")
+        for transform in self.partition_by:
+            column = transform[transform.find("(") + 1 : transform.rfind(")")] if "(" in transform else transform
+            if column not in names:
+                raise InvalidIdentifierError(f"partition column {column!r} is not a column of {self.table}")
+
+    @property
+    def all_columns(self) -> tuple[ColumnSpec, ...]:
+        return (self.key, *self.columns)
+
+
+_PARTITION_TRANSFORMS = ("years", "months", "days", "hours")
+
+
+def _partition_sql(transform: str) -> str:
+    if "(" not in transform:
+        return validate_identifier(transform, "partition column")
+    function, _, rest = transform.partition("(")
+    if function not in _PARTITION_TRANSFORMS or not rest.endswith(")"):
+        raise InvalidIdentifierError(f"partition transform {transform!r}: use one of {_PARTITION_TRANSFORMS}")
+    return f"{function}({validate_identifier(rest[:-1], 'partition column')})"
+
+
+def image_schema_ddl(spec: TableSpec) -> str:
+    """Spark DDL for from_json over an image: only the typed attributes, each with its type tag.
+
+    Spark keeps a nested JSON value whose schema says `string` as its raw JSON text, which is how
+    lists and maps become JSON columns.
+    """
+    fields = [f"`{column.attribute}`: struct<`{column.type_tag}`: string>" for column in spec.all_columns]
+    return f"struct<{', '.join(fields)}>"
+
+
+def raw_value_sql(column: ColumnSpec, image: str = "image") -> str:
+    return f"{validate_identifier(image)}.`{column.attribute}`.`{column.type_tag}`"
+
+
+def typed_value_sql(column: ColumnSpec, image: str = "image") -> str:
+    """The Spark SQL expression that turns the raw tagged value into the column's type (NULL if it cannot)."""
+    raw = raw_value_sql(column, image)
+    if column.transform in ("string", "json_list", "json_map"):
+        return raw
+    if column.transform == "decimal":
+        return f"try_cast({raw} AS {column.sql_type})"
+    if column.transform == "epoch_nanos_timestamp":
+        # Iceberg timestamps are microseconds: nanoseconds are truncated, the exact value stays in `item`.
+        return f"timestamp_micros(CAST(floor(try_cast({raw} AS decimal(38,0)) / 1000) AS bigint))"
+    if column.transform == "iso_timestamp":
+        return f"try_cast({raw} AS timestamp)"
+    if column.transform == "boolean":
+        return f"try_cast({raw} AS boolean)"
+    raise AssertionError(column.transform)
+
+
+def typed_columns_sql(columns: Iterable[ColumnSpec], image: str = "image") -> list[str]:
+    return [f"{typed_value_sql(column, image)} AS {column.name}" for column in columns]
+
+
+def image_problem_sql(spec: TableSpec, image: str = "image") -> str:
+    """A SQL expression giving the first reason an image cannot be loaded, or NULL when it can."""
+    cases = []
+    for column in spec.all_columns:
+        raw = raw_value_sql(column, image)
+        if column.required or column is spec.key:
+            cases.append(f"WHEN {raw} IS NULL THEN 'missing required attribute {column.attribute} ({column.type_tag})'")
+        if column.transform not in ("string", "json_list", "json_map"):
+            cases.append(
+                f"WHEN {raw} IS NOT NULL AND {typed_value_sql(column, image)} IS NULL "
+                f"THEN 'attribute {column.attribute} is not a valid {column.sql_type}'"
+            )
+    return f"CASE {' '.join(cases)} ELSE NULL END" if cases else "CAST(NULL AS string)"
+
+
+def create_table_sql(spec: TableSpec, catalog_table: str) -> str:
+    columns = [f"{column.name} {column.sql_type}" for column in spec.all_columns]
+    columns += [
+        f"{ITEM_COLUMN} string COMMENT 'the whole item as DynamoDB JSON: every attribute, exact types'",
+        f"{SEQUENCE_COLUMN} string COMMENT 'stream sequence number of the last applied change, zero-padded'",
+        f"{CHANGED_AT_COLUMN} timestamp COMMENT 'approximate time of the last applied change in DynamoDB'",
+        f"{SYNCED_AT_COLUMN} timestamp COMMENT 'when the change was merged into this table'",
+    ]
+    properties = {
+        "format-version": "2",
+        # Minute-sized merges: write delete files instead of rewriting data files; compaction tidies up.
+        "write.merge.mode": "merge-on-read",
+        "write.update.mode": "merge-on-read",
+        "write.delete.mode": "merge-on-read",
+        **dict(spec.properties),
+    }
+    partitioned = f" PARTITIONED BY ({', '.join(_partition_sql(p) for p in spec.partition_by)})" if spec.partition_by else ""
+    props = ", ".join(f"'{key}'='{value}'" for key, value in properties.items())
+    return (
+        f"CREATE TABLE IF NOT EXISTS {qualified_name(*catalog_table.split('.'))} ({', '.join(columns)}) "
+        f"USING iceberg{partitioned} TBLPROPERTIES ({props})"
+    )
+
+
+def upsert_merge_sql(spec: TableSpec, catalog_table: str, source_view: str) -> str:
+    """MERGE applying the latest change per key: newer changes win, REMOVE deletes, never the reverse."""
+    key = spec.key.name
+    columns = [column.name for column in spec.all_columns] + [ITEM_COLUMN, SEQUENCE_COLUMN, CHANGED_AT_COLUMN, SYNCED_AT_COLUMN]
+    newer = f"t.{SEQUENCE_COLUMN} < s.{SEQUENCE_COLUMN}"
+    return (
+        f"MERGE INTO {qualified_name(*catalog_table.split('.'))} t "
+        f"USING {validate_identifier(source_view)} s ON t.{key} = s.{key} "
+        f"WHEN MATCHED AND s.event_name = 'REMOVE' AND {newer} THEN DELETE "
+        f"WHEN MATCHED AND s.event_name <> 'REMOVE' AND {newer} THEN UPDATE SET "
+        + ", ".join(f"t.{name} = s.{name}" for name in columns)
+        + f" WHEN NOT MATCHED AND s.event_name <> 'REMOVE' THEN INSERT ({', '.join(columns)}) "
+        f"VALUES ({', '.join('s.' + name for name in columns)})"
+    )
+
+
+BOOKS_SPEC = TableSpec(
+    table="books",
+    key=ColumnSpec("id", "id", "string", required=True),
+    columns=(
+        ColumnSpec("name", "name"),
+        ColumnSpec("author", "author"),
+        ColumnSpec("summary", "summary"),
+        ColumnSpec("published_at", "date", "epoch_nanos_timestamp"),
+    ),
+)

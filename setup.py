@@ -1,0 +1,31 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="ddb_athena",
+    version="0.1.0",
+    description="Keep Amazon DynamoDB tables queryable in Amazon Athena through Apache Iceberg.",
+    python_requires=">=3.11,<3.12",
+    packages=find_packages(exclude=["ddb_athena_tests*"]),
+    install_requires=[
+        "dagster==1.13.*",
+        "dagster-webserver==1.13.*",
+        "dagster-pyspark==0.29.*",
+        "dagster-aws==0.29.*",
+        # The Iceberg runtime JAR we use locally is built for Spark 3.5 / Scala 2.12.
+        "pyspark>=3.5,<3.6",
+        "boto3>=1.34",
+    ],
+    extras_require={
+        # Local profile: the AWS emulator and the Iceberg JARs that Maven would otherwise provide.
+        "local": [
+            "moto[server]==5.2.5",
+            "snowpark-connect-deps-iceberg==1.0.3",
+        ],
+        "test": [
+            "moto[server]==5.2.5",
+            "snowpark-connect-deps-iceberg==1.0.3",
+            "pytest>=8",
+        ],
+    },
+    entry_points={"console_scripts": ["ddb-athena=ddb_athena.cli:main"]},
+)
