@@ -198,9 +198,10 @@ def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame
         .withColumn(
             "_action",
             F.expr(
-                f"CASE WHEN _tombstone IS NOT NULL AND {SEQUENCE_COLUMN} < _tombstone THEN 'stale' "
-                f"WHEN _current IS NOT NULL AND {SEQUENCE_COLUMN} <= _current THEN 'stale' "
+                f"CASE WHEN _current IS NOT NULL AND {SEQUENCE_COLUMN} <= _current THEN 'stale' "
                 "WHEN event_name = 'REMOVE' AND _current IS NOT NULL THEN 'delete' "
+                # Not newer than the key's last delete: already applied, or older than it.
+                f"WHEN _tombstone IS NOT NULL AND {SEQUENCE_COLUMN} <= _tombstone THEN 'stale' "
                 "WHEN event_name = 'REMOVE' THEN 'tombstone' "
                 "WHEN _current IS NOT NULL THEN 'update' ELSE 'insert' END"
             ),

@@ -1,0 +1,29 @@
+# Two commands set everything up on a fresh machine: `make dev` and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+
+.PHONY: install test dev bench lint clean
+
+install: $(INSTALLED)
+	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing.
+	@$(BIN)/python -m ddb_athena.spark.jars >/dev/null
+
+$(INSTALLED): setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[local,test]'
+	touch $@
+
+test: install
+	$(BIN)/python -m pytest ddb_athena_tests
+
+dev: install
+	bash scripts/dev.sh
+
+bench: install
+	$(BIN)/python -m ddb_athena_bench.books_merge
+
+clean:
+	rm -rf $(VENV) .ddb_athena .dagster_home *.egg-info

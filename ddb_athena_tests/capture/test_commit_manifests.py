@@ -1,0 +1,48 @@
+import json
+
+import pytest
+
+from ddb_athena.capture.change_files import SourceLayout, list_change_files, list_keys
+from ddb_athena.capture.commit_manifests import (
+    ManifestError,
+    committed_files,
+    delete_committed_files,
+    read_commit_manifest,
+    write_commit_manifest,
+)
+
+
+@pytest.fixture
+def layout(settings):
+    return SourceLayout(settings.bucket, "books_source")
+
+
+def put(s3, bucket, key):
+    s3.put_object(Bucket=bucket, Key=key, Body=b"{}\n")
+    return key
+
+
+def test_cleanup_deletes_exactly_the_committed_files(settings, layout):
+    s3 = settings.client("s3")
+    names = [f"20261122T0300{second:02d}.000000Z-stream-abc{second}.jsonl" for second in range(4)]
+    keys = [put(s3, settings.bucket, layout.changes_prefix + name) for name in names]
+    manifest = write_commit_manifest(s3, layout, "run-1", keys[:2], "library.books", 7)
+    assert committed_files(s3, layout) == set(keys[:2])
+    assert read_commit_manifest(s3, settings.bucket, manifest)["snapshot_id"] == 7
+
+    assert delete_committed_files(s3, settings.bucket, manifest) == 2
+    assert list_change_files(s3, layout) == keys[2:]  # the files that landed during the merge stay
+    assert committed_files(s3, layout) == set()
+    assert delete_committed_files(s3, settings.bucket, manifest) == 0  # a repeated cleanup is harmless
+
+
+def test_a_manifest_never_leads_outside_the_source_prefix(settings, layout):
+    s3 = settings.client("s3")
+    with pytest.raises(ManifestError):
+        write_commit_manifest(s3, layout, "run-1", ["warehouse/library/books/data/x.parquet"], "library.books", 1)
+    forged = {"bucket": settings.bucket, "changes_prefix": layout.changes_prefix, "files": ["warehouse/data/x.parquet"]}
+    s3.put_object(Bucket=settings.bucket, Key=layout.manifests_prefix + "forged.json", Body=json.dumps(forged).encode())
+    victim = put(s3, settings.bucket, "warehouse/data/x.parquet")
+    with pytest.raises(ManifestError):
+        delete_committed_files(s3, settings.bucket, layout.manifests_prefix + "forged.json")
+    assert [obj["Key"] for obj in list_keys(s3, settings.bucket, "warehouse/")] == [victim]

@@ -1,0 +1,91 @@
+import json
+
+import pytest
+
+from ddb_athena.capture.change_files import SourceLayout, list_change_files
+from ddb_athena.capture.lambda_handler import handle_stream_event, handler
+
+# The shape AWS documents for a DynamoDB Streams event delivered to Lambda (epoch-second
+# timestamps, base64 binary), with INSERT, MODIFY and REMOVE records.
+SOURCE_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/books/stream/2026-11-22T00:00:00.000"
+EVENT = {
+    "Records": [
+        {
+            "eventID": "c4ca4238a0b923820dcc509a6f75849b",
+            "eventName": "INSERT",
+            "eventVersion": "1.1",
+            "eventSource": "aws:dynamodb",
+            "awsRegion": "us-east-1",
+            "dynamodb": {
+                "ApproximateCreationDateTime": 1763780400,
+                "Keys": {"id": {"S": "101"}},
+                "NewImage": {"id": {"S": "101"}, "name": {"S": "New item!"}, "date": {"N": "1763780400000000001"}, "cover": {"B": "AAH/"}},
+                "SequenceNumber": "111",
+                "SizeBytes": 26,
+                "StreamViewType": "NEW_AND_OLD_IMAGES",
+            },
+            "eventSourceARN": SOURCE_ARN,
+        },
+        {
+            "eventID": "c81e728d9d4c2f636f067f89cc14862c",
+            "eventName": "MODIFY",
+            "eventVersion": "1.1",
+            "eventSource": "aws:dynamodb",
+            "awsRegion": "us-east-1",
+            "dynamodb": {
+                "ApproximateCreationDateTime": 1763780401.5,
+                "Keys": {"id": {"S": "101"}},
+                "NewImage": {"id": {"S": "101"}, "name": {"S": "This item has changed"}, "tags": {"SS": ["a", "b"]}},
+                "OldImage": {"id": {"S": "101"}, "name": {"S": "New item!"}},
+                "SequenceNumber": "222",
+                "SizeBytes": 59,
+                "StreamViewType": "NEW_AND_OLD_IMAGES",
+            },
+            "eventSourceARN": SOURCE_ARN,
+        },
+        {
+            "eventID": "eccbc87e4b5ce2fe28308fd9f2a7baf3",
+            "eventName": "REMOVE",
+            "eventVersion": "1.1",
+            "eventSource": "aws:dynamodb",
+            "awsRegion": "us-east-1",
+            "dynamodb": {
+                "ApproximateCreationDateTime": 1763780402,
+                "Keys": {"id": {"S": "101"}},
+                "OldImage": {"id": {"S": "101"}, "name": {"S": "This item has changed"}},
+                "SequenceNumber": "333",
+                "SizeBytes": 38,
+                "StreamViewType": "NEW_AND_OLD_IMAGES",
+            },
+            "eventSourceARN": SOURCE_ARN,
+        },
+    ]
+}
+
+
+def test_a_stream_event_becomes_one_change_file(settings, monkeypatch):
+    monkeypatch.setenv("DDB_ATHENA_BUCKET", settings.bucket)
+    response = handler(EVENT, context=None)
+    assert response["batchItemFailures"] == []
+    s3 = settings.client("s3")
+    layout = SourceLayout(settings.bucket, "books_source")
+    assert list_change_files(s3, layout) == [response["changeFile"]]
+    lines = s3.get_object(Bucket=settings.bucket, Key=response["changeFile"])["Body"].read().decode().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [(r["event_name"], r["sequence_number"]) for r in records] == [("INSERT", "111"), ("MODIFY", "222"), ("REMOVE", "333")]
+    assert records[0]["new_image"]["cover"] == {"B": "AAH/"}
+    assert records[0]["approximate_creation_time"] == "2025-11-22T03:00:00.000000Z"
+    assert records[1]["approximate_creation_time"] == "2025-11-22T03:00:01.500000Z"
+    assert records[2]["new_image"] is None and records[2]["keys"] == {"id": {"S": "101"}}
+
+
+def test_an_empty_batch_writes_nothing(settings):
+    layout = SourceLayout(settings.bucket, "books_source")
+    assert handle_stream_event({"Records": []}, settings.client("s3"), layout)["changeFile"] is None
+    assert list_change_files(settings.client("s3"), layout) == []
+
+
+def test_a_failed_write_raises_so_lambda_retries_the_batch(settings):
+    layout = SourceLayout("no-such-bucket", "books_source")
+    with pytest.raises(Exception, match="NoSuchBucket"):
+        handle_stream_event(EVENT, settings.client("s3"), layout)

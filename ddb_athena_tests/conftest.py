@@ -1,0 +1,77 @@
+"""Shared fixtures: one moto server and one SparkSession for the whole run, fresh AWS state per test."""
+
+import logging
+import socket
+import urllib.request
+import uuid
+
+import pytest
+
+from ddb_athena.local_stack import create_demo_resources, start_moto_server
+from ddb_athena.settings import Settings
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint():
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    port = _free_port()
+    server = start_moto_server(port)
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def warehouse(tmp_path_factory) -> str:
+    return (tmp_path_factory.mktemp("warehouse")).as_uri()
+
+
+@pytest.fixture
+def aws_env(moto_endpoint, warehouse, monkeypatch):
+    """A clean emulator and an environment that points everything at it (unique Iceberg namespace)."""
+    urllib.request.urlopen(urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST")).read()
+    for name, value in {
+        "DDB_ATHENA_PROFILE": "local",
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "DDB_ATHENA_BUCKET": "test-bucket",
+        "DDB_ATHENA_WAREHOUSE": warehouse,
+        "DDB_ATHENA_NAMESPACE": f"t_{uuid.uuid4().hex[:10]}",
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "DDB_ATHENA_SPARK_PACKAGES", "DDB_ATHENA_BOOKS_TABLE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def settings(aws_env) -> Settings:
+    """Settings with the demo tables and bucket created."""
+    settings = Settings.from_env()
+    create_demo_resources(settings)
+    return settings
+
+
+@pytest.fixture(scope="session")
+def spark(moto_endpoint, warehouse):
+    """The SparkSession, built by the same resource the Dagster runs use."""
+    from ddb_athena.resources import IcebergSparkResource
+
+    resource = IcebergSparkResource(
+        profile="local",
+        warehouse=warehouse,
+        s3_endpoint_url=moto_endpoint,
+        access_key_id="testing",
+        secret_access_key="testing",
+        extra_config={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
+    )
+    session = resource.spark_session
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -1,0 +1,137 @@
+"""The merge's guarantees, on a real local Spark with Iceberg and change files in the S3 emulator."""
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from ddb_athena.spark.change_merge import BOOTSTRAP_FILE_PROPERTY, current_snapshot_id
+from ddb_athena_tests.spark.helpers import T0, ChangeFiles, change
+
+
+@pytest.fixture
+def files(spark, settings) -> ChangeFiles:
+    return ChangeFiles(spark, settings)
+
+
+def test_latest_change_per_key_wins_whatever_the_file_order(files):
+    files.write(change(3, "a", name="third"), change(1, "b", "INSERT"))
+    files.write(change(1, "a", "INSERT", name="first"), change(2, "a", name="second"))  # captured later, older changes
+    result = files.merge()
+    assert files.names() == {"a": "third", "b": "b@1"}
+    assert (result.inserted, result.updated, result.deleted, result.records_read) == (2, 0, 0, 4)
+    assert files.rows()["a"]["_sequence_number"] == "3".zfill(40)
+
+
+def test_an_older_change_never_overwrites_a_newer_one(files):
+    files.merge([files.write(change(5, "a", name="new"))])
+    result = files.merge([files.write(change(4, "a", name="old"))])
+    assert files.names() == {"a": "new"} and result.stale_skipped == 1 and result.updated == 0
+
+
+def test_rerunning_a_merge_over_the_same_files_changes_nothing(files):
+    keys = [files.write(change(1, "a", "INSERT"), change(2, "b", "INSERT")), files.write(change(3, "a"), change(4, "b", "REMOVE"))]
+    files.merge(keys)
+    rows, snapshot = files.rows(), current_snapshot_id(files.spark, files.table)
+    retry = files.merge(keys)
+    assert retry.stale_skipped == 2
+    assert files.rows() == rows
+    assert current_snapshot_id(files.spark, files.table) == snapshot  # not even an empty commit
+
+
+def test_a_deleted_item_is_never_resurrected_by_replaying_an_older_insert(files):
+    insert = files.write(change(1, "a", "INSERT"))
+    files.merge([insert])
+    files.merge([files.write(change(2, "a", "REMOVE"))])
+    assert files.names() == {}
+    files.merge([insert])  # a replay of an already-cleaned batch
+    late = files.write(change(1, "a", "MODIFY", name="late"), at=T0 - timedelta(hours=1))  # an older change, landing late
+    files.merge([late])
+    assert files.names() == {}
+    files.merge([files.write(change(3, "a", "INSERT", name="back"))])  # a genuine re-insert is newer than the delete
+    assert files.names() == {"a": "back"}
+
+
+def test_a_crash_between_commit_and_cleanup_then_a_retry_leaves_the_table_right(files):
+    first = [files.write(change(1, "a", "INSERT"), change(2, "b", "INSERT")), files.write(change(3, "a", "REMOVE"))]
+    files.merge(first)  # committed; the run dies before its cleanup
+    expected = files.rows()
+    files.write(change(4, "c", "INSERT"))  # new changes arrive meanwhile
+    retry = files.merge()  # the next run sees the old files and the new one
+    assert set(files.names()) == {"b", "c"} and retry.inserted == 1 and retry.stale_skipped == 2
+    assert {k: v for k, v in files.rows().items() if k != "c"} == expected
+
+
+def test_a_file_that_lands_late_with_an_earlier_name_is_not_lost(files):
+    files.write(change(10, "a", "INSERT"))
+    files.merge()
+    files.delete(files.present())  # cleaned up
+    late = files.write(change(5, "z", "INSERT"), at=T0 - timedelta(minutes=30))
+    assert files.present() == [late]
+    files.merge()
+    assert set(files.names()) == {"a", "z"}
+
+
+def test_bad_input_is_quarantined_with_its_reason_and_the_rest_is_merged(files):
+    files.write_raw('{"this is": not json\n')
+    good_and_bad = [
+        change(1, "good", "INSERT").to_json(),
+        json.dumps({"event_name": "INSERT", "keys": {"other": {"S": "x"}}, "new_image": {"other": {"S": "x"}}, "sequence_number": "2", "approximate_creation_time": "2026-11-22T03:00:00Z"}),
+        change(3, "weird", "INSERT", odd={"Q": "1"}).to_json(),
+        change(4, "nodate", "INSERT", date={"N": "soon"}).to_json(),
+        json.dumps({"event_name": "UPSERT", "keys": {"id": {"S": "u"}}, "sequence_number": "5", "approximate_creation_time": "2026-11-22T03:00:00Z"}),
+        change(6, "good2", "INSERT").to_json(),
+    ]
+    files.write_raw("\n".join(good_and_bad) + "\n")
+    result = files.merge()
+    assert set(files.names()) == {"good", "good2"}
+    assert result.records_quarantined == 5
+    reasons = sorted(record["reason"] for record in files.quarantined())
+    assert reasons == sorted(
+        [
+            "not valid JSON",
+            "missing key attribute id (S)",
+            "$.odd: unknown type tag 'Q' (expected one of S, N, B, BOOL, NULL, M, L, SS, NS, BS)",
+            "$.date: 'soon' is not a number",
+            "unknown event name: UPSERT",
+        ]
+    )
+    assert all(record["source_file"].startswith("s3a://") and record["line"] for record in files.quarantined())
+
+
+def test_every_attribute_survives_in_the_item_column_and_typed_columns_are_exact(files):
+    attributes = {
+        "author": {"S": "Ada"},
+        "summary": {"S": "s"},
+        "date": {"N": "1763780400123456789"},
+        "price": {"N": "12345678901234567890.123456789"},
+        "cover": {"B": "AAH/"},
+        "tags": {"SS": ["x", "y"]},
+        "nested": {"M": {"l": {"L": [{"NULL": True}, {"BOOL": False}, {"NS": ["1", "2"]}, {"BS": ["AA=="]}]}}},
+    }
+    files.write(change(1, "a", "INSERT", name="Name", **attributes))
+    files.merge()
+    row = files.rows()["a"]
+    assert (row["name"], row["author"], row["summary"]) == ("Name", "Ada", "s")
+    assert row["published_at"].isoformat() == "2025-11-22T03:00:00.123456"  # nanoseconds truncated to micros (UTC)
+    assert json.loads(row["item"]) == {"id": {"S": "a"}, "name": {"S": "Name"}, **attributes}
+
+
+def test_a_bootstrap_snapshot_replaces_what_came_before_and_later_changes_apply_on_top(files):
+    files.write(change(1, "gone", "INSERT"), change(2, "a", "INSERT", name="before-scan"))
+    files.merge()
+    files.delete(files.present())
+    stale = files.write(change(3, "a", name="captured-before-the-scan"))
+    snapshot = files.write(
+        *[change(0, book_id, "SNAPSHOT", name="scanned") for book_id in ("a", "b", "c")], kind="snapshot"
+    )
+    files.write(change(3, "a", name="captured-before-the-scan"), change(4, "b", "REMOVE"), change(5, "c", name="after-scan"))
+    result = files.merge()
+    assert files.names() == {"a": "captured-before-the-scan", "c": "after-scan"}
+    assert result.bootstrap_file == snapshot.rsplit("/", 1)[-1] and result.records_superseded == 1
+    assert (result.inserted, result.updated, result.deleted) == (1, 1, 1)  # c new; a kept; "gone" dropped
+    properties = {row["key"]: row["value"] for row in files.spark.sql(f"SHOW TBLPROPERTIES {files.table}").collect()}
+    assert properties[BOOTSTRAP_FILE_PROPERTY] == result.bootstrap_file
+    # Files from before the snapshot never apply again, even if a cleanup left them behind.
+    files.merge([stale, snapshot])
+    assert files.names() == {"a": "captured-before-the-scan", "c": "after-scan"}

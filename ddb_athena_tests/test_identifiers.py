@@ -1,0 +1,24 @@
+import pytest
+
+from ddb_athena.identifiers import InvalidIdentifierError, qualified_name, validate_identifier
+
+
+@pytest.mark.parametrize("name", ["books", "library", "_sequence_number", "t_0a1b", "A" * 128])
+def test_plain_identifiers_pass(name):
+    assert validate_identifier(name) == name
+
+
+@pytest.mark.parametrize(
+    "name", ["", "1books", "books; DROP TABLE x", "bo-oks", "books.x", "`books`", "bøker", "a b", "A" * 129, None, 7]
+)
+def test_anything_else_is_refused(name):
+    with pytest.raises(InvalidIdentifierError):
+        validate_identifier(name, "table name")
+
+
+def test_qualified_name_validates_every_part():
+    assert qualified_name("library", "books") == "library.books"
+    with pytest.raises(InvalidIdentifierError):
+        qualified_name("library", "books--")
+    with pytest.raises(InvalidIdentifierError):
+        qualified_name()

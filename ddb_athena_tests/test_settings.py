@@ -1,0 +1,45 @@
+import pytest
+
+from ddb_athena.settings import LOCAL_ENDPOINT_URL, Settings, SettingsError
+
+
+def test_local_defaults_work_with_nothing_set():
+    settings = Settings.from_env({})
+    assert settings.profile == "local" and settings.bucket == "ddb-athena-local"
+    assert settings.warehouse.startswith("file://") and settings.warehouse.endswith("/.ddb_athena/warehouse")
+    assert settings.books_table == "books" and settings.orders_table == "orders" and settings.namespace == "library"
+    assert settings.endpoint_url == settings.default_endpoint_url == LOCAL_ENDPOINT_URL
+    assert settings.credentials == {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    assert settings.spark_master == "local[2]"
+
+
+def test_boto3_variables_keep_precedence_over_the_local_default():
+    settings = Settings.from_env({"AWS_ENDPOINT_URL": "http://127.0.0.1:9999", "AWS_ACCESS_KEY_ID": "k"})
+    assert settings.endpoint_url == "http://127.0.0.1:9999"
+    assert settings.default_endpoint_url is None  # boto3 resolves it, and AWS_ENDPOINT_URL_<SERVICE> too
+    assert settings.credentials == {}
+    assert Settings.from_env({"AWS_ENDPOINT_URL_S3": "http://s3.local"}).s3_endpoint_url == "http://s3.local"
+
+
+def test_aws_profile():
+    settings = Settings.from_env({"DDB_ATHENA_PROFILE": "aws", "DDB_ATHENA_BUCKET": "prod-bucket", "AWS_REGION": "eu-west-1"})
+    assert settings.warehouse == "s3://prod-bucket/warehouse"
+    assert settings.endpoint_url is None and settings.credentials == {} and settings.spark_master is None
+    assert settings.region == "eu-west-1"
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"DDB_ATHENA_PROFILE": "prod"},
+        {"DDB_ATHENA_PROFILE": "aws", "DDB_ATHENA_WAREHOUSE": "file:///tmp/x"},
+        {"DDB_ATHENA_NAMESPACE": "library; drop"},
+    ],
+)
+def test_bad_configuration_is_refused(environ):
+    with pytest.raises(ValueError):
+        Settings.from_env(environ)
+
+
+def test_settings_error_is_a_value_error():
+    assert issubclass(SettingsError, ValueError)
