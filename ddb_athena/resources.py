@@ -120,7 +120,7 @@ class SyncSettings(ConfigurableResource):
         return timedelta(minutes=self.freshness_minutes)
 
 
-def resources_from_settings(settings: Settings) -> dict:
+def resources_from_settings(settings: Settings, **sync_options) -> dict:
     credentials = settings.credentials or {}
     return {
         "aws": AwsClientsResource(
@@ -139,5 +139,5 @@ def resources_from_settings(settings: Settings) -> dict:
             access_key_id=credentials.get("AWS_ACCESS_KEY_ID"),
             secret_access_key=credentials.get("AWS_SECRET_ACCESS_KEY"),
         ),
-        "sync": SyncSettings(bucket=settings.bucket, books_table=settings.books_table, namespace=settings.namespace),
+        "sync": SyncSettings(bucket=settings.bucket, books_table=settings.books_table, namespace=settings.namespace, **sync_options),
     }

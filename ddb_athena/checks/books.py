@@ -4,7 +4,7 @@ import json
 import warnings
 from datetime import datetime, timedelta, timezone
 
-from dagster import SupersessionWarning, AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, asset_check, build_last_update_freshness_checks
+from dagster import AssetCheckResult, AssetCheckSeverity, asset_check, build_last_update_freshness_checks, SupersessionWarning
 
 from ddb_athena.assets.books import books_iceberg
 from ddb_athena.capture.change_files import list_change_files, list_keys
@@ -89,9 +89,7 @@ def dynamodb_item_count(dynamodb, table_name: str) -> int:
     asset=books_iceberg,
     description="library.books has as many rows as the DynamoDB table (warns: changes in flight differ briefly).",
 )
-def books_row_count_parity(
-    context: AssetCheckExecutionContext, aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings
-) -> AssetCheckResult:
+def books_row_count_parity(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:
     iceberg_rows = spark.spark_session.table(qualified_name(*sync.books_iceberg_table.split("."))).count()
     dynamodb_items = dynamodb_item_count(aws.client("dynamodb"), sync.books_table)
     return AssetCheckResult(

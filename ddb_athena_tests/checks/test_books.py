@@ -1,0 +1,45 @@
+"""The books checks turn red for the right reasons, and only then."""
+
+import pytest
+from dagster import AssetCheckSeverity, DagsterInstance
+
+from ddb_athena.capture.change_files import SourceLayout, change_file_name
+from ddb_athena.checks.books import books_backlog, books_row_count_parity
+from ddb_athena.simulate import BookSimulator
+from ddb_athena_tests.dagster_helpers import check_results, local_resources, sync_books
+from ddb_athena_tests.spark.helpers import T0
+
+
+@pytest.fixture
+def instance():
+    with DagsterInstance.ephemeral() as instance:
+        yield instance
+
+
+def test_checks_pass_on_a_healthy_sync_and_fail_on_bad_input_backlog_and_drift(spark, settings, instance):
+    dynamodb, s3 = settings.client("dynamodb"), settings.client("s3")
+    simulator = BookSimulator(dynamodb, settings.books_table)
+    for _ in range(5):
+        simulator.insert()
+    healthy = check_results(sync_books(instance))
+    assert all(result.passed for result in healthy.values()), healthy
+    assert healthy["books_row_count_parity"].metadata["iceberg_rows"].value == 5
+
+    # A malformed change file: quarantined, the check turns red, the rest still merges.
+    layout = SourceLayout(settings.bucket, "books_source")
+    s3.put_object(Bucket=settings.bucket, Key=layout.changes_prefix + change_file_name(T0, "lambda"), Body=b"<html>oops</html>\n")
+    simulator.insert()
+    after_bad_file = check_results(sync_books(instance))
+    assert not after_bad_file["books_quarantine_empty"].passed
+    assert after_bad_file["books_quarantine_empty"].metadata["quarantined_records"].value == 1
+    assert "not valid JSON" in after_bad_file["books_quarantine_empty"].metadata["reasons"].value
+    assert after_bad_file["books_row_count_parity"].passed  # the good change was merged
+
+    # Drift from DynamoDB (an item Iceberg never heard of) warns; a backlog past the bound fails.
+    dynamodb.put_item(TableName=settings.books_table, Item={"id": {"S": "sneaky"}})
+    s3.put_object(Bucket=settings.bucket, Key=layout.changes_prefix + change_file_name(T0, "lambda"), Body=b"")
+    resources = local_resources(freshness_minutes=0)
+    backlog = books_backlog(aws=resources["aws"], sync=resources["sync"])
+    assert not backlog.passed and backlog.metadata["unmerged_files"].value == 1
+    parity = books_row_count_parity(aws=resources["aws"], spark=resources["spark"], sync=resources["sync"])
+    assert not parity.passed and parity.severity == AssetCheckSeverity.WARN and parity.metadata["difference"].value == -1

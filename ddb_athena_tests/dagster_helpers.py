@@ -1,0 +1,33 @@
+"""Running the real assets, checks and jobs against the emulator and the test SparkSession."""
+
+from dagster import DagsterInstance, materialize
+
+from ddb_athena.assets.books import books_iceberg, books_source
+from ddb_athena.checks.books import books_backlog, books_quarantine_empty, books_row_count_parity, books_unique_id
+from ddb_athena.resources import resources_from_settings
+from ddb_athena.settings import Settings
+
+BOOKS_CHECKS = [books_backlog, books_quarantine_empty, books_unique_id, books_row_count_parity]
+
+
+def local_resources(**sync_options) -> dict:
+    return resources_from_settings(Settings.from_env(), **sync_options)
+
+
+def sync_books(instance: DagsterInstance, run_config: dict | None = None, **sync_options):
+    return materialize(
+        [books_source, books_iceberg, *BOOKS_CHECKS],
+        resources=local_resources(**sync_options),
+        instance=instance,
+        run_config=run_config,
+        raise_on_error=True,
+    )
+
+
+def materialization_metadata(result, asset_name: str) -> dict:
+    (event,) = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == asset_name]
+    return {key: value.value for key, value in event.materialization.metadata.items()}
+
+
+def check_results(result) -> dict:
+    return {evaluation.check_name: evaluation for evaluation in result.get_asset_check_evaluations()}

@@ -1,0 +1,67 @@
+import pytest
+
+from ddb_athena.identifiers import InvalidIdentifierError
+from ddb_athena.spark.session_config import ICEBERG_EXTENSIONS, SparkIcebergOptions, iceberg_spark_config
+
+LOCAL = SparkIcebergOptions(
+    profile="local",
+    warehouse="file:///tmp/wh",
+    jars=["/j/iceberg.jar", "/j/jackson.jar"],
+    s3_endpoint_url="http://127.0.0.1:5055",
+    credentials={"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"},
+)
+
+
+def test_local_profile_uses_a_hadoop_catalog_local_jars_and_the_emulator():
+    config = iceberg_spark_config(LOCAL)
+    assert config["spark.sql.extensions"] == ICEBERG_EXTENSIONS
+    assert config["spark.sql.catalog.lake"] == "org.apache.iceberg.spark.SparkCatalog"
+    assert config["spark.sql.catalog.lake.type"] == "hadoop"
+    assert config["spark.sql.catalog.lake.warehouse"] == "file:///tmp/wh"
+    assert config["spark.sql.defaultCatalog"] == "lake"
+    assert config["spark.jars"] == "/j/iceberg.jar,/j/jackson.jar" and "spark.jars.packages" not in config
+    assert config["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:5055"
+    assert config["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert config["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    assert config["spark.hadoop.fs.s3a.access.key"] == "k"
+    assert config["spark.sql.session.timeZone"] == "UTC"
+
+
+def test_maven_packages_replace_local_jars_when_set():
+    from dataclasses import replace
+
+    config = iceberg_spark_config(replace(LOCAL, jars_packages="org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.0"))
+    assert config["spark.jars.packages"] == "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.0"
+    assert "spark.jars" not in config
+
+
+def test_aws_profile_uses_glue_and_s3fileio_and_no_emulator():
+    config = iceberg_spark_config(
+        SparkIcebergOptions(profile="aws", warehouse="s3://prod/warehouse", master=None, region="eu-west-1", extra={"spark.executor.memory": "4g"})
+    )
+    assert config["spark.sql.catalog.lake.catalog-impl"] == "org.apache.iceberg.aws.glue.GlueCatalog"
+    assert config["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    assert config["spark.sql.catalog.lake.warehouse"] == "s3://prod/warehouse"
+    assert config["spark.sql.catalog.lake.client.region"] == "eu-west-1"
+    assert "spark.sql.catalog.lake.type" not in config and "spark.master" not in config
+    assert not any(key.startswith("spark.hadoop.fs.s3a.endpoint") for key in config)
+    assert config["spark.executor.memory"] == "4g"
+
+
+def test_bad_catalog_names_and_profiles_are_refused():
+    from dataclasses import replace
+
+    with pytest.raises(InvalidIdentifierError):
+        iceberg_spark_config(replace(LOCAL, catalog="lake; drop"))
+    with pytest.raises(ValueError):
+        iceberg_spark_config(replace(LOCAL, profile="gcp"))
+
+
+def test_the_resource_builds_the_same_config_from_the_environment(monkeypatch):
+    from ddb_athena.resources import resources_from_settings
+    from ddb_athena.settings import Settings
+
+    settings = Settings.from_env({"DDB_ATHENA_PROFILE": "aws", "DDB_ATHENA_BUCKET": "prod", "DDB_ATHENA_SPARK_PACKAGES": "g:a:1"})
+    config = resources_from_settings(settings)["spark"].spark_config()
+    assert config["spark.sql.catalog.lake.warehouse"] == "s3://prod/warehouse"
+    assert config["spark.jars.packages"] == "g:a:1"

@@ -1,0 +1,43 @@
+from pathlib import Path
+
+import yaml
+from dagster import AssetKey, DagsterInstance, DefaultScheduleStatus, DefaultSensorStatus, Definitions
+
+from ddb_athena.definitions import defs
+from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_definitions_load_and_validate():
+    Definitions.validate_loadable(defs)
+
+
+def test_lineage_jobs_schedules_and_sensors_are_wired():
+    graph = defs.resolve_asset_graph()
+    assert {key.to_user_string() for key in graph.get(AssetKey("books_iceberg")).parent_keys} == {"books_source"}
+    sync = defs.resolve_job_def("books_sync")
+    assert sync.executor_def.name == "in_process"  # one process, so one SparkSession per run
+    assert sync.tags == BOOKS_CONCURRENCY_TAG
+    checks = {key.name for key in graph.asset_check_keys}
+    assert {"books_backlog", "books_quarantine_empty", "books_unique_id", "books_row_count_parity"} <= checks
+    assert any("freshness" in name for name in checks)
+    for schedule in defs.schedules:
+        assert schedule.default_status == DefaultScheduleStatus.RUNNING
+    for sensor in defs.sensors:
+        assert sensor.default_status == DefaultSensorStatus.RUNNING
+    for job_name in ("books_sync", "source_cleanup", "books_maintenance"):
+        assert defs.resolve_job_def(job_name).tags == BOOKS_CONCURRENCY_TAG
+
+
+def test_the_instance_config_queues_books_runs_one_at_a_time(tmp_path):
+    (tmp_path / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+    (tag,) = [limit for limit in limits if limit["key"] in BOOKS_CONCURRENCY_TAG]
+    assert tag["limit"] == 1
+
+
+def test_workspace_points_at_the_definitions_module():
+    workspace = yaml.safe_load((REPO / "workspace.yaml").read_text())
+    assert workspace["load_from"][0]["python_module"]["module_name"] == "ddb_athena.definitions"
