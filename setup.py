@@ -5,7 +5,7 @@ setup(
     version="0.1.0",
     description="Keep Amazon DynamoDB tables queryable in Amazon Athena through Apache Iceberg.",
     python_requires=">=3.11,<3.12",
-    packages=find_packages(exclude=["ddb_athena_tests*"]),
+    packages=find_packages(exclude=["ddb_athena_tests*", "ddb_athena_bench*"]),
     install_requires=[
         "dagster==1.13.*",
         "dagster-webserver==1.13.*",

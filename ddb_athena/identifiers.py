@@ -25,3 +25,8 @@ def qualified_name(*parts: str) -> str:
     if not parts:
         raise InvalidIdentifierError("an empty qualified name is not allowed")
     return ".".join(validate_identifier(part) for part in parts)
+
+
+def dotted_name(name: str) -> str:
+    """A dotted name (`library.books`) with every part validated."""
+    return dotted_name(name)

@@ -6,6 +6,7 @@ from ddb_athena.assets.books import books_iceberg
 from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG, source_cleanup
 from ddb_athena.resources import SyncSettings
 
+
 def cleanup_requests(context: SensorEvaluationContext, asset_key: AssetKey, bucket: str):
     """One cleanup run per materialization that committed files, keyed by its event so it never runs twice."""
     cursor = int(context.cursor) if context.cursor else None

@@ -69,13 +69,8 @@ class BookSimulator:
     counts: dict[str, int] = field(default_factory=lambda: {"insert": 0, "update": 0, "delete": 0, "reinsert": 0, "order": 0})
 
     def load_existing_ids(self) -> None:
-        kwargs = {"TableName": self.books_table, "ProjectionExpression": "id"}
-        while True:
-            page = self.dynamodb.scan(**kwargs)
+        for page in self.dynamodb.get_paginator("scan").paginate(TableName=self.books_table, ProjectionExpression="id"):
             self.live.extend(item["id"]["S"] for item in page.get("Items", []))
-            if "LastEvaluatedKey" not in page:
-                return
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def insert(self, book_id: str | None = None) -> None:
         book_id = book_id or f"book-{uuid.UUID(int=self.rng.getrandbits(128)).hex[:12]}"

@@ -7,7 +7,7 @@ table is one spec away. Every name is validated before it reaches SQL.
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from ddb_athena.identifiers import InvalidIdentifierError, qualified_name, validate_identifier
+from ddb_athena.identifiers import InvalidIdentifierError, dotted_name, validate_identifier
 
 # transform -> (DynamoDB type tag it reads, Iceberg/Spark SQL type or None when it takes a parameter)
 TRANSFORMS = {
@@ -166,7 +166,7 @@ def create_table_sql(spec: TableSpec, catalog_table: str) -> str:
     partitioned = f" PARTITIONED BY ({', '.join(_partition_sql(p) for p in spec.partition_by)})" if spec.partition_by else ""
     props = ", ".join(f"'{key}'='{value}'" for key, value in properties.items())
     return (
-        f"CREATE TABLE IF NOT EXISTS {qualified_name(*catalog_table.split('.'))} ({', '.join(columns)}) "
+        f"CREATE TABLE IF NOT EXISTS {dotted_name(catalog_table)} ({', '.join(columns)}) "
         f"USING iceberg{partitioned} TBLPROPERTIES ({props})"
     )
 
@@ -177,7 +177,7 @@ def upsert_merge_sql(spec: TableSpec, catalog_table: str, source_view: str) -> s
     columns = [column.name for column in spec.all_columns] + [ITEM_COLUMN, SEQUENCE_COLUMN, CHANGED_AT_COLUMN, SYNCED_AT_COLUMN]
     newer = f"t.{SEQUENCE_COLUMN} < s.{SEQUENCE_COLUMN}"
     return (
-        f"MERGE INTO {qualified_name(*catalog_table.split('.'))} t "
+        f"MERGE INTO {dotted_name(catalog_table)} t "
         f"USING {validate_identifier(source_view)} s ON t.{key} = s.{key} "
         f"WHEN MATCHED AND s.event_name = 'REMOVE' AND {newer} THEN DELETE "
         f"WHEN MATCHED AND s.event_name <> 'REMOVE' AND {newer} THEN UPDATE SET "

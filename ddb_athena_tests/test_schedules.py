@@ -1,4 +1,4 @@
-from dagster import DagsterRunStatus, instance_for_test, RunRequest, SkipReason, build_schedule_context
+from dagster import DagsterRunStatus, RunRequest, SkipReason, build_schedule_context, instance_for_test
 from dagster._core.storage.dagster_run import DagsterRun
 
 from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG

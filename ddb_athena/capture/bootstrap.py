@@ -10,7 +10,15 @@ change of the same key is replayed after it.
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from ddb_athena.capture.change_files import SNAPSHOT_KIND, ChangeFileNamer, SourceLayout, list_change_files, parse_change_file_name, snapshot_record, write_change_file
+from ddb_athena.capture.change_files import (
+    SNAPSHOT_KIND,
+    ChangeFileNamer,
+    SourceLayout,
+    list_change_files,
+    parse_change_file_name,
+    snapshot_record,
+    write_change_file,
+)
 
 
 @dataclass(frozen=True)
@@ -27,13 +35,8 @@ def pending_snapshot(s3, layout: SourceLayout) -> str | None:
 
 def scan_table(dynamodb, table_name: str):
     """Every item, consistently read, page by page."""
-    kwargs = {"TableName": table_name, "ConsistentRead": True}
-    while True:
-        page = dynamodb.scan(**kwargs)
+    for page in dynamodb.get_paginator("scan").paginate(TableName=table_name, ConsistentRead=True):
         yield from page.get("Items", [])
-        if "LastEvaluatedKey" not in page:
-            return
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
 def bootstrap_snapshot(dynamodb, s3, table_name: str, key_attribute: str, layout: SourceLayout, namer: ChangeFileNamer) -> BootstrapResult:

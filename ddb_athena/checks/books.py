@@ -4,12 +4,12 @@ import json
 import warnings
 from datetime import datetime, timedelta, timezone
 
-from dagster import AssetCheckResult, AssetCheckSeverity, asset_check, build_last_update_freshness_checks, SupersessionWarning
+from dagster import AssetCheckResult, AssetCheckSeverity, SupersessionWarning, asset_check, build_last_update_freshness_checks
 
 from ddb_athena.assets.books import books_iceberg
 from ddb_athena.capture.change_files import list_change_files, list_keys
 from ddb_athena.capture.commit_manifests import committed_files
-from ddb_athena.identifiers import qualified_name
+from ddb_athena.identifiers import dotted_name
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.table_spec import BOOKS_SPEC
 
@@ -66,7 +66,7 @@ def books_quarantine_empty(aws: AwsClientsResource, sync: SyncSettings) -> Asset
 def books_unique_id(spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:
     key = BOOKS_SPEC.key.name
     row = spark.spark_session.sql(
-        f"SELECT count(*) AS total, count(DISTINCT {key}) AS distinct_ids FROM {qualified_name(*sync.books_iceberg_table.split('.'))}"
+        f"SELECT count(*) AS total, count(DISTINCT {key}) AS distinct_ids FROM {dotted_name(sync.books_iceberg_table)}"
     ).collect()[0]
     return AssetCheckResult(
         passed=row["total"] == row["distinct_ids"],
@@ -76,13 +76,8 @@ def books_unique_id(spark: IcebergSparkResource, sync: SyncSettings) -> AssetChe
 
 def dynamodb_item_count(dynamodb, table_name: str) -> int:
     """An exact count (DescribeTable's ItemCount is refreshed only every few hours)."""
-    kwargs, count = {"TableName": table_name, "Select": "COUNT"}, 0
-    while True:
-        page = dynamodb.scan(**kwargs)
-        count += page["Count"]
-        if "LastEvaluatedKey" not in page:
-            return count
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    pages = dynamodb.get_paginator("scan").paginate(TableName=table_name, Select="COUNT", ConsistentRead=True)
+    return sum(page["Count"] for page in pages)
 
 
 @asset_check(
@@ -90,7 +85,7 @@ def dynamodb_item_count(dynamodb, table_name: str) -> int:
     description="library.books has as many rows as the DynamoDB table (warns: changes in flight differ briefly).",
 )
 def books_row_count_parity(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:
-    iceberg_rows = spark.spark_session.table(qualified_name(*sync.books_iceberg_table.split("."))).count()
+    iceberg_rows = spark.spark_session.table(dotted_name(sync.books_iceberg_table)).count()
     dynamodb_items = dynamodb_item_count(aws.client("dynamodb"), sync.books_table)
     return AssetCheckResult(
         passed=iceberg_rows == dynamodb_items,

@@ -18,7 +18,7 @@ from pyspark.sql.types import StringType
 
 from ddb_athena.capture.change_files import EVENT_NAMES, is_change_file
 from ddb_athena.dynamodb_json import item_problem
-from ddb_athena.identifiers import qualified_name, validate_identifier
+from ddb_athena.identifiers import dotted_name, qualified_name, validate_identifier
 from ddb_athena.table_spec import (
     CHANGED_AT_COLUMN,
     ITEM_COLUMN,
@@ -63,23 +63,23 @@ def ensure_tables(spark: SparkSession, spec: TableSpec, target: str) -> None:
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
     spark.sql(create_table_sql(spec, target))
     spark.sql(
-        f"CREATE TABLE IF NOT EXISTS {qualified_name(*tombstone_table(target).split('.'))} "
+        f"CREATE TABLE IF NOT EXISTS {dotted_name(tombstone_table(target))} "
         f"({spec.key.name} string, {SEQUENCE_COLUMN} string, deleted_at timestamp) USING iceberg "
         "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read')"
     )
 
 
 def table_exists(spark: SparkSession, target: str) -> bool:
-    return spark.catalog.tableExists(qualified_name(*target.split(".")))
+    return spark.catalog.tableExists(dotted_name(target))
 
 
 def current_snapshot_id(spark: SparkSession, target: str) -> int | None:
-    rows = spark.sql(f"SELECT snapshot_id FROM {qualified_name(*target.split('.'))}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
+    rows = spark.sql(f"SELECT snapshot_id FROM {dotted_name(target)}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
     return rows[0][0] if rows else None
 
 
 def _table_property(spark: SparkSession, target: str, name: str) -> str | None:
-    rows = spark.sql(f"SHOW TBLPROPERTIES {qualified_name(*target.split('.'))} ('{name}')").collect()
+    rows = spark.sql(f"SHOW TBLPROPERTIES {dotted_name(target)} ('{name}')").collect()
     value = rows[0]["value"] if rows else None
     return None if value is None or "does not have property" in value else value
 
@@ -187,8 +187,8 @@ def merge_change_files(
 
 def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame, result: MergeResult) -> None:
     key = spec.key.name
-    target_sql = qualified_name(*target.split("."))
-    tombstones_sql = qualified_name(*tombstone_table(target).split("."))
+    target_sql = dotted_name(target)
+    tombstones_sql = dotted_name(tombstone_table(target))
     tombstones = spark.table(tombstones_sql).select(F.col(key).alias("key"), F.col(SEQUENCE_COLUMN).alias("_tombstone"))
     current = spark.table(target_sql).select(F.col(key).alias("key"), F.col(SEQUENCE_COLUMN).alias("_current"))
     # Classify each change against the table as it is now (runs never overlap, so it stays so).
@@ -236,8 +236,8 @@ def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame
 def _rebuild(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame, result: MergeResult) -> None:
     """Replaces the table with the snapshot plus the changes after it, in one atomic overwrite."""
     key = spec.key.name
-    target_sql = qualified_name(*target.split("."))
-    tombstones_sql = qualified_name(*tombstone_table(target).split("."))
+    target_sql = dotted_name(target)
+    tombstones_sql = dotted_name(tombstone_table(target))
     columns = [column.name for column in spec.all_columns] + [ITEM_COLUMN, SEQUENCE_COLUMN, CHANGED_AT_COLUMN, SYNCED_AT_COLUMN]
     if not is_change_file(result.bootstrap_file):
         raise ValueError(f"{result.bootstrap_file!r} is not a change file name")

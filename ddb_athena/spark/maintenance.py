@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import SparkSession
 
-from ddb_athena.identifiers import qualified_name, validate_identifier
+from ddb_athena.identifiers import dotted_name, validate_identifier
 from ddb_athena.spark.change_merge import tombstone_table
 
 
@@ -37,7 +37,7 @@ def maintain_table(
 ) -> MaintenanceResult:
     now = now or datetime.now(timezone.utc)
     catalog = validate_identifier(catalog, "catalog name")
-    table_sql = qualified_name(*target.split("."))
+    table_sql = dotted_name(target)
     if retain_last < 1:
         raise ValueError("retain_last must be at least 1")
     # Small files from minute merges, and data files carrying delete files, are rewritten.
@@ -50,7 +50,7 @@ def maintain_table(
         f"CALL {catalog}.system.expire_snapshots(table => '{table_sql}', "
         f"older_than => {_timestamp_literal(now - snapshot_retention)}, retain_last => {int(retain_last)})"
     ).collect()[0]
-    tombstones_sql = qualified_name(*tombstone_table(target).split("."))
+    tombstones_sql = dotted_name(tombstone_table(target))
     # A tombstone guards against replays of older changes; past the retention no such file may remain.
     before = spark.table(tombstones_sql).count()
     spark.sql(f"DELETE FROM {tombstones_sql} WHERE deleted_at < {_timestamp_literal(now - tombstone_retention)}")

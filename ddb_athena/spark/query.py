@@ -34,7 +34,7 @@ def _json_value(value: Any) -> Any:
 
 
 def rows_as_json(columns: list[str], rows: list[tuple]) -> str:
-    return json.dumps([{column: _json_value(value) for column, value in zip(columns, row)} for row in rows])
+    return json.dumps([{column: _json_value(value) for column, value in zip(columns, row, strict=True)} for row in rows])
 
 
 def rows_as_table(columns: list[str], rows: list[tuple], max_width: int = 60) -> str:
@@ -45,5 +45,5 @@ def rows_as_table(columns: list[str], rows: list[tuple], max_width: int = 60) ->
     cells = [[cell(value) for value in row] for row in rows]
     widths = [max([len(column)] + [len(row[i]) for row in cells]) for i, column in enumerate(columns)]
     line = "+".join("-" * (width + 2) for width in widths)
-    render = lambda values: " | ".join(value.ljust(width) for value, width in zip(values, widths))  # noqa: E731
+    render = lambda values: " | ".join(value.ljust(width) for value, width in zip(values, widths, strict=True))  # noqa: E731
     return "\n".join([render(columns), line, *(render(row) for row in cells), f"({len(rows)} row{'s' if len(rows) != 1 else ''})"])

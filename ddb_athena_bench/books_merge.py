@@ -1,0 +1,102 @@
+"""Benchmark of the books path on this machine: bootstrap load, minute merges, maintenance.
+
+Run with `make bench`. Prints figures; asserts nothing (targets live here, not in tests).
+"""
+
+import random
+import statistics
+import tempfile
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+
+from ddb_athena.capture.change_files import ChangeRecord, SourceLayout, change_file_name, write_change_file
+from ddb_athena.local_stack import start_moto_server
+from ddb_athena.resources import IcebergSparkResource
+from ddb_athena.settings import Settings
+from ddb_athena.spark.change_merge import merge_change_files
+from ddb_athena.spark.maintenance import maintain_table
+from ddb_athena.table_spec import BOOKS_SPEC
+
+TABLE_ROWS = 100_000
+CHANGES_PER_MERGE = 1_000
+MERGES = 6
+PORT = 5099
+
+
+def book(book_id: str, sequence: int, event: str, rng: random.Random) -> ChangeRecord:
+    image = None
+    if event != "REMOVE":
+        image = {
+            "id": {"S": book_id},
+            "name": {"S": f"Book {rng.random():.6f}"},
+            "author": {"S": rng.choice(["Ada", "Lin", "Maria", "Jonas"])},
+            "summary": {"S": "x" * 120},
+            "date": {"N": str(rng.randrange(10**18))},
+            "tags": {"SS": ["a", "b"]},
+        }
+    return ChangeRecord(event, {"id": {"S": book_id}}, image, str(sequence), "2026-11-22T03:00:00.000000Z")
+
+
+def main() -> None:
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = start_moto_server(PORT)
+    endpoint = f"http://127.0.0.1:{PORT}"
+    warehouse = tempfile.mkdtemp(prefix="ddb-athena-bench-")
+    settings = Settings.from_env({"AWS_ENDPOINT_URL": endpoint, "DDB_ATHENA_WAREHOUSE": f"file://{warehouse}", "DDB_ATHENA_BUCKET": "bench"})
+    s3 = settings.client("s3")
+    s3.create_bucket(Bucket="bench")
+    layout = SourceLayout("bench", "books_source")
+    rng = random.Random(1)
+    started = time.monotonic()
+    spark = IcebergSparkResource(
+        profile="local", warehouse=settings.warehouse, s3_endpoint_url=endpoint, access_key_id="testing", secret_access_key="testing",
+        extra_config={"spark.ui.enabled": "false"},
+    ).spark_session
+    spark.sparkContext.setLogLevel("ERROR")
+    print(f"SparkSession start: {time.monotonic() - started:.1f} s")
+    table = "bench.books"
+    t0 = datetime(2026, 11, 22, tzinfo=timezone.utc)
+
+    ids = [f"book-{uuid.UUID(int=rng.getrandbits(128)).hex[:12]}" for _ in range(TABLE_ROWS)]
+    snapshot = write_change_file(s3, layout, change_file_name(t0, "snapshot"), (book(i, 0, "SNAPSHOT", rng) for i in ids))
+    started = time.monotonic()
+    merge_change_files(spark, BOOKS_SPEC, table, [layout.uri(snapshot, "s3a")], layout.uri(layout.quarantine_prefix, "s3a"))
+    load = time.monotonic() - started
+    print(f"Bootstrap load of {TABLE_ROWS:,} items: {load:.1f} s ({TABLE_ROWS / load:,.0f} items/s, first MERGE in the session)")
+
+    timings, sequence, live = [], 1, list(ids)
+    for number in range(MERGES):
+        records = []
+        for _ in range(CHANGES_PER_MERGE):
+            sequence += 1
+            roll = rng.random()
+            if roll < 0.6:
+                records.append(book(rng.choice(live), sequence, "MODIFY", rng))
+            elif roll < 0.8:
+                records.append(book(live.pop(rng.randrange(len(live))), sequence, "REMOVE", rng))
+            else:
+                new_id = f"book-new-{sequence}"
+                live.append(new_id)
+                records.append(book(new_id, sequence, "INSERT", rng))
+        key = write_change_file(s3, layout, change_file_name(t0 + timedelta(minutes=number + 1), "stream"), records)
+        started = time.monotonic()
+        result = merge_change_files(spark, BOOKS_SPEC, table, [layout.uri(key, "s3a")], layout.uri(layout.quarantine_prefix, "s3a"))
+        timings.append(time.monotonic() - started)
+        print(f"  merge {number + 1}: {timings[-1]:.2f} s (+{result.inserted} ~{result.updated} -{result.deleted})")
+    warm = timings[1:]
+    print(f"MERGE of {CHANGES_PER_MERGE:,} changes into {TABLE_ROWS // 1000}k rows: median {statistics.median(warm):.2f} s warm, first {timings[0]:.2f} s")
+    rows = spark.table(table).count()
+    assert rows == len(live), (rows, len(live))
+
+    started = time.monotonic()
+    result = maintain_table(spark, "lake", table, timedelta(hours=6), 1, timedelta(days=7))
+    print(f"Maintenance (compaction of {result.rewritten_data_files} files + expiry): {time.monotonic() - started:.1f} s")
+    spark.stop()
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()
