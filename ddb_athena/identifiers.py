@@ -29,4 +29,4 @@ def qualified_name(*parts: str) -> str:
 
 def dotted_name(name: str) -> str:
     """A dotted name (`library.books`) with every part validated."""
-    return dotted_name(name)
+    return qualified_name(*name.split("."))

@@ -37,6 +37,8 @@ class Settings:
     credentials: Mapping[str, str] = field(default_factory=dict)
     # Set only when the endpoint is our local default rather than boto3's own variables.
     default_endpoint_url: str | None = None
+    # boto3's AWS_ENDPOINT_URL_<SERVICE> variables, by their suffix (S3, DYNAMODB, DYNAMODB_STREAMS, ...).
+    service_endpoint_urls: Mapping[str, str] = field(default_factory=dict)
     spark_master: str | None = "local[2]"
     spark_packages: str | None = None
 
@@ -76,16 +78,19 @@ class Settings:
             namespace=validate_identifier(env.get("DDB_ATHENA_NAMESPACE", NAMESPACE), "namespace"),
             credentials=credentials,
             default_endpoint_url=default_endpoint_url,
+            service_endpoint_urls={
+                name.removeprefix("AWS_ENDPOINT_URL_"): value for name, value in env.items() if name.startswith("AWS_ENDPOINT_URL_") and value
+            },
             # On a cluster the launcher sets the master; locally Spark runs in this process.
             spark_master=env.get("DDB_ATHENA_SPARK_MASTER") or ("local[2]" if local else None),
             spark_packages=env.get("DDB_ATHENA_SPARK_PACKAGES") or None,
         )
 
     def client(self, service: str):
-        """A boto3 client for `service`.
+        """A boto3 client for `service`, with the endpoint these settings were read with.
 
-        boto3 resolves AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_<SERVICE> itself; an explicit
-        endpoint is passed only for the local default, so those variables keep precedence.
+        The precedence is boto3's own: AWS_ENDPOINT_URL_<SERVICE>, then AWS_ENDPOINT_URL, then
+        (local profile only) the emulator's default address.
         """
         import boto3
 
@@ -93,6 +98,11 @@ class Settings:
         if self.credentials:
             kwargs["aws_access_key_id"] = self.credentials["AWS_ACCESS_KEY_ID"]
             kwargs["aws_secret_access_key"] = self.credentials["AWS_SECRET_ACCESS_KEY"]
-        if self.default_endpoint_url:
-            kwargs["endpoint_url"] = self.default_endpoint_url
+        endpoint = self.service_endpoint_urls.get(_SERVICE_ENDPOINT_SUFFIX.get(service, service.upper())) or self.endpoint_url
+        if endpoint:
+            kwargs["endpoint_url"] = endpoint
         return boto3.client(service, **kwargs)
+
+
+# boto3 derives AWS_ENDPOINT_URL_<SUFFIX> from the service id ("DynamoDB Streams" -> DYNAMODB_STREAMS).
+_SERVICE_ENDPOINT_SUFFIX = {"dynamodbstreams": "DYNAMODB_STREAMS"}

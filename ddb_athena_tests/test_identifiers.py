@@ -1,6 +1,6 @@
 import pytest
 
-from ddb_athena.identifiers import InvalidIdentifierError, qualified_name, validate_identifier
+from ddb_athena.identifiers import InvalidIdentifierError, dotted_name, qualified_name, validate_identifier
 
 
 @pytest.mark.parametrize("name", ["books", "library", "_sequence_number", "t_0a1b", "A" * 128])
@@ -22,3 +22,9 @@ def test_qualified_name_validates_every_part():
         qualified_name("library", "books--")
     with pytest.raises(InvalidIdentifierError):
         qualified_name()
+
+
+def test_dotted_names_validate_every_part():
+    assert dotted_name("library.books") == "library.books"
+    with pytest.raises(InvalidIdentifierError):
+        dotted_name("library.books; DROP TABLE x")

@@ -43,3 +43,12 @@ def test_bad_configuration_is_refused(environ):
 
 def test_settings_error_is_a_value_error():
     assert issubclass(SettingsError, ValueError)
+
+
+def test_clients_use_the_endpoints_of_the_environment_the_settings_were_read_from():
+    settings = Settings.from_env(
+        {"AWS_ENDPOINT_URL": "http://127.0.0.1:7001", "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": "http://127.0.0.1:7002", "AWS_ACCESS_KEY_ID": "k"}
+    )
+    assert settings.client("s3").meta.endpoint_url == "http://127.0.0.1:7001"
+    assert settings.client("dynamodbstreams").meta.endpoint_url == "http://127.0.0.1:7002"
+    assert Settings.from_env({}).client("dynamodb").meta.endpoint_url == LOCAL_ENDPOINT_URL

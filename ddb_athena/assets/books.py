@@ -89,7 +89,7 @@ def books_iceberg(
     # Exactly the files present now: later arrivals wait for the next run, none is skipped.
     files = list_change_files(s3, layout)
     context.log.info(f"Merging {len(files)} change files into {sync.books_iceberg_table}")
-    batch = context.run_id
+    batch = context.run.run_id
     result = merge_change_files(
         spark.spark_session,
         BOOKS_SPEC,
@@ -111,7 +111,7 @@ def books_iceberg(
             "records_consumed": result.records_read,
             "records_quarantined": result.records_quarantined,
             "records_superseded_by_bootstrap": result.records_superseded,
-            "snapshot_id": str(result.snapshot_id) if result.snapshot_id is not None else None,
+            "snapshot_id": result.snapshot_id,
             "lag_seconds": (now - result.newest_change_at).total_seconds() if result.newest_change_at else 0.0,
             "newest_change_at": _iso(result.newest_change_at),
             "duration_seconds": time.monotonic() - started,

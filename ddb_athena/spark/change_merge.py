@@ -116,6 +116,11 @@ def _validated_changes(spark: SparkSession, spec: TableSpec, uris: list[str]) ->
     )
 
 
+def _utc(moment: datetime | None) -> datetime | None:
+    # The session time zone is UTC, so Spark's naive timestamps are UTC.
+    return moment.replace(tzinfo=timezone.utc) if moment else None
+
+
 def _latest_per_key(changes: DataFrame) -> DataFrame:
     """One row per key: the change with the highest stream sequence number (ties: the later file)."""
     order = Window.partitionBy("key").orderBy(F.col(SEQUENCE_COLUMN).desc(), F.col("file_name").desc())
@@ -148,39 +153,46 @@ def merge_change_files(
     ensure_tables(spark, spec, target)
     result = MergeResult(change_files=list(change_file_uris))
     if not change_file_uris:
-        result.snapshot_id = current_snapshot_id(spark, target)
-        return result
+        return _with_snapshot(spark, target, result)
 
     validated = _validated_changes(spark, spec, change_file_uris).persist()
     try:
-        result.records_read = validated.count()
-        bad = validated.where("reason IS NOT NULL")
-        result.quarantine_reasons = {row["reason"]: row["count"] for row in bad.groupBy("reason").count().collect()}
+        # One pass for every count this function needs: per file, outcome and kind of record.
+        summary = (
+            validated.groupBy("file_name", "reason", (F.col("event_name") == "SNAPSHOT").alias("is_snapshot")).count().collect()
+        )
+        result.records_read = sum(row["count"] for row in summary)
+        for row in summary:
+            if row["reason"] is not None:
+                result.quarantine_reasons[row["reason"]] = result.quarantine_reasons.get(row["reason"], 0) + row["count"]
         result.records_quarantined = sum(result.quarantine_reasons.values())
         if result.records_quarantined:
-            bad.select("source_file", "line", "reason").coalesce(1).write.mode("append").json(quarantine_uri)
+            bad = validated.where("reason IS NOT NULL").select("source_file", "line", "reason")
+            bad.coalesce(1).write.mode("append").json(quarantine_uri)
+
+        # A snapshot file replaces everything captured before it (see capture/bootstrap.py).
+        cutoff = _table_property(spark, target, BOOTSTRAP_FILE_PROPERTY) or ""
+        valid = [row for row in summary if row["reason"] is None and row["file_name"] > cutoff]
+        result.bootstrap_file = max((row["file_name"] for row in valid if row["is_snapshot"]), default=None)
+        first_file = max(cutoff, result.bootstrap_file or "")
+        applicable = sum(row["count"] for row in valid if row["file_name"] >= first_file)
+        result.records_superseded = result.records_read - result.records_quarantined - applicable
+        if not applicable:
+            return _with_snapshot(spark, target, result)
 
         good = _typed(spec, validated.where("reason IS NULL"), datetime.now(timezone.utc))
-        # A snapshot file replaces everything captured before it (see capture/bootstrap.py).
-        previous_bootstrap = _table_property(spark, target, BOOTSTRAP_FILE_PROPERTY)
-        if previous_bootstrap:
-            good = good.where(F.col("file_name") > previous_bootstrap)
-        snapshot_files = [row[0] for row in good.where("event_name = 'SNAPSHOT'").select("file_name").distinct().collect()]
-        result.bootstrap_file = max(snapshot_files) if snapshot_files else None
-        if result.bootstrap_file:
-            good = good.where(F.col("file_name") >= result.bootstrap_file)
-        applicable = good.count()
-        result.records_superseded = result.records_read - result.records_quarantined - applicable
-
+        good = good.where(F.col("file_name") > cutoff).where(F.col("file_name") >= first_file)
         latest = _latest_per_key(good)
-        newest = latest.agg(F.max(CHANGED_AT_COLUMN)).collect()[0][0]
-        result.newest_change_at = newest.replace(tzinfo=timezone.utc) if newest else None
         if result.bootstrap_file:
             _rebuild(spark, spec, target, latest, result)
         else:
             _upsert(spark, spec, target, latest, result)
     finally:
         validated.unpersist()
+    return _with_snapshot(spark, target, result)
+
+
+def _with_snapshot(spark: SparkSession, target: str, result: MergeResult) -> MergeResult:
     result.snapshot_id = current_snapshot_id(spark, target)
     return result
 
@@ -208,7 +220,9 @@ def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame
         )
         .localCheckpoint()
     )
-    counts = {row["_action"]: row["count"] for row in classified.groupBy("_action").count().collect()}
+    summary = classified.groupBy("_action").agg(F.count("*").alias("count"), F.max(CHANGED_AT_COLUMN).alias("newest")).collect()
+    counts = {row["_action"]: row["count"] for row in summary}
+    result.newest_change_at = _utc(max((row["newest"] for row in summary if row["newest"]), default=None))
     result.changes = sum(counts.values())
     result.inserted, result.updated, result.deleted = counts.get("insert", 0), counts.get("update", 0), counts.get("delete", 0)
     result.stale_skipped = counts.get("stale", 0)
@@ -220,16 +234,15 @@ def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame
     view = validate_identifier(f"{spec.table}_changes")
     tombstone_view = validate_identifier(f"{spec.table}_removes")
     # Tombstones first: if the run dies between the two commits, the retry still knows the delete.
-    if not removes.isEmpty():
+    if counts.get("delete", 0) + counts.get("tombstone", 0):
         removes.createOrReplaceTempView(tombstone_view)
         spark.sql(
             f"MERGE INTO {tombstones_sql} t USING {tombstone_view} s ON t.{key} = s.{key} "
             f"WHEN MATCHED AND t.{SEQUENCE_COLUMN} < s.{SEQUENCE_COLUMN} THEN UPDATE SET * "
             "WHEN NOT MATCHED THEN INSERT *"
         )
-    to_merge = applicable.where("_action <> 'tombstone'")
-    if not to_merge.isEmpty():
-        to_merge.createOrReplaceTempView(view)
+    if result.inserted + result.updated + result.deleted:
+        applicable.where("_action <> 'tombstone'").createOrReplaceTempView(view)
         spark.sql(upsert_merge_sql(spec, target, view))
 
 
@@ -242,6 +255,7 @@ def _rebuild(spark: SparkSession, spec: TableSpec, target: str, latest: DataFram
     if not is_change_file(result.bootstrap_file):
         raise ValueError(f"{result.bootstrap_file!r} is not a change file name")
     latest = latest.localCheckpoint()
+    result.newest_change_at = _utc(latest.agg(F.max(CHANGED_AT_COLUMN)).collect()[0][0])
     live = latest.where("event_name <> 'REMOVE'").select(*columns)
     removes = latest.where("event_name = 'REMOVE'").select(F.col("key").alias(key), SEQUENCE_COLUMN, F.col(CHANGED_AT_COLUMN).alias("deleted_at"))
     before = spark.table(target_sql).select(F.col(key).alias("_old"))
