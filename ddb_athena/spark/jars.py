@@ -30,11 +30,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ddb_athena.settings import LOCAL_STATE_DIR
+
 logger = logging.getLogger(__name__)
 
-DEFAULT_JAR_DIR = Path(
-    os.environ.get("DDB_ATHENA_JAR_DIR") or Path(__file__).resolve().parents[2] / ".ddb_athena" / "jars"
-)
+DEFAULT_JAR_DIR = Path(os.environ.get("DDB_ATHENA_JAR_DIR") or LOCAL_STATE_DIR / "jars")
 
 ICEBERG_DEPS_DISTRIBUTION = "snowpark-connect-deps-iceberg"
 ICEBERG_DEPS_VERSION = "1.0.3"
