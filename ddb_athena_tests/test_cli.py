@@ -52,3 +52,21 @@ def test_query_json_prints_one_json_array_and_nothing_else_on_stdout(spark, sett
         check=True,
     )
     assert json.loads(completed.stdout) == [{"id": "a", "name": "Ay"}, {"id": "b", "name": "Bee"}]
+
+
+def test_local_stack_serves_on_loopback_until_stopped(tmp_path):
+    import signal
+    import socket
+
+    from ddb_athena.local_stack import wait_for_endpoint
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "ddb_athena.cli", "local-stack", "--port", str(port)], stdout=subprocess.PIPE, text=True)
+    try:
+        wait_for_endpoint(f"http://127.0.0.1:{port}")
+        assert f"http://127.0.0.1:{port}" in process.stdout.readline()
+    finally:
+        process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
