@@ -2,7 +2,7 @@
 
 import warnings
 
-from dagster import DefaultSensorStatus, Definitions, SupersessionWarning, build_sensor_for_freshness_checks
+from dagster import DefaultSensorStatus, Definitions, SupersessionWarning, build_sensor_for_freshness_checks, in_process_executor
 
 from ddb_athena.assets.books import books_iceberg, books_source
 from ddb_athena.checks.books import books_backlog, books_freshness_checks, books_quarantine_empty, books_row_count_parity, books_unique_id
@@ -25,4 +25,6 @@ defs = Definitions(
     schedules=[books_every_minute, books_maintenance_hourly],
     sensors=[cleanup_after_materialization, freshness_sensor],
     resources=resources_from_settings(Settings.from_env()),
+    # Every job, `dagster asset materialize` included, runs in one process: one SparkSession per run.
+    executor=in_process_executor,
 )

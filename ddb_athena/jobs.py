@@ -6,7 +6,7 @@ dagster.yaml limits to one run at a time: runs queue behind each other, never ov
 
 from datetime import timedelta
 
-from dagster import AssetObservation, AssetSelection, Config, OpExecutionContext, define_asset_job, in_process_executor, job, op
+from dagster import AssetObservation, AssetSelection, Config, OpExecutionContext, define_asset_job, job, op
 from pydantic import Field
 
 from ddb_athena.assets.books import books_iceberg, books_source
@@ -19,8 +19,6 @@ BOOKS_CONCURRENCY_TAG = {"ddb_athena/writer": "books"}
 books_sync_job = define_asset_job(
     "books_sync",
     selection=AssetSelection.assets(books_source, books_iceberg),
-    # One process per run, so capture, merge and checks share one SparkSession.
-    executor_def=in_process_executor,
     tags=BOOKS_CONCURRENCY_TAG,
     description="Capture the books stream and MERGE it into library.books.",
 )
@@ -38,7 +36,7 @@ def delete_committed_source_files(context: OpExecutionContext, config: CleanupCo
     return deleted
 
 
-@job(tags=BOOKS_CONCURRENCY_TAG, executor_def=in_process_executor, description="Cleanup requested by the cleanup sensor.")
+@job(tags=BOOKS_CONCURRENCY_TAG, description="Cleanup requested by the cleanup sensor.")
 def source_cleanup():
     delete_committed_source_files()
 
@@ -57,6 +55,6 @@ def maintain_books_table(context: OpExecutionContext, spark: IcebergSparkResourc
     context.log_event(AssetObservation(asset_key=books_iceberg.key, metadata={f"maintenance_{k}": v for k, v in vars(result).items()}))
 
 
-@job(tags=BOOKS_CONCURRENCY_TAG, executor_def=in_process_executor, description="Hourly Iceberg maintenance of library.books.")
+@job(tags=BOOKS_CONCURRENCY_TAG, description="Hourly Iceberg maintenance of library.books.")
 def books_maintenance():
     maintain_books_table()

@@ -17,7 +17,8 @@ def test_lineage_jobs_schedules_and_sensors_are_wired():
     graph = defs.resolve_asset_graph()
     assert {key.to_user_string() for key in graph.get(AssetKey("books_iceberg")).parent_keys} == {"books_source"}
     sync = defs.resolve_job_def("books_sync")
-    assert sync.executor_def.name == "in_process"  # one process, so one SparkSession per run
+    for job in (sync, defs.resolve_implicit_global_asset_job_def()):  # the latter serves `dagster asset materialize`
+        assert job.executor_def.name == "in_process"  # one process, so one SparkSession per run
     assert sync.tags == BOOKS_CONCURRENCY_TAG
     checks = {key.name for key in graph.asset_check_keys}
     assert {"books_backlog", "books_quarantine_empty", "books_unique_id", "books_row_count_parity"} <= checks
