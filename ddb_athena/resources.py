@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import boto3
 from botocore.config import Config
-from dagster import ConfigurableResource, InitResourceContext
+from dagster import ConfigurableResource
 from dagster_aws.utils import ResourceWithBoto3Configuration
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
@@ -81,9 +81,6 @@ class IcebergSparkResource(ConfigurableResource):
             )
         )
 
-    def setup_for_execution(self, context: InitResourceContext) -> None:
-        self._pyspark = LazyPySparkResource(spark_config=self.spark_config())
-
     @property
     def spark_session(self) -> SparkSession:
         if self._pyspark is None:
@@ -102,7 +99,7 @@ class SyncSettings(ConfigurableResource):
     bucket: str
     books_table: str = Field(description="DynamoDB table name of books")
     namespace: str = "library"
-    freshness_minutes: int = 2
+    backlog_limit_minutes: float = Field(default=2.0, description="oldest unmerged change file allowed, in minutes")
     snapshot_retention_hours: float = 6.0
     snapshot_retain_last: int = 10
     tombstone_retention_days: float = 7.0
@@ -116,8 +113,8 @@ class SyncSettings(ConfigurableResource):
         return qualified_name(self.namespace, "books")
 
     @property
-    def freshness(self) -> timedelta:
-        return timedelta(minutes=self.freshness_minutes)
+    def backlog_limit(self) -> timedelta:
+        return timedelta(minutes=self.backlog_limit_minutes)
 
 
 def resources_from_settings(settings: Settings, **sync_options) -> dict:

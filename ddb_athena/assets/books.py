@@ -106,6 +106,7 @@ def books_iceberg(
             "rows_inserted": result.inserted,
             "rows_updated": result.updated,
             "rows_deleted": result.deleted,
+            "keys_changed": result.changes,
             "changes_stale_skipped": result.stale_skipped,
             "files_consumed": len(files),
             "records_consumed": result.records_read,

@@ -22,7 +22,7 @@ with warnings.catch_warnings():
     books_freshness_checks = build_last_update_freshness_checks(assets=[books_iceberg], lower_bound_delta=BOOKS_FRESHNESS)
 
 
-@asset_check(asset=books_iceberg, description="No change file waits longer than the freshness bound to be merged.")
+@asset_check(asset=books_iceberg, description="No change file waits to be merged longer than the backlog limit (2 minutes).")
 def books_backlog(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheckResult:
     s3 = aws.client("s3")
     layout = sync.books_layout
@@ -35,7 +35,7 @@ def books_backlog(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheckResu
     ]
     oldest = max(ages, default=timedelta(0))
     return AssetCheckResult(
-        passed=oldest <= sync.freshness,
+        passed=oldest <= sync.backlog_limit,
         metadata={"unmerged_files": len(pending), "oldest_unmerged_seconds": oldest.total_seconds()},
     )
 

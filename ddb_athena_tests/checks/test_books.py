@@ -38,7 +38,7 @@ def test_checks_pass_on_a_healthy_sync_and_fail_on_bad_input_backlog_and_drift(s
     # Drift from DynamoDB (an item Iceberg never heard of) warns; a backlog past the bound fails.
     dynamodb.put_item(TableName=settings.books_table, Item={"id": {"S": "sneaky"}})
     s3.put_object(Bucket=settings.bucket, Key=layout.changes_prefix + change_file_name(T0, "lambda"), Body=b"")
-    resources = local_resources(freshness_minutes=0)
+    resources = local_resources(backlog_limit_minutes=0)
     backlog = books_backlog(aws=resources["aws"], sync=resources["sync"])
     assert not backlog.passed and backlog.metadata["unmerged_files"].value == 1
     parity = books_row_count_parity(aws=resources["aws"], spark=resources["spark"], sync=resources["sync"])
