@@ -13,7 +13,7 @@ install: $(INSTALLED)
 $(INSTALLED): setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[local,test]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,test]'
 	touch $@
 
 test: install

@@ -16,8 +16,8 @@ setup(
         "boto3>=1.34",
     ],
     extras_require={
-        # Local profile: the AWS emulator and the Iceberg JARs that Maven would otherwise provide.
-        "local": [
+        # The local stack: the AWS emulator and the Iceberg JARs that Maven would otherwise provide.
+        "dev": [
             "moto[server]==5.2.5",
             "snowpark-connect-deps-iceberg==1.0.3",
         ],
