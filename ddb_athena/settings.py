@@ -31,14 +31,12 @@ class Settings:
     books_table: str
     orders_table: str
     region: str
-    endpoint_url: str | None
-    s3_endpoint_url: str | None
     namespace: str = NAMESPACE
     credentials: Mapping[str, str] = field(default_factory=dict)
     # Set only when the endpoint is our local default rather than boto3's own variables.
     default_endpoint_url: str | None = None
-    # boto3's AWS_ENDPOINT_URL_<SERVICE> variables, by their suffix (S3, DYNAMODB, DYNAMODB_STREAMS, ...).
-    service_endpoint_urls: Mapping[str, str] = field(default_factory=dict)
+    # boto3's AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_<SERVICE> variables, as read.
+    endpoint_environ: Mapping[str, str] = field(default_factory=dict)
     spark_master: str | None = "local[2]"
     spark_packages: str | None = None
 
@@ -55,7 +53,6 @@ class Settings:
         local = profile == "local"
         bucket = env.get("DDB_ATHENA_BUCKET", "ddb-athena-local")
         default_endpoint_url = LOCAL_ENDPOINT_URL if local and not env.get("AWS_ENDPOINT_URL") else None
-        endpoint_url = env.get("AWS_ENDPOINT_URL") or default_endpoint_url
         if local:
             warehouse = env.get("DDB_ATHENA_WAREHOUSE") or (LOCAL_STATE_DIR / "warehouse").as_uri()
         else:
@@ -73,36 +70,39 @@ class Settings:
             books_table=env.get("DDB_ATHENA_BOOKS_TABLE", "books"),
             orders_table=env.get("DDB_ATHENA_ORDERS_TABLE", "orders"),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
-            endpoint_url=endpoint_url,
-            s3_endpoint_url=env.get("AWS_ENDPOINT_URL_S3") or endpoint_url,
             namespace=validate_identifier(env.get("DDB_ATHENA_NAMESPACE", NAMESPACE), "namespace"),
             credentials=credentials,
             default_endpoint_url=default_endpoint_url,
-            service_endpoint_urls={
-                name.removeprefix("AWS_ENDPOINT_URL_"): value for name, value in env.items() if name.startswith("AWS_ENDPOINT_URL_") and value
-            },
+            endpoint_environ={name: value for name, value in env.items() if name.startswith("AWS_ENDPOINT_URL") and value},
             # On a cluster the launcher sets the master; locally Spark runs in this process.
             spark_master=env.get("DDB_ATHENA_SPARK_MASTER") or ("local[2]" if local else None),
             spark_packages=env.get("DDB_ATHENA_SPARK_PACKAGES") or None,
         )
 
-    def client(self, service: str):
-        """A boto3 client for `service`, with the endpoint these settings were read with.
+    @property
+    def endpoint_url(self) -> str | None:
+        return self.endpoint_environ.get("AWS_ENDPOINT_URL") or self.default_endpoint_url
 
-        The precedence is boto3's own: AWS_ENDPOINT_URL_<SERVICE>, then AWS_ENDPOINT_URL, then
-        (local profile only) the emulator's default address.
-        """
+    @property
+    def s3_endpoint_url(self) -> str | None:
+        return self.endpoint_for("s3")
+
+    def endpoint_for(self, service: str) -> str | None:
+        """The endpoint boto3 would pick from these variables (its own lookup), else the local default."""
+        from botocore.configprovider import ConfiguredEndpointProvider
+
+        lookup = ConfiguredEndpointProvider(full_config={}, scoped_config={}, client_name=service, environ=self.endpoint_environ)
+        return lookup.provide() or self.default_endpoint_url
+
+    def client(self, service: str):
+        """A boto3 client for `service`, with the endpoint these settings were read with."""
         import boto3
 
         kwargs = {"region_name": self.region}
         if self.credentials:
             kwargs["aws_access_key_id"] = self.credentials["AWS_ACCESS_KEY_ID"]
             kwargs["aws_secret_access_key"] = self.credentials["AWS_SECRET_ACCESS_KEY"]
-        endpoint = self.service_endpoint_urls.get(_SERVICE_ENDPOINT_SUFFIX.get(service, service.upper())) or self.endpoint_url
+        endpoint = self.endpoint_for(service)
         if endpoint:
             kwargs["endpoint_url"] = endpoint
         return boto3.client(service, **kwargs)
-
-
-# boto3 derives AWS_ENDPOINT_URL_<SUFFIX> from the service id ("DynamoDB Streams" -> DYNAMODB_STREAMS).
-_SERVICE_ENDPOINT_SUFFIX = {"dynamodbstreams": "DYNAMODB_STREAMS"}
