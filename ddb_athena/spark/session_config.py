@@ -7,8 +7,6 @@ from typing import Mapping, Sequence
 from ddb_athena.identifiers import validate_identifier
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
-# What a machine with Maven access (EMR, Glue, a laptop) sets instead of local JARs.
-AWS_ICEBERG_PACKAGES = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.0,org.apache.iceberg:iceberg-aws-bundle:1.10.0"
 
 
 @dataclass(frozen=True)
