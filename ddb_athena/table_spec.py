@@ -20,11 +20,17 @@ TRANSFORMS = {
     "json_map": ("M", "string"),
 }
 
-# Columns every synced table carries besides the typed ones.
+# Columns every synced table carries besides the typed ones: name, type, comment.
 ITEM_COLUMN = "item"
 SEQUENCE_COLUMN = "_sequence_number"
 CHANGED_AT_COLUMN = "_changed_at"
 SYNCED_AT_COLUMN = "_synced_at"
+SYNC_COLUMNS = (
+    (ITEM_COLUMN, "string", "the whole item as DynamoDB JSON: every attribute, exact types"),
+    (SEQUENCE_COLUMN, "string", "stream sequence number of the last applied change, zero-padded"),
+    (CHANGED_AT_COLUMN, "timestamp", "approximate time of the last applied change in DynamoDB"),
+    (SYNCED_AT_COLUMN, "timestamp", "when the change was merged into this table"),
+)
 # Stream sequence numbers are decimal strings of up to 40 digits; left-padding makes them sort as text.
 SEQUENCE_DIGITS = 40
 
@@ -71,12 +77,12 @@ class TableSpec:
         if self.key.transform != "string":
             raise ValueError("the key column must be a string (S) attribute")
         names = [column.name for column in self.all_columns]
-        reserved = {ITEM_COLUMN, SEQUENCE_COLUMN, CHANGED_AT_COLUMN, SYNCED_AT_COLUMN}
+        reserved = {name for name, _, _ in SYNC_COLUMNS}
         duplicates = {name for name in names if names.count(name) > 1} | (set(names) & reserved)
         if duplicates:
             raise ValueError(f"table {self.table}: duplicate or reserved column names {sorted(duplicates)}")
         for transform in self.partition_by:
-            column = transform[transform.find("(") + 1 : transform.rfind(")")] if "(" in transform else transform
+            _, column = _partition_parts(transform)
             if column not in names:
                 raise InvalidIdentifierError(f"partition column {column!r} is not a column of {self.table}")
 
@@ -84,17 +90,28 @@ class TableSpec:
     def all_columns(self) -> tuple[ColumnSpec, ...]:
         return (self.key, *self.columns)
 
+    @property
+    def table_column_names(self) -> list[str]:
+        """Every column of the Iceberg table, in table order."""
+        return [column.name for column in self.all_columns] + [name for name, _, _ in SYNC_COLUMNS]
+
 
 _PARTITION_TRANSFORMS = ("years", "months", "days", "hours")
 
 
-def _partition_sql(transform: str) -> str:
+def _partition_parts(transform: str) -> tuple[str | None, str]:
+    """(transform function or None, column) of `days(created_at)` or `created_at`, both validated."""
     if "(" not in transform:
-        return validate_identifier(transform, "partition column")
+        return None, validate_identifier(transform, "partition column")
     function, _, rest = transform.partition("(")
     if function not in _PARTITION_TRANSFORMS or not rest.endswith(")"):
         raise InvalidIdentifierError(f"partition transform {transform!r}: use one of {_PARTITION_TRANSFORMS}")
-    return f"{function}({validate_identifier(rest[:-1], 'partition column')})"
+    return function, validate_identifier(rest[:-1], "partition column")
+
+
+def _partition_sql(transform: str) -> str:
+    function, column = _partition_parts(transform)
+    return f"{function}({column})" if function else column
 
 
 def image_schema_ddl(spec: TableSpec) -> str:
@@ -149,12 +166,7 @@ def image_problem_sql(spec: TableSpec, image: str = "image") -> str:
 
 def create_table_sql(spec: TableSpec, catalog_table: str) -> str:
     columns = [f"{column.name} {column.sql_type}" for column in spec.all_columns]
-    columns += [
-        f"{ITEM_COLUMN} string COMMENT 'the whole item as DynamoDB JSON: every attribute, exact types'",
-        f"{SEQUENCE_COLUMN} string COMMENT 'stream sequence number of the last applied change, zero-padded'",
-        f"{CHANGED_AT_COLUMN} timestamp COMMENT 'approximate time of the last applied change in DynamoDB'",
-        f"{SYNCED_AT_COLUMN} timestamp COMMENT 'when the change was merged into this table'",
-    ]
+    columns += [f"{name} {sql_type} COMMENT '{comment}'" for name, sql_type, comment in SYNC_COLUMNS]
     properties = {
         "format-version": "2",
         # Minute-sized merges: write delete files instead of rewriting data files; compaction tidies up.
@@ -174,7 +186,7 @@ def create_table_sql(spec: TableSpec, catalog_table: str) -> str:
 def upsert_merge_sql(spec: TableSpec, catalog_table: str, source_view: str) -> str:
     """MERGE applying the latest change per key: newer changes win, REMOVE deletes, never the reverse."""
     key = spec.key.name
-    columns = [column.name for column in spec.all_columns] + [ITEM_COLUMN, SEQUENCE_COLUMN, CHANGED_AT_COLUMN, SYNCED_AT_COLUMN]
+    columns = spec.table_column_names
     newer = f"t.{SEQUENCE_COLUMN} < s.{SEQUENCE_COLUMN}"
     return (
         f"MERGE INTO {dotted_name(catalog_table)} t "

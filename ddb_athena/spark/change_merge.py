@@ -251,12 +251,11 @@ def _rebuild(spark: SparkSession, spec: TableSpec, target: str, latest: DataFram
     key = spec.key.name
     target_sql = dotted_name(target)
     tombstones_sql = dotted_name(tombstone_table(target))
-    columns = [column.name for column in spec.all_columns] + [ITEM_COLUMN, SEQUENCE_COLUMN, CHANGED_AT_COLUMN, SYNCED_AT_COLUMN]
     if not is_change_file(result.bootstrap_file):
         raise ValueError(f"{result.bootstrap_file!r} is not a change file name")
     latest = latest.localCheckpoint()
     result.newest_change_at = _utc(latest.agg(F.max(CHANGED_AT_COLUMN)).collect()[0][0])
-    live = latest.where("event_name <> 'REMOVE'").select(*columns)
+    live = latest.where("event_name <> 'REMOVE'").select(*spec.table_column_names)
     removes = latest.where("event_name = 'REMOVE'").select(F.col("key").alias(key), SEQUENCE_COLUMN, F.col(CHANGED_AT_COLUMN).alias("deleted_at"))
     before = spark.table(target_sql).select(F.col(key).alias("_old"))
     after = live.select(F.col(key).alias("_new"))
