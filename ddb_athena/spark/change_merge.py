@@ -79,9 +79,19 @@ def current_snapshot_id(spark: SparkSession, target: str) -> int | None:
 
 
 def _table_property(spark: SparkSession, target: str, name: str) -> str | None:
-    rows = spark.sql(f"SHOW TBLPROPERTIES {dotted_name(target)} ('{name}')").collect()
-    value = rows[0]["value"] if rows else None
-    return None if value is None or "does not have property" in value else value
+    properties = {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {dotted_name(target)}").collect()}
+    return properties.get(name)
+
+
+def _count_where(condition: str):
+    return F.sum(F.when(F.expr(condition), 1).otherwise(0))
+
+
+def _tombstones_of(changes: DataFrame, key: str) -> DataFrame:
+    """Tombstone rows (the tombstone table's columns) for the REMOVE changes among `changes`."""
+    return changes.where("event_name = 'REMOVE'").select(
+        F.col("key").alias(key), SEQUENCE_COLUMN, F.col(CHANGED_AT_COLUMN).alias("deleted_at")
+    )
 
 
 def _validated_changes(spark: SparkSession, spec: TableSpec, uris: list[str]) -> DataFrame:
@@ -228,9 +238,7 @@ def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame
     result.stale_skipped = counts.get("stale", 0)
 
     applicable = classified.where("_action <> 'stale'")
-    removes = applicable.where("event_name = 'REMOVE'").select(
-        F.col("key").alias(key), SEQUENCE_COLUMN, F.col(CHANGED_AT_COLUMN).alias("deleted_at")
-    )
+    removes = _tombstones_of(applicable, key)
     view = validate_identifier(f"{spec.table}_changes")
     tombstone_view = validate_identifier(f"{spec.table}_removes")
     # Tombstones first: if the run dies between the two commits, the retry still knows the delete.
@@ -254,16 +262,17 @@ def _rebuild(spark: SparkSession, spec: TableSpec, target: str, latest: DataFram
     if not is_change_file(result.bootstrap_file):
         raise ValueError(f"{result.bootstrap_file!r} is not a change file name")
     latest = latest.localCheckpoint()
-    result.newest_change_at = _utc(latest.agg(F.max(CHANGED_AT_COLUMN)).collect()[0][0])
     live = latest.where("event_name <> 'REMOVE'").select(*spec.table_column_names)
-    removes = latest.where("event_name = 'REMOVE'").select(F.col("key").alias(key), SEQUENCE_COLUMN, F.col(CHANGED_AT_COLUMN).alias("deleted_at"))
     before = spark.table(target_sql).select(F.col(key).alias("_old"))
-    after = live.select(F.col(key).alias("_new"))
-    compared = before.join(after, F.col("_old") == F.col("_new"), "full_outer")
-    result.changes = latest.count()
-    result.inserted = compared.where("_old IS NULL").count()
-    result.updated = compared.where("_old IS NOT NULL AND _new IS NOT NULL").count()
-    result.deleted = compared.where("_new IS NULL").count()
+    compared = before.join(live.select(F.col(key).alias("_new")), F.col("_old") == F.col("_new"), "full_outer")
+    # Rows gained, kept and lost against the table being replaced, in one pass.
+    inserted, updated, deleted = compared.agg(
+        _count_where("_old IS NULL"), _count_where("_old IS NOT NULL AND _new IS NOT NULL"), _count_where("_new IS NULL")
+    ).collect()[0]
+    result.inserted, result.updated, result.deleted = inserted or 0, updated or 0, deleted or 0
+    result.changes, newest = latest.agg(F.count("*"), F.max(CHANGED_AT_COLUMN)).collect()[0]
+    result.newest_change_at = _utc(newest)
+    removes = _tombstones_of(latest, key)
     removes.writeTo(tombstones_sql).overwrite(F.lit(True))
     live.writeTo(target_sql).overwrite(F.lit(True))
     spark.sql(f"ALTER TABLE {target_sql} SET TBLPROPERTIES ('{BOOTSTRAP_FILE_PROPERTY}'='{result.bootstrap_file}')")
