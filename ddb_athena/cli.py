@@ -56,11 +56,10 @@ def _seed(args, settings: Settings) -> int:
     simulator = _simulator(args, settings, with_orders=False)
     for _ in range(args.books):
         simulator.insert()
-    dynamodb = settings.client("dynamodb")
     now = datetime.now(timezone.utc)
     for index in range(args.orders):
         created = now - timedelta(days=1, seconds=index * 60)
-        dynamodb.put_item(TableName=settings.orders_table, Item=order_item(simulator.rng, created))
+        simulator.dynamodb.put_item(TableName=settings.orders_table, Item=order_item(simulator.rng, created))
     print(f"seeded {args.books} books and {args.orders} orders")
     return 0
 

@@ -17,9 +17,17 @@ from ddb_athena.spark.session_config import SparkIcebergOptions, iceberg_spark_c
 
 
 class AwsClientsResource(ResourceWithBoto3Configuration):
-    """boto3 clients for DynamoDB, DynamoDB Streams and S3, from one configuration."""
+    """boto3 clients for DynamoDB, DynamoDB Streams and S3, from one configuration, one per service."""
+
+    _clients: dict = PrivateAttr(default_factory=dict)
 
     def client(self, service: str):
+        # boto3 clients are thread-safe and costly to build; assets and checks of a run share them.
+        if service not in self._clients:
+            self._clients[service] = self._new_client(service)
+        return self._clients[service]
+
+    def _new_client(self, service: str):
         session = boto3.session.Session(
             profile_name=self.profile_name,
             aws_access_key_id=self.aws_access_key_id,

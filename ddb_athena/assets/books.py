@@ -39,12 +39,10 @@ def books_source(
     sync: SyncSettings,
 ) -> MaterializeResult:
     started = time.monotonic()
-    s3 = aws.client("s3")
+    s3, dynamodb = aws.client("s3"), aws.client("dynamodb")
     layout = sync.books_layout
     namer = ChangeFileNamer()
-    capture = StreamCapture(
-        aws.client("dynamodb"), aws.client("dynamodbstreams"), s3, sync.books_table, layout, namer=namer, log=context.log.info
-    )
+    capture = StreamCapture(dynamodb, aws.client("dynamodbstreams"), s3, sync.books_table, layout, namer=namer, log=context.log.info)
     metadata: dict = {"bootstrap_items": 0}
     table_missing = not table_exists(spark.spark_session, sync.books_iceberg_table)
     if config.bootstrap or (table_missing and not pending_snapshot(s3, layout)):
@@ -52,7 +50,7 @@ def books_source(
         context.log.info(f"Bootstrap ({reason}): scanning {sync.books_table}, then replaying the stream from its start")
         # The whole retained stream is replayed after the scan; that ordering is what makes the scan exact.
         capture.reset_checkpoints()
-        snapshot = bootstrap_snapshot(aws.client("dynamodb"), s3, sync.books_table, BOOKS_SPEC.key.attribute, layout, namer)
+        snapshot = bootstrap_snapshot(dynamodb, s3, sync.books_table, BOOKS_SPEC.key.attribute, layout, namer)
         metadata.update(bootstrap_items=snapshot.items, bootstrap_file=snapshot.change_file)
 
     result = capture.capture()

@@ -9,6 +9,7 @@ idempotent over the duplicate file a retry may leave.
 import os
 
 from ddb_athena.capture.change_files import ChangeFileNamer, SourceLayout, change_record, write_change_file
+from ddb_athena.settings import BOOKS_SOURCE_PREFIX
 
 _namer = ChangeFileNamer()
 
@@ -25,5 +26,5 @@ def handle_stream_event(event: dict, s3, layout: SourceLayout, namer: ChangeFile
 def handler(event: dict, context) -> dict:
     import boto3
 
-    layout = SourceLayout(os.environ["DDB_ATHENA_BUCKET"], os.environ.get("DDB_ATHENA_SOURCE_PREFIX", "books_source"))
+    layout = SourceLayout(os.environ["DDB_ATHENA_BUCKET"], os.environ.get("DDB_ATHENA_SOURCE_PREFIX", BOOKS_SOURCE_PREFIX))
     return handle_stream_event(event, boto3.client("s3"), layout)

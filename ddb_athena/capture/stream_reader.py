@@ -127,11 +127,12 @@ class StreamCapture:
 
         result = CaptureResult(stream_arn=stream_arn)
         finished = {shard_id for shard_id, c in checkpoints.items() if c.finished}
+        listed = {shard["ShardId"] for shard in shards}
         for shard in shards:
             shard_id, parent_id = shard["ShardId"], shard.get("ParentShardId")
             if shard_id in finished:
                 continue
-            if parent_id and parent_id in {s["ShardId"] for s in shards} and parent_id not in finished:
+            if parent_id in listed and parent_id not in finished:
                 continue  # the parent still has unread records; children wait for the next capture
             if result.records >= self._max_records:
                 break
