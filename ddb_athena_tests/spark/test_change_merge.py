@@ -135,3 +135,17 @@ def test_a_bootstrap_snapshot_replaces_what_came_before_and_later_changes_apply_
     # Files from before the snapshot never apply again, even if a cleanup left them behind.
     files.merge([stale, snapshot])
     assert files.names() == {"a": "captured-before-the-scan", "c": "after-scan"}
+
+
+def test_a_file_that_lands_while_a_merge_runs_survives_its_cleanup_and_is_merged_next(files):
+    from ddb_athena.capture.commit_manifests import delete_committed_files, write_commit_manifest
+
+    files.write(change(1, "a", "INSERT"))
+    listed = files.present()  # the merge's file set, taken at its start
+    during = files.write(change(2, "b", "INSERT"))  # lands after the listing, before the commit
+    result = files.merge(listed)
+    manifest = write_commit_manifest(files.s3, files.layout, "run-1", listed, files.table, result.snapshot_id)
+    delete_committed_files(files.s3, files.layout.bucket, manifest)
+    assert files.present() == [during] and set(files.names()) == {"a"}
+    files.merge()
+    assert set(files.names()) == {"a", "b"}
