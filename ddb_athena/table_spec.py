@@ -31,8 +31,13 @@ SYNC_COLUMNS = (
     (CHANGED_AT_COLUMN, "timestamp", "approximate time of the last applied change in DynamoDB"),
     (SYNCED_AT_COLUMN, "timestamp", "when the change was merged into this table"),
 )
+# Tables loaded from exports have no stream position: their documents are written once.
+EXPORT_SYNC_COLUMNS = tuple(column for column in SYNC_COLUMNS if column[0] != SEQUENCE_COLUMN)
+SOURCES = {"stream": SYNC_COLUMNS, "export": EXPORT_SYNC_COLUMNS}
 # Stream sequence numbers are decimal strings of up to 40 digits; left-padding makes them sort as text.
 SEQUENCE_DIGITS = 40
+# Fractional digits a decimal attribute is compared at to tell whether the column would round it.
+EXACTNESS_SCALE = 18
 
 
 @dataclass(frozen=True)
@@ -71,9 +76,12 @@ class TableSpec:
     columns: tuple[ColumnSpec, ...]
     partition_by: tuple[str, ...] = ()
     properties: tuple[tuple[str, str], ...] = field(default=())
+    source: str = "stream"
 
     def __post_init__(self):
         validate_identifier(self.table, "table name")
+        if self.source not in SOURCES:
+            raise ValueError(f"table {self.table}: source {self.source!r} is not one of {sorted(SOURCES)}")
         if self.key.transform != "string":
             raise ValueError("the key column must be a string (S) attribute")
         names = [column.name for column in self.all_columns]
@@ -91,9 +99,22 @@ class TableSpec:
         return (self.key, *self.columns)
 
     @property
+    def sync_columns(self) -> tuple[tuple[str, str, str], ...]:
+        """(name, type, comment) of the columns this table carries besides the typed ones."""
+        return SOURCES[self.source]
+
+    @property
     def table_column_names(self) -> list[str]:
         """Every column of the Iceberg table, in table order."""
-        return [column.name for column in self.all_columns] + [name for name, _, _ in SYNC_COLUMNS]
+        return [column.name for column in self.all_columns] + [name for name, _, _ in self.sync_columns]
+
+    @property
+    def partition_column(self) -> ColumnSpec | None:
+        """The column the table is partitioned by (the first partition field), if any."""
+        if not self.partition_by:
+            return None
+        _, name = _partition_parts(self.partition_by[0])
+        return next(column for column in self.all_columns if column.name == name)
 
 
 _PARTITION_TRANSFORMS = ("years", "months", "days", "hours")
@@ -161,12 +182,18 @@ def image_problem_sql(spec: TableSpec, image: str = "image") -> str:
                 f"WHEN {raw} IS NOT NULL AND {typed_value_sql(column, image)} IS NULL "
                 f"THEN 'attribute {column.attribute} is not a valid {column.sql_type}'"
             )
+        if column.transform == "decimal":
+            # A cast rounds to the column's scale; a value that would lose digits is refused, not rounded.
+            cases.append(
+                f"WHEN {typed_value_sql(column, image)} <> try_cast({raw} AS decimal(38,{EXACTNESS_SCALE})) "
+                f"THEN 'attribute {column.attribute} has more digits than {column.sql_type} keeps'"
+            )
     return f"CASE {' '.join(cases)} ELSE NULL END" if cases else "CAST(NULL AS string)"
 
 
 def create_table_sql(spec: TableSpec, catalog_table: str) -> str:
     columns = [f"{column.name} {column.sql_type}" for column in spec.all_columns]
-    columns += [f"{name} {sql_type} COMMENT '{comment}'" for name, sql_type, comment in SYNC_COLUMNS]
+    columns += [f"{name} {sql_type} COMMENT '{comment}'" for name, sql_type, comment in spec.sync_columns]
     properties = {
         "format-version": "2",
         # Minute-sized merges: write delete files instead of rewriting data files; compaction tidies up.
@@ -199,6 +226,23 @@ def upsert_merge_sql(spec: TableSpec, catalog_table: str, source_view: str) -> s
     )
 
 
+def insert_only_merge_sql(spec: TableSpec, catalog_table: str, source_view: str) -> str:
+    """MERGE inserting the documents whose key is not in the table; an existing row is never rewritten.
+
+    The partition column is part of the match (documents are immutable, so it is equal whenever the
+    key is), which lets Iceberg read only the partitions the batch touches.
+    """
+    key = spec.key.name
+    columns = spec.table_column_names
+    match = f"t.{key} = s.{key}"
+    if spec.partition_column is not None and spec.partition_column is not spec.key:
+        match += f" AND t.{spec.partition_column.name} = s.{spec.partition_column.name}"
+    return (
+        f"MERGE INTO {dotted_name(catalog_table)} t USING {validate_identifier(source_view)} s ON {match} "
+        f"WHEN NOT MATCHED THEN INSERT ({', '.join(columns)}) VALUES ({', '.join('s.' + name for name in columns)})"
+    )
+
+
 BOOKS_SPEC = TableSpec(
     table="books",
     key=ColumnSpec("id", "id", "string", required=True),
@@ -208,4 +252,22 @@ BOOKS_SPEC = TableSpec(
         ColumnSpec("summary", "summary"),
         ColumnSpec("published_at", "date", "epoch_nanos_timestamp"),
     ),
+)
+
+
+ORDERS_SPEC = TableSpec(
+    table="orders",
+    key=ColumnSpec("order_id", "order_id", "string", required=True),
+    columns=(
+        ColumnSpec("customer_id", "customer_id"),
+        ColumnSpec("amount", "amount", "decimal", precision=18, scale=2),
+        ColumnSpec("currency", "currency"),
+        # Required: it is the partition column, and part of the match condition of the load.
+        ColumnSpec("created_at", "created_at", "iso_timestamp", required=True),
+        ColumnSpec("items", "items", "json_list"),
+        ColumnSpec("paid", "paid", "boolean"),
+    ),
+    # Athena prunes by day; each day of orders is one partition.
+    partition_by=("days(created_at)",),
+    source="export",
 )

@@ -58,10 +58,16 @@ def tombstone_table(target: str) -> str:
     return f"{target}_tombstones"
 
 
-def ensure_tables(spark: SparkSession, spec: TableSpec, target: str) -> None:
+def ensure_table(spark: SparkSession, spec: TableSpec, target: str) -> None:
+    """Creates the namespace and the table of `spec` if they do not exist."""
     namespace = qualified_name(*target.split(".")[:-1])
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
     spark.sql(create_table_sql(spec, target))
+
+
+def ensure_tables(spark: SparkSession, spec: TableSpec, target: str) -> None:
+    """The table and its tombstones."""
+    ensure_table(spark, spec, target)
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {dotted_name(tombstone_table(target))} "
         f"({spec.key.name} string, {SEQUENCE_COLUMN} string, deleted_at timestamp) USING iceberg "

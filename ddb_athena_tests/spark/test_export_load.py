@@ -1,0 +1,147 @@
+"""The export load: both layouts, typed columns, insert-only idempotence, mutations, bad input."""
+
+import random
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+
+from ddb_athena.capture.change_files import SourceLayout
+from ddb_athena.simulate import order_item
+from ddb_athena.spark.export_load import gzip_problem, load_export_files
+from ddb_athena.table_spec import ORDERS_SPEC
+from ddb_athena_tests.exports.aws_layout import full_line, gzip_lines, incremental_line, write_export
+
+DAY = datetime(2026, 11, 20, tzinfo=timezone.utc)
+EXPORTED_AT = datetime(2026, 11, 21, tzinfo=timezone.utc)
+
+
+def orders(count: int, seed: int = 1, start: datetime = DAY) -> list[dict]:
+    rng = random.Random(seed)
+    return [order_item(rng, start + timedelta(hours=5 * index)) for index in range(count)]
+
+
+class ExportLoad:
+    def __init__(self, spark, settings):
+        self.spark, self.s3 = spark, settings.client("s3")
+        self.layout = SourceLayout(settings.bucket, "orders_export")
+        self.table = f"{settings.namespace}.orders"
+        self.loads = 0
+
+    def write(self, files, **options) -> list[str]:
+        return write_export(self.s3, self.layout.bucket, f"orders_export/test-{self.loads}-{len(files)}", files, **options)["data_files"]
+
+    def load(self, keys: list[str]):
+        self.loads += 1
+        uris = [self.layout.uri(key, "s3a") for key in keys]
+        quarantine = self.layout.uri(f"{self.layout.quarantine_prefix}load-{self.loads}", "s3a")
+        return load_export_files(self.spark, ORDERS_SPEC, self.table, uris, quarantine, EXPORTED_AT)
+
+    def rows(self) -> dict[str, dict]:
+        return {row["order_id"]: row.asDict() for row in self.spark.table(self.table).collect()}
+
+    def quarantined(self) -> list[dict]:
+        import json
+
+        from ddb_athena.capture.change_files import list_keys
+
+        lines = []
+        for obj in list_keys(self.s3, self.layout.bucket, self.layout.quarantine_prefix):
+            if obj["Key"].endswith(".json"):
+                body = self.s3.get_object(Bucket=self.layout.bucket, Key=obj["Key"])["Body"].read().decode()
+                lines += [json.loads(line) for line in body.splitlines() if line.strip()]
+        return lines
+
+
+@pytest.fixture
+def export_load(spark, settings):
+    return ExportLoad(spark, settings)
+
+
+def test_a_full_export_loads_typed_columns_partitioned_by_day_and_a_reload_adds_nothing(export_load):
+    items = orders(10)
+    keys = export_load.write([[full_line(item) for item in items[:6]], [full_line(item) for item in items[6:]]])
+    first = export_load.load(keys)
+    assert (first.items_read, first.rows_inserted, first.duplicates_skipped, first.mutated_documents) == (10, 10, 0, 0)
+    assert first.bytes_read > 0 and first.snapshot_id and first.accounted_for == first.items_read
+
+    rows = export_load.rows()
+    item = items[3]
+    row = rows[item["order_id"]["S"]]
+    assert row["amount"] == Decimal(item["amount"]["N"]) and row["currency"] == item["currency"]["S"]
+    assert row["created_at"] == datetime.fromisoformat(item["created_at"]["S"].replace("Z", "+00:00")).replace(tzinfo=None)
+    assert row["paid"] is item["paid"]["BOOL"] and '"sku"' in row["items"]
+    assert row["_changed_at"] == EXPORTED_AT.replace(tzinfo=None)  # a full export is the table as of its export time
+    partitions = export_load.spark.sql(f"SELECT partition.created_at_day FROM {export_load.table}.partitions").collect()
+    assert len(partitions) == len({item["created_at"]["S"][:10] for item in items})
+
+    again = export_load.load(keys)
+    assert (again.rows_inserted, again.duplicates_skipped, again.mutated_documents) == (0, 10, 0)
+    assert len(export_load.rows()) == 10
+
+
+def test_an_incremental_export_inserts_new_documents_counts_deletes_and_changed_documents(export_load):
+    existing = orders(4)
+    export_load.load(export_load.write([[full_line(item) for item in existing]]))
+    changed = dict(existing[0], amount={"N": "1.00"})
+    new = orders(3, seed=2, start=DAY + timedelta(days=1))
+    written = DAY + timedelta(days=1, hours=3)
+    lines = [incremental_line(item, {"order_id": item["order_id"]}, written) for item in new]
+    lines.append(incremental_line(changed, {"order_id": changed["order_id"]}, written, old_image=existing[0]))
+    lines.append(incremental_line(existing[1], {"order_id": existing[1]["order_id"]}, written))  # unchanged: a duplicate
+    lines.append(incremental_line(None, {"order_id": existing[2]["order_id"]}, written))  # a delete
+    result = export_load.load(export_load.write([lines], export_type="INCREMENTAL_EXPORT"))
+
+    assert (result.items_read, result.rows_inserted, result.duplicates_skipped, result.deletes_ignored) == (6, 3, 2, 1)
+    assert result.mutated_documents == 1 and result.mutated_keys_sample == [changed["order_id"]["S"]]
+    assert result.accounted_for == result.items_read
+    rows = export_load.rows()
+    assert len(rows) == 7 and rows[existing[0]["order_id"]["S"]]["amount"] == Decimal(existing[0]["amount"]["N"])  # never rewritten
+    assert existing[2]["order_id"]["S"] in rows  # documents are immutable: a delete is not applied
+    assert rows[new[0]["order_id"]["S"]]["_changed_at"] == written.replace(tzinfo=None)
+
+
+def test_the_same_document_twice_in_a_batch_loads_once_and_reordered_attributes_are_not_a_change(export_load):
+    (item,) = orders(1)
+    reordered = dict(reversed(list(item.items())))
+    other = orders(1, seed=5)[0]
+    mutated_copy = dict(other, currency={"S": "XXX"})
+    result = export_load.load(export_load.write([[full_line(item), full_line(reordered), full_line(other)], [full_line(mutated_copy)]]))
+    assert (result.items_read, result.rows_inserted, result.duplicates_skipped) == (4, 2, 2)
+    assert result.mutated_documents == 1 and result.mutated_keys_sample == [other["order_id"]["S"]]
+    assert result.accounted_for == result.items_read
+
+
+def test_bad_lines_and_a_corrupt_gzip_are_quarantined_with_reasons_and_the_rest_loads(export_load):
+    good = orders(5)
+    missing_key = {k: v for k, v in orders(1, seed=3)[0].items() if k != "order_id"}
+    bad_date = dict(orders(1, seed=4)[0], created_at={"S": "yesterday-ish"})
+    bad_amount = dict(orders(1, seed=6)[0], amount={"N": "12.345"})
+    lines = [full_line(item) for item in good] + ["{not json", full_line(missing_key), full_line(bad_date), full_line(bad_amount)]
+    sound_then_cut = gzip_lines([full_line(item) for item in orders(50, seed=7)])
+    truncated = sound_then_cut[: len(sound_then_cut) // 2]
+    keys = export_load.write([lines], raw={"truncated": (truncated, 50)})
+
+    result = export_load.load(keys)
+    assert result.items_read > 9  # the lines readable before the damage are read too
+    assert result.rows_inserted == 5 + result.items_read - 9
+    assert result.records_quarantined == 4 and len(result.corrupt_files) == 1
+    reasons = {line["reason"] for line in export_load.quarantined()}
+    assert {"not valid JSON", "missing required attribute order_id (S)", "attribute created_at is not a valid timestamp"} <= reasons
+    assert "attribute amount has more digits than decimal(18,2) keeps" in reasons
+    corrupt = [line for line in export_load.quarantined() if line["reason"].startswith("corrupt gzip")]
+    assert len(corrupt) == 1 and corrupt[0]["source_file"].endswith(keys[-1])
+    assert all("line" in line for line in export_load.quarantined() if not line["reason"].startswith("corrupt"))
+    assert result.accounted_for == result.items_read
+
+
+def test_gzip_problem_tells_sound_truncated_garbled_and_concatenated_files_apart():
+    body = gzip_lines(["a", "b", "c"])
+    assert gzip_problem(body) == (3, None)
+    assert gzip_problem(body + gzip_lines(["d"])) == (4, None)
+    lines, problem = gzip_problem(body[:-6])
+    assert problem and "truncated" in problem
+    assert gzip_problem(b"plain text\n")[1].startswith("corrupt gzip")
+    garbled = bytearray(gzip_lines([str(i) * 50 for i in range(2000)]))
+    garbled[len(garbled) // 2 : len(garbled) // 2 + 40] = b"\x00" * 40
+    assert gzip_problem(bytes(garbled))[1].startswith("corrupt gzip")
