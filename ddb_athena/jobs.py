@@ -1,7 +1,8 @@
-"""Jobs: the books sync, the cleanup of committed change files, and table maintenance.
+"""Jobs: the books sync, the daily orders export and load, the cleanup of consumed source files,
+and table maintenance.
 
-Every job that touches the books source or table carries the same concurrency tag, which
-dagster.yaml limits to one run at a time: runs queue behind each other, never overlap.
+Every job that writes a table or its source carries that table's concurrency tag, which
+dagster.yaml limits to one run at a time per table: runs queue behind each other, never overlap.
 """
 
 from datetime import timedelta
@@ -10,11 +11,13 @@ from dagster import AssetObservation, AssetSelection, Config, OpExecutionContext
 from pydantic import Field
 
 from ddb_athena.assets.books import books_iceberg, books_source
+from ddb_athena.assets.orders import orders_athena, orders_export, orders_partitions
 from ddb_athena.capture.commit_manifests import delete_committed_files
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.spark.maintenance import maintain_table
 
 BOOKS_CONCURRENCY_TAG = {"ddb_athena/writer": "books"}
+ORDERS_CONCURRENCY_TAG = {"ddb_athena/writer": "orders"}
 
 books_sync_job = define_asset_job(
     "books_sync",
@@ -24,18 +27,28 @@ books_sync_job = define_asset_job(
 )
 
 
+orders_daily = define_asset_job(
+    "orders_daily",
+    selection=AssetSelection.assets(orders_export, orders_athena),
+    partitions_def=orders_partitions,
+    tags=ORDERS_CONCURRENCY_TAG,
+    description="Export one day of orders from DynamoDB and load it into library.orders.",
+)
+
+
 class CleanupConfig(Config):
     bucket: str = Field(description="bucket of the manifest")
     manifest_key: str = Field(description="commit manifest written by the materialization")
 
 
-@op(description="Deletes exactly the source files one successful materialization committed.")
+@op(description="Deletes exactly the source files one successful materialization consumed.")
 def delete_committed_source_files(context: OpExecutionContext, config: CleanupConfig, aws: AwsClientsResource) -> int:
     deleted = delete_committed_files(aws.client("s3"), config.bucket, config.manifest_key)
     context.log.info(f"Deleted {deleted} committed files listed in s3://{config.bucket}/{config.manifest_key}")
     return deleted
 
 
+# Runs carry the tag of the table whose files they delete (set by the sensor); books by default.
 @job(tags=BOOKS_CONCURRENCY_TAG, description="Cleanup requested by the cleanup sensor.")
 def source_cleanup():
     delete_committed_source_files()

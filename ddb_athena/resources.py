@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from ddb_athena.capture.change_files import SourceLayout
 from ddb_athena.identifiers import qualified_name
-from ddb_athena.settings import BOOKS_SOURCE_PREFIX, Settings
+from ddb_athena.settings import BOOKS_SOURCE_PREFIX, ORDERS_EXPORT_PREFIX, Settings
 from ddb_athena.spark.session_config import SparkIcebergOptions, iceberg_spark_config
 
 
@@ -106,11 +106,17 @@ class SyncSettings(ConfigurableResource):
 
     bucket: str
     books_table: str = Field(description="DynamoDB table name of books")
+    orders_table: str = Field(default="orders", description="DynamoDB table name of orders")
     namespace: str = "library"
     backlog_limit_minutes: float = Field(default=2.0, description="oldest unmerged change file allowed, in minutes")
     snapshot_retention_hours: float = 6.0
     snapshot_retain_last: int = 10
     tombstone_retention_days: float = 7.0
+    export_timeout_minutes: float = Field(default=180.0, description="how long to wait for a DynamoDB export")
+    export_poll_seconds: float = Field(default=30.0, description="how often to ask DynamoDB about a running export")
+    export_retention_days: float = Field(
+        default=0.0, description="keep loaded export files this many days (for audit) before the cleanup removes them"
+    )
 
     @property
     def books_layout(self) -> SourceLayout:
@@ -119,6 +125,14 @@ class SyncSettings(ConfigurableResource):
     @property
     def books_iceberg_table(self) -> str:
         return qualified_name(self.namespace, "books")
+
+    @property
+    def orders_layout(self) -> SourceLayout:
+        return SourceLayout(self.bucket, ORDERS_EXPORT_PREFIX)
+
+    @property
+    def orders_iceberg_table(self) -> str:
+        return qualified_name(self.namespace, "orders")
 
     @property
     def backlog_limit(self) -> timedelta:
@@ -144,5 +158,11 @@ def resources_from_settings(settings: Settings, **sync_options) -> dict:
             access_key_id=credentials.get("AWS_ACCESS_KEY_ID"),
             secret_access_key=credentials.get("AWS_SECRET_ACCESS_KEY"),
         ),
-        "sync": SyncSettings(bucket=settings.bucket, books_table=settings.books_table, namespace=settings.namespace, **sync_options),
+        "sync": SyncSettings(
+            bucket=settings.bucket,
+            books_table=settings.books_table,
+            orders_table=settings.orders_table,
+            namespace=settings.namespace,
+            **sync_options,
+        ),
     }

@@ -1,8 +1,19 @@
-"""Schedules: books every minute (skipped while a books run is queued or in flight), maintenance hourly."""
+"""Schedules: books every minute (skipped while a books run is queued or in flight), maintenance hourly,
+orders daily at a configurable hour (UTC) for the day that just ended."""
 
-from dagster import DagsterRunStatus, DefaultScheduleStatus, RunRequest, RunsFilter, ScheduleEvaluationContext, SkipReason, schedule
+from dagster import (
+    DagsterRunStatus,
+    DefaultScheduleStatus,
+    RunRequest,
+    RunsFilter,
+    ScheduleEvaluationContext,
+    SkipReason,
+    build_schedule_from_partitioned_job,
+    schedule,
+)
 
-from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG, books_maintenance, books_sync_job
+from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG, books_maintenance, books_sync_job, orders_daily
+from ddb_athena.settings import Settings
 
 _UNFINISHED = [
     DagsterRunStatus.QUEUED,
@@ -29,3 +40,13 @@ def books_every_minute(context: ScheduleEvaluationContext):
 @schedule(job=books_maintenance, cron_schedule="17 * * * *", default_status=DefaultScheduleStatus.RUNNING)
 def books_maintenance_hourly(context: ScheduleEvaluationContext):
     return RunRequest(tags=BOOKS_CONCURRENCY_TAG)
+
+
+# Each tick runs the partition of the previous day, once that day has ended.
+orders_daily_schedule = build_schedule_from_partitioned_job(
+    orders_daily,
+    name="orders_daily_schedule",
+    hour_of_day=Settings.from_env().orders_schedule_hour,
+    minute_of_hour=0,
+    default_status=DefaultScheduleStatus.RUNNING,
+)

@@ -2,6 +2,7 @@
 
 import os
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Mapping
 
@@ -17,10 +18,26 @@ LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "t
 PROFILES = ("local", "aws")
 NAMESPACE = "library"
 BOOKS_SOURCE_PREFIX = "books_source"
+ORDERS_EXPORT_PREFIX = "orders_export"
+DEFAULT_ORDERS_START_DATE = "2026-11-01"
+DEFAULT_ORDERS_SCHEDULE_HOUR = 2
 
 
 class SettingsError(ValueError):
     """The environment describes a configuration that cannot work."""
+
+
+def _start_date(text: str) -> str:
+    try:
+        return date.fromisoformat(text).isoformat()
+    except ValueError:
+        raise SettingsError(f"DDB_ATHENA_ORDERS_START_DATE={text!r}: expected a date like 2026-11-01") from None
+
+
+def _hour(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 23:
+        raise SettingsError(f"DDB_ATHENA_ORDERS_SCHEDULE_HOUR={text!r}: expected an hour of the day, 0 to 23 (UTC)")
+    return int(text)
 
 
 @dataclass(frozen=True)
@@ -39,6 +56,8 @@ class Settings:
     endpoint_environ: Mapping[str, str] = field(default_factory=dict)
     spark_master: str | None = "local[2]"
     spark_packages: str | None = None
+    orders_start_date: str = DEFAULT_ORDERS_START_DATE
+    orders_schedule_hour: int = DEFAULT_ORDERS_SCHEDULE_HOUR
 
     @property
     def is_local(self) -> bool:
@@ -77,6 +96,8 @@ class Settings:
             # On a cluster the launcher sets the master; locally Spark runs in this process.
             spark_master=env.get("DDB_ATHENA_SPARK_MASTER") or ("local[2]" if local else None),
             spark_packages=env.get("DDB_ATHENA_SPARK_PACKAGES") or None,
+            orders_start_date=_start_date(env.get("DDB_ATHENA_ORDERS_START_DATE", DEFAULT_ORDERS_START_DATE)),
+            orders_schedule_hour=_hour(env.get("DDB_ATHENA_ORDERS_SCHEDULE_HOUR", str(DEFAULT_ORDERS_SCHEDULE_HOUR))),
         )
 
     @property

@@ -17,14 +17,18 @@ class ManifestError(ValueError):
     pass
 
 
-def write_commit_manifest(s3, layout: SourceLayout, run_id: str, keys: list[str], table: str, snapshot_id: int | None) -> str:
+def write_commit_manifest(
+    s3, layout: SourceLayout, run_id: str, keys: list[str], table: str, snapshot_id: int | None, files_prefix: str | None = None
+) -> str:
+    """Records the files a commit consumed; every one must lie under `files_prefix` (default: the change files)."""
+    files_prefix = files_prefix or layout.changes_prefix
     for key in keys:
-        if not key.startswith(layout.changes_prefix):
-            raise ManifestError(f"{key!r} is not under {layout.changes_prefix!r}")
+        if not key.startswith(files_prefix):
+            raise ManifestError(f"{key!r} is not under {files_prefix!r}")
     manifest_key = f"{layout.manifests_prefix}{run_id}.json"
     manifest = {
         "bucket": layout.bucket,
-        "changes_prefix": layout.changes_prefix,
+        "files_prefix": files_prefix,
         "table": table,
         "snapshot_id": snapshot_id,
         "run_id": run_id,
@@ -38,8 +42,11 @@ def write_commit_manifest(s3, layout: SourceLayout, run_id: str, keys: list[str]
 def read_commit_manifest(s3, bucket: str, manifest_key: str) -> dict:
     body = s3.get_object(Bucket=bucket, Key=manifest_key)["Body"].read()
     manifest = json.loads(body)
-    prefix = manifest.get("changes_prefix", "")
-    if manifest.get("bucket") != bucket or not prefix or any(not key.startswith(prefix) for key in manifest["files"]):
+    prefix = manifest.get("files_prefix", "")
+    # Manifests live at <source>/_manifests/: the files they name must lie inside that same source.
+    source_prefix = manifest_key.split("/_manifests/", 1)[0] + "/"
+    inside = prefix.startswith(source_prefix) and "/_manifests/" not in prefix
+    if manifest.get("bucket") != bucket or not inside or any(not key.startswith(prefix) for key in manifest["files"]):
         raise ManifestError(f"manifest s3://{bucket}/{manifest_key} lists files outside its source prefix; refusing to delete")
     return manifest
 

@@ -9,6 +9,7 @@ from dagster import AssetCheckResult, AssetCheckSeverity, SupersessionWarning, a
 from ddb_athena.assets.books import books_iceberg
 from ddb_athena.capture.change_files import list_change_files, list_keys
 from ddb_athena.capture.commit_manifests import committed_files
+from ddb_athena.checks.table_checks import unique_key_result
 from ddb_athena.identifiers import dotted_name
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.table_spec import BOOKS_SPEC
@@ -64,14 +65,7 @@ def books_quarantine_empty(aws: AwsClientsResource, sync: SyncSettings) -> Asset
 
 @asset_check(asset=books_iceberg, description="No id appears twice in library.books.")
 def books_unique_id(spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:
-    key = BOOKS_SPEC.key.name
-    row = spark.spark_session.sql(
-        f"SELECT count(*) AS total, count(DISTINCT {key}) AS distinct_ids FROM {dotted_name(sync.books_iceberg_table)}"
-    ).collect()[0]
-    return AssetCheckResult(
-        passed=row["total"] == row["distinct_ids"],
-        metadata={"rows": row["total"], "duplicate_rows": row["total"] - row["distinct_ids"]},
-    )
+    return unique_key_result(spark.spark_session, sync.books_iceberg_table, BOOKS_SPEC.key.name)
 
 
 def dynamodb_item_count(dynamodb, table_name: str) -> int:

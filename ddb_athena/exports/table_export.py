@@ -96,7 +96,13 @@ def load_record(s3, layout: SourceLayout, partition: str) -> ExportRecord | None
         body = s3.get_object(Bucket=layout.bucket, Key=record_key(layout, partition))["Body"].read()
     except s3.exceptions.NoSuchKey:
         return None
+    except s3.exceptions.NoSuchBucket:
+        raise ExportError(_missing_bucket(layout.bucket)) from None
     return ExportRecord(**json.loads(body))
+
+
+def _missing_bucket(bucket: str) -> str:
+    return f"S3 bucket {bucket!r} does not exist; create it (ddb-athena init) or set DDB_ATHENA_BUCKET"
 
 
 def save_record(s3, layout: SourceLayout, record: ExportRecord) -> None:
@@ -135,7 +141,7 @@ def check_preconditions(dynamodb, s3, table_name: str, bucket: str, window: Expo
         s3.head_bucket(Bucket=bucket)
     except ClientError as error:
         if _error_code(error) in ("404", "NoSuchBucket", "NotFound"):
-            raise ExportError(f"S3 bucket {bucket!r} does not exist; create it or set DDB_ATHENA_BUCKET") from None
+            raise ExportError(_missing_bucket(bucket)) from None
         raise
     if window.export_type == INCREMENTAL_EXPORT:
         if window.end > now:

@@ -168,6 +168,11 @@ def _inserted_rows(spark: SparkSession, target: str, before: int | None, after: 
     return int(summary.get("added-records", 0))
 
 
+def table_loaded(spark: SparkSession, target: str) -> bool:
+    """Whether `target` exists and has a snapshot (a first load has committed)."""
+    return spark.catalog.tableExists(dotted_name(target)) and current_snapshot_id(spark, target) is not None
+
+
 def load_export_files(
     spark: SparkSession,
     spec: TableSpec,

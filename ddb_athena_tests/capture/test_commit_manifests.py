@@ -40,9 +40,13 @@ def test_a_manifest_never_leads_outside_the_source_prefix(settings, layout):
     s3 = settings.client("s3")
     with pytest.raises(ManifestError):
         write_commit_manifest(s3, layout, "run-1", ["warehouse/library/books/data/x.parquet"], "library.books", 1)
-    forged = {"bucket": settings.bucket, "changes_prefix": layout.changes_prefix, "files": ["warehouse/data/x.parquet"]}
+    forged = {"bucket": settings.bucket, "files_prefix": layout.changes_prefix, "files": ["warehouse/data/x.parquet"]}
     s3.put_object(Bucket=settings.bucket, Key=layout.manifests_prefix + "forged.json", Body=json.dumps(forged).encode())
     victim = put(s3, settings.bucket, "warehouse/data/x.parquet")
+    with pytest.raises(ManifestError):
+        delete_committed_files(s3, settings.bucket, layout.manifests_prefix + "forged.json")
+    forged["files_prefix"] = "warehouse/"  # a manifest cannot widen its own reach either
+    s3.put_object(Bucket=settings.bucket, Key=layout.manifests_prefix + "forged.json", Body=json.dumps(forged).encode())
     with pytest.raises(ManifestError):
         delete_committed_files(s3, settings.bucket, layout.manifests_prefix + "forged.json")
     assert [obj["Key"] for obj in list_keys(s3, settings.bucket, "warehouse/")] == [victim]

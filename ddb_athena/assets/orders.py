@@ -1,0 +1,168 @@
+"""Orders assets: the daily DynamoDB export (orders_export) and its insert-only load into Iceberg (orders_athena)."""
+
+import time
+from datetime import datetime, timedelta, timezone
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    Config,
+    DailyPartitionsDefinition,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+from pydantic import Field
+
+from ddb_athena.capture.commit_manifests import write_commit_manifest
+from ddb_athena.exports.table_export import ExportError, export_partition, load_record, partition_window
+from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
+from ddb_athena.settings import Settings
+from ddb_athena.spark.export_load import load_export_files, table_loaded
+from ddb_athena.table_spec import ORDERS_SPEC
+
+# Partitions are part of the definitions, so their start is read when the code location loads.
+orders_partitions = DailyPartitionsDefinition(start_date=Settings.from_env().orders_start_date, timezone="UTC")
+
+
+class OrdersExportConfig(Config):
+    bootstrap: bool = Field(
+        default=False,
+        description="Take a full export for this partition even though library.orders is loaded (recovery, or a "
+        "window older than the point-in-time recovery retention).",
+    )
+
+
+@asset(
+    partitions_def=orders_partitions,
+    group_name="orders",
+    kinds={"dynamodb", "s3"},
+    description="The day's DynamoDB export of orders in S3: a full export first (or on request), then one "
+    "incremental export per day, [day, day + 1).",
+)
+def orders_export(
+    context: AssetExecutionContext, config: OrdersExportConfig, aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings
+) -> MaterializeResult:
+    started = time.monotonic()
+    window = context.partition_time_window
+    full = config.bootstrap or not table_loaded(spark.spark_session, sync.orders_iceberg_table)
+    if full:
+        reason = "requested" if config.bootstrap else f"{sync.orders_iceberg_table} has not been loaded yet"
+        context.log.info(f"Full export ({reason}); later partitions use incremental exports")
+    record, reused = export_partition(
+        aws.client("dynamodb"),
+        aws.client("s3"),
+        sync.orders_layout,
+        sync.orders_table,
+        context.partition_key,
+        partition_window(window.start, window.end, full, datetime.now(timezone.utc)),
+        timeout=timedelta(minutes=sync.export_timeout_minutes),
+        poll_seconds=sync.export_poll_seconds,
+        log=context.log.info,
+    )
+    return MaterializeResult(
+        metadata={
+            "export_arn": record.export_arn,
+            "export_type": record.export_type,
+            "window_start": record.window_start,
+            "window_end": record.window_end,
+            "export_time": record.export_time,
+            "item_count": record.item_count,
+            "data_files": len(record.data_files),
+            "bytes": record.data_bytes,
+            "from_manifest": record.from_manifest,
+            "reused_export": reused,
+            "s3_prefix": MetadataValue.url(sync.orders_layout.uri(record.s3_prefix)),
+            "duration_seconds": time.monotonic() - started,
+        }
+    )
+
+
+ORDERS_LOAD_CHECKS = [
+    AssetCheckSpec("orders_export_reconciles", asset="orders_athena", description="Items in the export == rows inserted + duplicates skipped (+ deletes ignored + quarantined)."),
+    AssetCheckSpec("orders_no_mutated_documents", asset="orders_athena", description="No order in the export differs from the one already loaded (documents are immutable)."),
+    AssetCheckSpec("orders_quarantine_empty", asset="orders_athena", description="No line or file of the export was quarantined."),
+]
+
+
+@asset(
+    deps=[orders_export],
+    partitions_def=orders_partitions,
+    group_name="orders",
+    kinds={"spark", "iceberg"},
+    check_specs=ORDERS_LOAD_CHECKS,
+    description="library.orders: orders in Iceberg, partitioned by day of created_at, loaded with an insert-only MERGE INTO.",
+)
+def orders_athena(context: AssetExecutionContext, aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings):
+    started = time.monotonic()
+    s3, layout, partition = aws.client("s3"), sync.orders_layout, context.partition_key
+    record = load_record(s3, layout, partition)
+    if record is None or record.status != "COMPLETED":
+        raise ExportError(f"partition {partition} has no completed export: materialize orders_export for it first")
+    context.log.info(f"Loading {len(record.data_files)} files of export {record.export_arn} into {sync.orders_iceberg_table}")
+    result = load_export_files(
+        spark.spark_session,
+        ORDERS_SPEC,
+        sync.orders_iceberg_table,
+        [layout.uri(key, spark.source_scheme) for key in record.data_files],
+        layout.uri(f"{layout.quarantine_prefix}{partition}/{context.run.run_id}", spark.source_scheme),
+        exported_at=datetime.fromisoformat(record.export_time),
+    )
+    manifest = write_commit_manifest(
+        s3, layout, context.run.run_id, record.all_files, sync.orders_iceberg_table, result.snapshot_id, files_prefix=record.s3_prefix
+    )
+    if result.mutated_documents:
+        context.log.warning(f"{result.mutated_documents} orders changed after they were loaded, e.g. {result.mutated_keys_sample}")
+    if result.records_quarantined or result.corrupt_files:
+        context.log.warning(f"Quarantined: {result.quarantine_reasons}")
+    seconds = time.monotonic() - started
+    expected = record.item_count if record.item_count is not None else result.items_read
+    return MaterializeResult(
+        metadata={
+            "rows_inserted": result.rows_inserted,
+            "duplicates_skipped": result.duplicates_skipped,
+            "mutated_documents": result.mutated_documents,
+            "deletes_ignored": result.deletes_ignored,
+            "records_quarantined": result.records_quarantined,
+            "corrupt_files": len(result.corrupt_files),
+            "items_read": result.items_read,
+            "bytes_read": result.bytes_read,
+            "items_per_second": result.items_read / seconds if seconds else 0.0,
+            "duration_seconds": seconds,
+            "snapshot_id": result.snapshot_id,
+            "export_arn": record.export_arn,
+            "commit_manifest": manifest,
+        },
+        check_results=[
+            AssetCheckResult(
+                check_name="orders_export_reconciles",
+                passed=expected == result.accounted_for,
+                metadata={
+                    "export_item_count": expected,
+                    "rows_inserted": result.rows_inserted,
+                    "duplicates_skipped": result.duplicates_skipped,
+                    "deletes_ignored": result.deletes_ignored,
+                    "records_quarantined": result.records_quarantined,
+                    "unaccounted": expected - result.accounted_for,
+                },
+            ),
+            AssetCheckResult(
+                check_name="orders_no_mutated_documents",
+                passed=not result.mutated_documents,
+                severity=AssetCheckSeverity.WARN,
+                metadata={"mutated_documents": result.mutated_documents, "sample_keys": ", ".join(result.mutated_keys_sample)},
+            ),
+            AssetCheckResult(
+                check_name="orders_quarantine_empty",
+                passed=not (result.records_quarantined or result.corrupt_files),
+                metadata={
+                    "records_quarantined": result.records_quarantined,
+                    "corrupt_files": ", ".join(result.corrupt_files),
+                    "reasons": str(result.quarantine_reasons),
+                    "quarantine": layout.uri(f"{layout.quarantine_prefix}{partition}/"),
+                },
+            ),
+        ],
+    )
