@@ -11,7 +11,7 @@ from dagster import AssetObservation, AssetSelection, Config, OpExecutionContext
 from pydantic import Field
 
 from ddb_athena.assets.books import books_iceberg, books_source
-from ddb_athena.assets.orders import orders_athena, orders_export, orders_partitions
+from ddb_athena.assets.orders import orders_athena, orders_export
 from ddb_athena.capture.commit_manifests import delete_committed_files
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.spark.maintenance import maintain_table
@@ -30,7 +30,6 @@ books_sync_job = define_asset_job(
 orders_daily = define_asset_job(
     "orders_daily",
     selection=AssetSelection.assets(orders_export, orders_athena),
-    partitions_def=orders_partitions,
     tags=ORDERS_CONCURRENCY_TAG,
     description="Export one day of orders from DynamoDB and load it into library.orders.",
 )

@@ -12,7 +12,7 @@ from dagster import (
     schedule,
 )
 
-from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG, books_maintenance, books_sync_job, orders_daily
+from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG, ORDERS_CONCURRENCY_TAG, books_maintenance, books_sync_job, orders_daily
 from ddb_athena.settings import Settings
 
 _UNFINISHED = [
@@ -48,5 +48,6 @@ orders_daily_schedule = build_schedule_from_partitioned_job(
     name="orders_daily_schedule",
     hour_of_day=Settings.from_env().orders_schedule_hour,
     minute_of_hour=0,
+    tags=ORDERS_CONCURRENCY_TAG,
     default_status=DefaultScheduleStatus.RUNNING,
 )

@@ -70,3 +70,24 @@ def test_local_stack_serves_on_loopback_until_stopped(tmp_path):
     finally:
         process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0
+
+
+def test_a_date_range_backfill_from_the_cli_queues_one_orders_run_per_day(tmp_path):
+    from pathlib import Path
+
+    from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+    repo = Path(__file__).resolve().parent.parent
+    (tmp_path / "dagster.yaml").write_text((repo / "dagster.yaml").read_text())
+    completed = subprocess.run(
+        [sys.executable, "-m", "dagster", "job", "backfill", "-m", "ddb_athena.definitions", "-j", "orders_daily",
+         "--from", "2026-11-02", "--to", "2026-11-04", "--noprompt"],
+        capture_output=True, text=True, cwd=repo, env={**os.environ, "DAGSTER_HOME": str(tmp_path)}, timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        runs = instance.get_runs(RunsFilter(job_name="orders_daily"))
+        # Queued behind the orders concurrency tag: the daemon of `dagster dev` runs them one at a time.
+        assert sorted(run.tags["dagster/partition"] for run in runs) == ["2026-11-02", "2026-11-03", "2026-11-04"]
+        assert {run.status for run in runs} == {DagsterRunStatus.QUEUED}
+        assert {run.tags["ddb_athena/writer"] for run in runs} == {"orders"}

@@ -4,7 +4,7 @@ import yaml
 from dagster import AssetKey, DagsterInstance, DefaultScheduleStatus, DefaultSensorStatus, Definitions
 
 from ddb_athena.definitions import defs
-from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG
+from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG, ORDERS_CONCURRENCY_TAG
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -29,6 +29,18 @@ def test_lineage_jobs_schedules_and_sensors_are_wired():
         assert sensor.default_status == DefaultSensorStatus.RUNNING
     for job_name in ("books_sync", "source_cleanup", "books_maintenance"):
         assert defs.resolve_job_def(job_name).tags == BOOKS_CONCURRENCY_TAG
+
+
+def test_orders_lineage_partitions_job_and_checks_are_wired():
+    graph = defs.resolve_asset_graph()
+    assert {key.to_user_string() for key in graph.get(AssetKey("orders_athena")).parent_keys} == {"orders_export"}
+    for name in ("orders_export", "orders_athena"):
+        assert graph.get(AssetKey(name)).partitions_def.get_first_partition_key() == "2026-11-01"
+    orders = defs.resolve_job_def("orders_daily")
+    assert orders.tags == ORDERS_CONCURRENCY_TAG and orders.partitions_def is not None
+    assert orders.executor_def.name == "in_process"
+    checks = {key.name for key in graph.asset_check_keys if key.asset_key == AssetKey("orders_athena")}
+    assert checks == {"freshness_check", "orders_export_reconciles", "orders_no_mutated_documents", "orders_quarantine_empty", "orders_unique_order_id"}
 
 
 def test_the_instance_config_queues_books_runs_one_at_a_time(tmp_path):

@@ -28,3 +28,30 @@ def test_a_tick_is_skipped_while_a_books_run_is_queued_or_running():
 def test_maintenance_runs_hourly_with_the_same_tag():
     with instance_for_test() as instance:
         assert books_maintenance_hourly(build_schedule_context(instance=instance)).tags == BOOKS_CONCURRENCY_TAG
+
+
+def test_orders_run_daily_at_the_configured_hour_for_the_day_that_ended():
+    from datetime import datetime, timezone
+
+    from ddb_athena.definitions import defs
+    from ddb_athena.jobs import ORDERS_CONCURRENCY_TAG
+
+    orders_daily_schedule = defs.resolve_schedule_def("orders_daily_schedule")  # partitions come from the assets
+    assert orders_daily_schedule.cron_schedule == "0 2 * * *" and orders_daily_schedule.execution_timezone in (None, "UTC")
+    with instance_for_test() as instance:
+        context = build_schedule_context(instance=instance, scheduled_execution_time=datetime(2026, 11, 22, 2, 0, tzinfo=timezone.utc))
+        (request,) = orders_daily_schedule.evaluate_tick(context).run_requests
+    assert request.partition_key == "2026-11-21"
+    assert request.tags["ddb_athena/writer"] == ORDERS_CONCURRENCY_TAG["ddb_athena/writer"]
+
+
+def test_schedule_hour_and_start_date_come_from_the_environment():
+    import pytest
+
+    from ddb_athena.settings import Settings, SettingsError
+
+    settings = Settings.from_env({"DDB_ATHENA_ORDERS_SCHEDULE_HOUR": "5", "DDB_ATHENA_ORDERS_START_DATE": "2025-01-31"})
+    assert (settings.orders_schedule_hour, settings.orders_start_date) == (5, "2025-01-31")
+    for bad in ({"DDB_ATHENA_ORDERS_SCHEDULE_HOUR": "24"}, {"DDB_ATHENA_ORDERS_START_DATE": "31/01/2025"}):
+        with pytest.raises(SettingsError):
+            Settings.from_env(bad)

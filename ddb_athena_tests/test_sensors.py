@@ -1,5 +1,7 @@
 """The cleanup sensor: one run per committing materialization, never twice, deleting exactly its files."""
 
+import json
+
 import pytest
 from dagster import build_sensor_context, instance_for_test
 
@@ -44,3 +46,32 @@ def test_each_materialization_gets_one_cleanup_that_deletes_only_what_it_committ
     for request in requests:
         assert source_cleanup.execute_in_process(run_config=request.run_config, resources=local_resources()).success
     assert list_change_files(settings.client("s3"), SourceLayout(settings.bucket, "books_source")) == [late]
+
+
+def test_an_orders_load_gets_one_cleanup_of_exactly_its_export_and_the_retention_delays_it(spark, settings, instance):
+    from ddb_athena.capture.change_files import list_keys
+    from ddb_athena.jobs import ORDERS_CONCURRENCY_TAG
+    from ddb_athena_tests.assets.test_orders import FIRST_DAY, put_orders, sync_orders
+
+    put_orders(settings, 3, seed=9)
+    sync_orders(instance, FIRST_DAY)
+    s3 = settings.client("s3")
+    exported = [obj["Key"] for obj in list_keys(s3, settings.bucket, f"orders_export/{FIRST_DAY}/attempt-1/")]
+    assert exported
+
+    resources = local_resources(export_retention_days=1)
+    held = cleanup_after_materialization.evaluate_tick(build_sensor_context(instance=instance, resources={"sync": resources["sync"]}))
+    assert not held.run_requests  # kept for a day, for audit
+
+    requests, cursor = evaluate(instance)
+    (request,) = requests
+    assert request.tags["ddb_athena/writer"] == ORDERS_CONCURRENCY_TAG["ddb_athena/writer"]
+    assert evaluate(instance, cursor)[0] == []
+    assert source_cleanup.execute_in_process(run_config=request.run_config, resources=local_resources(), tags=request.tags).success
+    assert [obj["Key"] for obj in list_keys(s3, settings.bucket, f"orders_export/{FIRST_DAY}/")] == [f"orders_export/{FIRST_DAY}/_export.json"]
+    assert spark.table(f"{settings.namespace}.orders").count() == 3  # the table does not reference export files
+
+
+def test_a_cursor_of_the_books_only_sensor_is_carried_over(settings, instance):
+    requests, cursor = evaluate(instance, cursor="12345")
+    assert requests == [] and json.loads(cursor) == {"books_iceberg": 12345}

@@ -32,7 +32,13 @@ $BIN/ddb-athena seed --books 50 --orders 100
 $BIN/ddb-athena simulate --rate "${DDB_ATHENA_SIMULATE_RATE:-1}" > .ddb_athena/logs/simulate.log 2>&1 &
 pids+=($!)
 echo "Simulator writing to DynamoDB (log: .ddb_athena/logs/simulate.log)"
-echo "Dagster UI: http://127.0.0.1:3000  (asset lineage: Assets > books_source → books_iceberg)"
+# The first orders partition (yesterday, UTC): a full export of orders, loaded into library.orders.
+# Recorded in the same Dagster instance, so it shows in the UI beside the books runs.
+$BIN/dagster asset materialize -m ddb_athena.definitions --select orders_export,orders_athena \
+  --partition "$(date -u -d yesterday +%F)" > .ddb_athena/logs/orders-first-partition.log 2>&1 &
+pids+=($!)
+echo "Materializing the first orders partition (log: .ddb_athena/logs/orders-first-partition.log)"
+echo "Dagster UI: http://127.0.0.1:3000  (lineage: books_source → books_iceberg, orders_export → orders_athena)"
 $BIN/dagster dev -w workspace.yaml -h 127.0.0.1 -p "${DAGSTER_PORT:-3000}" &
 pids+=($!)
 wait "${pids[-1]}"
