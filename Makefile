@@ -13,7 +13,7 @@ install: $(INSTALLED)
 $(INSTALLED): setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,test]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,test,bench]'
 	touch $@
 
 test: install
@@ -24,6 +24,7 @@ dev: install
 
 bench: install
 	$(BIN)/python -m ddb_athena_bench.books_merge
+	$(BIN)/python -m ddb_athena_bench.orders_load
 
 clean:
 	rm -rf $(VENV) .ddb_athena .dagster_home *.egg-info

@@ -26,6 +26,8 @@ setup(
             "snowpark-connect-deps-iceberg==1.0.3",
             "pytest>=8",
         ],
+        # `make bench`: DuckDB is the near-the-limit reference for the orders load.
+        "bench": ["duckdb>=1.1"],
     },
     entry_points={"console_scripts": ["ddb-athena=ddb_athena.cli:main"]},
 )

@@ -1,0 +1,117 @@
+"""Benchmark of the orders load: 1,000,000 orders in 8 gzipped full-export files, loaded into
+library.orders by the real Spark load, beside the same transform in DuckDB over the same files.
+
+Run with `make bench`. Prints figures; asserts nothing (targets live here, not in tests).
+"""
+
+import gzip
+import multiprocessing
+import random
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+ORDERS = 1_000_000
+FILES = 8
+TARGET_ITEMS_PER_SECOND = 150_000
+EXPORTED_AT = datetime(2026, 11, 22, tzinfo=timezone.utc)
+
+
+def _write_file(arguments: tuple[Path, int, int]) -> None:
+    """One data file of the full-export layout; orders spread over 90 days (each a partition)."""
+    path, first, count = arguments
+    rng = random.Random(first)
+    start = EXPORTED_AT - timedelta(days=90)
+    lines = []
+    for index in range(first, first + count):
+        created = (start + timedelta(seconds=rng.randrange(90 * 86_400))).strftime("%Y-%m-%dT%H:%M:%SZ")
+        items = ",".join(
+            f'{{"M":{{"sku":{{"S":"sku-{rng.randrange(1000)}"}},"qty":{{"N":"{rng.randrange(1, 4)}"}}}}}}' for _ in range(rng.randrange(1, 4))
+        )
+        lines.append(
+            f'{{"Item":{{"order_id":{{"S":"{uuid.UUID(int=rng.getrandbits(128))}"}},"customer_id":{{"S":"customer-{index % 10_000}"}},'
+            f'"amount":{{"N":"{rng.randrange(100, 100_000) / 100:.2f}"}},"currency":{{"S":"{rng.choice(("EUR", "USD", "NOK"))}"}},'
+            f'"created_at":{{"S":"{created}"}},"items":{{"L":[{items}]}},"paid":{{"BOOL":{"true" if rng.random() < 0.9 else "false"}}}}}}}\n'
+        )
+    with gzip.open(path, "wt", compresslevel=6) as out:
+        out.writelines(lines)
+
+
+def write_export_files(directory: Path) -> list[Path]:
+    per_file = ORDERS // FILES
+    paths = [directory / f"{uuid.uuid4().hex[:26]}.json.gz" for _ in range(FILES)]
+    with multiprocessing.Pool(2) as pool:
+        pool.map(_write_file, [(path, number * per_file, per_file) for number, path in enumerate(paths)])
+    return paths
+
+
+def spark_load(paths: list[Path], workdir: Path) -> tuple[float, object]:
+    from ddb_athena.resources import IcebergSparkResource
+    from ddb_athena.spark.export_load import load_export_files
+    from ddb_athena.table_spec import ORDERS_SPEC
+
+    started = time.monotonic()
+    spark = IcebergSparkResource(profile="local", warehouse=(workdir / "warehouse").as_uri(), extra_config={"spark.ui.enabled": "false"}).spark_session
+    spark.sparkContext.setLogLevel("ERROR")
+    print(f"SparkSession start: {time.monotonic() - started:.1f} s")
+    uris = [path.as_uri() for path in paths]
+    quarantine = (workdir / "quarantine").as_uri()
+    started = time.monotonic()
+    result = load_export_files(spark, ORDERS_SPEC, "bench.orders", uris, quarantine, EXPORTED_AT)
+    first = time.monotonic() - started
+    print(f"Spark load of {result.items_read:,} orders into an empty table: {first:.1f} s, {result.rows_inserted:,} inserted")
+    started = time.monotonic()
+    again = load_export_files(spark, ORDERS_SPEC, "bench.orders", uris, quarantine, EXPORTED_AT)
+    print(f"Re-load of the same export (all duplicates): {time.monotonic() - started:.1f} s, {again.duplicates_skipped:,} skipped, {again.rows_inserted} inserted")
+    spark.stop()
+    return first, result
+
+
+def duckdb_load(paths: list[Path], workdir: Path) -> float:
+    import duckdb
+
+    files = ", ".join(f"'{path}'" for path in paths)
+    connection = duckdb.connect()
+    connection.execute("SET threads = 2")
+    started = time.monotonic()
+    # The same flattening and types as library.orders, written as Parquet partitioned by day.
+    connection.execute(
+        f"""
+        COPY (
+          SELECT Item->>'$.order_id.S' AS order_id, Item->>'$.customer_id.S' AS customer_id,
+                 CAST(Item->>'$.amount.N' AS DECIMAL(18,2)) AS amount, Item->>'$.currency.S' AS currency,
+                 CAST(Item->>'$.created_at.S' AS TIMESTAMP) AS created_at, CAST(Item->'$.items.L' AS VARCHAR) AS items,
+                 CAST(Item->>'$.paid.BOOL' AS BOOLEAN) AS paid, CAST(Item AS VARCHAR) AS item,
+                 CAST(CAST(Item->>'$.created_at.S' AS TIMESTAMP) AS DATE) AS created_day
+          FROM read_ndjson([{files}], columns = {{'Item': 'JSON'}})
+        ) TO '{workdir / "duckdb"}' (FORMAT parquet, PARTITION_BY (created_day))
+        """
+    )
+    return time.monotonic() - started
+
+
+def main() -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="ddb-athena-orders-bench-"))
+    try:
+        started = time.monotonic()
+        paths = write_export_files(workdir)
+        size = sum(path.stat().st_size for path in paths)
+        print(f"Generated {ORDERS:,} orders in {FILES} gzip files ({size / 1e6:.0f} MB) in {time.monotonic() - started:.1f} s")
+        duck = duckdb_load(paths, workdir)
+        spark_seconds, _ = spark_load(paths, workdir)
+        spark_rate, duck_rate = ORDERS / spark_seconds, ORDERS / duck
+        print(f"{'':28}{'seconds':>10}{'items/s':>12}")
+        print(f"{'Spark load (ddb_athena)':28}{spark_seconds:>10.1f}{spark_rate:>12,.0f}")
+        print(f"{'DuckDB, same transform':28}{duck:>10.1f}{duck_rate:>12,.0f}")
+        print(f"DuckDB / Spark: {duck_rate / spark_rate:.1f}x; target {TARGET_ITEMS_PER_SECOND:,} items/s: "
+              f"{'met' if spark_rate >= TARGET_ITEMS_PER_SECOND else 'not met'}")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
