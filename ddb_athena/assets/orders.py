@@ -20,7 +20,7 @@ from ddb_athena.capture.commit_manifests import write_commit_manifest
 from ddb_athena.exports.table_export import ExportError, export_partition, load_record, partition_window
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.settings import Settings
-from ddb_athena.spark.export_load import load_export_files, table_loaded
+from ddb_athena.spark.export_load import ExportDataFile, load_export_files, table_loaded
 from ddb_athena.table_spec import ORDERS_SPEC
 
 # Partitions are part of the definitions, so their start is read when the code location loads.
@@ -106,7 +106,10 @@ def orders_athena(context: AssetExecutionContext, aws: AwsClientsResource, spark
         spark.spark_session,
         ORDERS_SPEC,
         sync.orders_iceberg_table,
-        [layout.uri(key, spark.source_scheme) for key in record.data_files],
+        [
+            ExportDataFile(layout.uri(key, spark.source_scheme), items)
+            for key, items in zip(record.data_files, record.data_file_items or [None] * len(record.data_files), strict=True)
+        ],
         layout.uri(f"{layout.quarantine_prefix}{partition}/{context.run.run_id}", spark.source_scheme),
         exported_at=datetime.fromisoformat(record.export_time),
     )
@@ -128,7 +131,7 @@ def orders_athena(context: AssetExecutionContext, aws: AwsClientsResource, spark
             "records_quarantined": result.records_quarantined,
             "corrupt_files": len(result.corrupt_files),
             "items_read": result.items_read,
-            "bytes_read": result.bytes_read,
+            "bytes_read": record.data_bytes,
             "items_per_second": result.items_read / seconds if seconds else 0.0,
             "duration_seconds": seconds,
             "snapshot_id": result.snapshot_id,

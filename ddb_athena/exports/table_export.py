@@ -74,6 +74,8 @@ class ExportRecord:
     status: str = "IN_PROGRESS"
     item_count: int | None = None
     data_files: list[str] = field(default_factory=list)
+    # Items in each data file, from the export's manifest (None without one).
+    data_file_items: list[int] | None = None
     all_files: list[str] = field(default_factory=list)
     data_bytes: int = 0
     from_manifest: bool = False
@@ -208,6 +210,7 @@ def wait_for_export(
 @dataclass(frozen=True)
 class ExportFiles:
     data_files: list[str]
+    data_file_items: list[int] | None
     all_files: list[str]
     item_count: int | None
     data_bytes: int
@@ -243,6 +246,7 @@ def export_files(s3, bucket: str, s3_prefix: str, description: dict, log: Callab
         export_dir = summary_key.rsplit("/", 1)[0] + "/"
         return ExportFiles(
             data_files=data_files,
+            data_file_items=[int(entry["itemCount"]) for entry in entries],
             all_files=sorted(key for key in objects if key.startswith(export_dir)),
             item_count=int(summary["itemCount"]),
             data_bytes=sum(objects[key] for key in data_files),
@@ -255,6 +259,7 @@ def export_files(s3, bucket: str, s3_prefix: str, description: dict, log: Callab
     )
     return ExportFiles(
         data_files=data_files,
+        data_file_items=None,
         all_files=sorted(objects),
         item_count=description.get("ItemCount"),
         data_bytes=sum(objects[key] for key in data_files),
@@ -325,6 +330,7 @@ def export_partition(
             status="COMPLETED",
             item_count=files.item_count,
             data_files=files.data_files,
+            data_file_items=files.data_file_items,
             all_files=files.all_files,
             data_bytes=files.data_bytes,
             from_manifest=files.from_manifest,

@@ -16,7 +16,7 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from ddb_athena.identifiers import dotted_name, validate_identifier
@@ -36,10 +36,16 @@ MUTATED_KEYS_SAMPLE = 10
 _GZIP_CHUNK = 1 << 20
 
 
+@dataclass(frozen=True)
+class ExportDataFile:
+    uri: str
+    # Items (= lines) the export's manifest gives for the file; None: counted here by reading it.
+    items: int | None = None
+
+
 @dataclass
 class ExportLoadResult:
     files: int
-    bytes_read: int = 0
     items_read: int = 0
     rows_inserted: int = 0
     duplicates_skipped: int = 0
@@ -77,29 +83,22 @@ def gzip_problem(content: bytes) -> tuple[int, str | None]:
     return lines, None
 
 
-def _check_files(spark: SparkSession, uris: list[str]) -> list:
-    """(path as Spark names it, size, complete lines, problem) of every file."""
+def _check_files(spark: SparkSession, uris: list[str]) -> dict[str, tuple[int, str | None]]:
+    """{path as Spark names it: (complete lines, problem)} of gzip files, read and decompressed in full."""
     check = F.udf(gzip_problem, "struct<lines: bigint, problem: string>")
+    rows = spark.read.format("binaryFile").load(uris).select("path", check("content").alias("check")).collect()
+    return {row["path"]: (row["check"]["lines"], row["check"]["problem"]) for row in rows}
+
+
+def _lines(spark: SparkSession, uris: list[str]) -> DataFrame:
+    # A damaged file yields its lines up to the damage instead of failing the load; every file's
+    # line count is checked against what it should hold, so no loss goes unnoticed.
     return (
-        spark.read.format("binaryFile")
-        .load(uris)
-        .select("path", "length", check("content").alias("check"))
-        .select("path", "length", "check.lines", "check.problem")
-        .collect()
+        spark.read.option("ignoreCorruptFiles", "true")
+        .text(uris)
+        .select(F.input_file_name().alias("source_file"), F.col("value").alias("line"))
+        .where(F.trim("line") != "")
     )
-
-
-def _lines(spark: SparkSession, sound: list[str], corrupt: list[str]) -> DataFrame:
-    frames = []
-    if sound:
-        frames.append(spark.read.text(sound))
-    if corrupt:
-        # Only files already known to be corrupt are read leniently: their lines up to the damage.
-        frames.append(spark.read.option("ignoreCorruptFiles", "true").text(corrupt))
-    lines = frames[0]
-    for frame in frames[1:]:
-        lines = lines.unionByName(frame)
-    return lines.select(F.input_file_name().alias("source_file"), F.col("value").alias("line")).where(F.trim("line") != "")
 
 
 def _records(spec: TableSpec, lines: DataFrame, exported_at: datetime, synced_at: datetime) -> DataFrame:
@@ -147,18 +146,16 @@ def _document_fingerprint(item_column: str):
     return F.xxhash64(F.to_json(F.array_sort(F.map_entries(F.from_json(item_column, "map<string,string>")))))
 
 
-def _quarantine(spark: SparkSession, records: DataFrame, corrupt: list, quarantine_uri: str) -> None:
+def _quarantine(spark: SparkSession, records: DataFrame, damaged: list[tuple[str, str]], quarantine_uri: str, result: ExportLoadResult) -> None:
     bad = records.where("reason IS NOT NULL").select("source_file", "line", "reason")
-    if corrupt:
-        damaged = spark.createDataFrame(
-            [
-                (row["path"], None, f"{row['problem']}; {row['lines']} complete lines before the damage were read, the rest is lost")
-                for row in corrupt
-            ],
-            "source_file string, line string, reason string",
-        )
-        bad = bad.unionByName(damaged)
-    bad.coalesce(1).write.mode("append").json(quarantine_uri)
+    if damaged:
+        bad = bad.unionByName(spark.createDataFrame([(path, None, reason) for path, reason in damaged], "source_file string, line string, reason string"))
+    bad = bad.persist()  # few rows: written, then counted by reason, from one read of the files
+    try:
+        bad.coalesce(1).write.mode("append").json(quarantine_uri)
+        result.quarantine_reasons.update({row["reason"]: row["count"] for row in bad.groupBy("reason").count().collect()})
+    finally:
+        bad.unpersist()
 
 
 def _inserted_rows(spark: SparkSession, target: str, before: int | None, after: int | None) -> int:
@@ -173,98 +170,107 @@ def table_loaded(spark: SparkSession, target: str) -> bool:
     return spark.catalog.tableExists(dotted_name(target)) and current_snapshot_id(spark, target) is not None
 
 
+def _damaged_files(spark: SparkSession, files: list[ExportDataFile], items_read: int) -> list[tuple[str, str]]:
+    """(file, what is wrong) of every file that yielded fewer lines than it holds."""
+    unknown = [file.uri for file in files if file.items is None]
+    checked = _check_files(spark, unknown) if unknown else {}
+    damaged = [(path, f"{problem}; {lines} complete lines before the damage were read, the rest is lost") for path, (lines, problem) in checked.items() if problem]
+    expected = sum(file.items for file in files if file.items is not None) + sum(lines for lines, _ in checked.values())
+    if items_read < expected:
+        # Some file with a manifest count came up short: count per file to name it (only then).
+        counted = [file for file in files if file.items is not None]
+        per_file = dict(_lines(spark, [file.uri for file in counted]).groupBy("source_file").count().collect())
+        by_name = {path.rsplit("/", 1)[-1]: count for path, count in per_file.items()}
+        for file in counted:
+            read = by_name.get(file.uri.rsplit("/", 1)[-1], 0)
+            if read < file.items:
+                damaged.append((file.uri, f"corrupt or unreadable file: read {read} of its {file.items} lines, the rest is lost"))
+    return damaged
+
+
 def load_export_files(
     spark: SparkSession,
     spec: TableSpec,
     target: str,
-    data_file_uris: list[str],
+    files: list[ExportDataFile],
     quarantine_uri: str,
     exported_at: datetime,
 ) -> ExportLoadResult:
-    """Loads exactly these export data files into `target` (a `namespace.table` in the default catalog)."""
-    if spec.partition_column is None:
-        raise ValueError(f"table {spec.table}: an export load needs a partition column for its match condition")
+    """Loads exactly these export data files into `target` (a `namespace.table` in the default catalog).
+
+    The files are parsed once: the counts come from observations of the MERGE's own pass. Further
+    passes happen only when they have something to find (bad lines, damaged files, copies within
+    the batch, keys already loaded)."""
+    partition_column = spec.partition_column
+    if partition_column is None or partition_column.sql_type != "timestamp":
+        raise ValueError(f"table {spec.table}: an export load needs a timestamp partition column for its match condition")
     ensure_table(spark, spec, target)
-    result = ExportLoadResult(files=len(data_file_uris))
-    if not data_file_uris:
+    result = ExportLoadResult(files=len(files))
+    if not files:
         result.snapshot_id = current_snapshot_id(spark, target)
         return result
 
-    checked = _check_files(spark, data_file_uris)
-    result.bytes_read = sum(row["length"] for row in checked)
-    corrupt = [row for row in checked if row["problem"]]
-    result.corrupt_files = [row["path"] for row in corrupt]
-    sound = [row["path"] for row in checked if not row["problem"]]
-    records = _records(spec, _lines(spark, sound, result.corrupt_files), exported_at, datetime.now(timezone.utc)).persist()
-    try:
-        _load(spark, spec, target, records, result)
-        if result.records_quarantined or corrupt:
-            _quarantine(spark, records, corrupt, quarantine_uri)
-            for row in corrupt:
-                result.quarantine_reasons[row["problem"]] = result.quarantine_reasons.get(row["problem"], 0) + 1
-    finally:
-        records.unpersist()
-    return result
-
-
-def _load(spark: SparkSession, spec: TableSpec, target: str, records: DataFrame, result: ExportLoadResult) -> None:
-    key, partition = spec.key.name, spec.partition_column.name
-    # One pass for every count: kind and outcome of each line, and the span of the partition column.
-    summary = records.groupBy("kind", "reason").agg(F.count("*").alias("count"), F.min(partition), F.max(partition)).collect()
-    result.items_read = sum(row["count"] for row in summary)
-    for row in summary:
-        if row["reason"] is not None:
-            result.quarantine_reasons[row["reason"]] = result.quarantine_reasons.get(row["reason"], 0) + row["count"]
-    result.records_quarantined = sum(result.quarantine_reasons.values())
-    result.deletes_ignored = sum(row["count"] for row in summary if row["kind"] == "delete" and row["reason"] is None)
-    documents = [row for row in summary if row["reason"] is None and row["kind"] != "delete"]
-    document_count = sum(row["count"] for row in documents)
-    if not document_count:
-        result.snapshot_id = current_snapshot_id(spark, target)
-        return
-
-    valid = records.where("reason IS NULL AND kind <> 'delete'")
-    # Copies of one key within the batch: one is loaded, the others are duplicates (mutations if they differ).
-    copies = {row[key]: row["copies"] for row in valid.groupBy(key).agg(F.count("*").alias("copies")).where("copies > 1").collect()}
-    batch = valid
-    if copies:
-        repeated = valid.where(F.col(key).isin(list(copies)))
-        versions = repeated.groupBy(key).agg(F.countDistinct(_document_fingerprint(ITEM_COLUMN)).alias("versions"))
-        changed = sorted(row[key] for row in versions.where("versions > 1").collect())
-        result.mutated_documents += len(changed)
-        result.mutated_keys_sample += changed[:MUTATED_KEYS_SAMPLE]
-        first = Window.partitionBy(key).orderBy("source_file", ITEM_COLUMN)
-        batch = valid.withColumn("_copy", F.row_number().over(first)).where("_copy = 1").drop("_copy")
-    distinct_documents = document_count - sum(count - 1 for count in copies.values())
-
+    key, partition = spec.key.name, partition_column.name
+    records = _records(spec, _lines(spark, [file.uri for file in files]), exported_at, datetime.now(timezone.utc))
+    document = "reason IS NULL AND kind <> 'delete'"
+    read = Observation("export_read")
+    batch = Observation("export_batch")
+    observed = records.observe(
+        read,
+        F.count("*").alias("items"),
+        F.count_if(F.col("reason").isNotNull()).alias("quarantined"),
+        F.count_if(F.expr("reason IS NULL AND kind = 'delete'")).alias("deletes"),
+        F.count_if(F.expr(document)).alias("documents"),
+        # Epoch microseconds: observed timestamps do not come back as Python values.
+        F.unix_micros(F.min(F.when(F.expr(document), F.col(partition)))).alias("low"),
+        F.unix_micros(F.max(F.when(F.expr(document), F.col(partition)))).alias("high"),
+    )
+    # Copies of one key within the batch load once (which copy: any; they differ only if mutated, and that is counted).
+    deduplicated = observed.where(document).dropDuplicates([key]).observe(batch, F.count("*").alias("distinct"))
     view = validate_identifier(f"{spec.table}_export_batch")
-    batch.select(*spec.table_column_names).createOrReplaceTempView(view)
+    deduplicated.select(*spec.table_column_names).createOrReplaceTempView(view)
     before = current_snapshot_id(spark, target)
     spark.sql(insert_only_merge_sql(spec, target, view))
     result.snapshot_id = current_snapshot_id(spark, target)
     result.rows_inserted = _inserted_rows(spark, target, before, result.snapshot_id)
-    result.duplicates_skipped = document_count - result.rows_inserted
-    if result.rows_inserted < distinct_documents:
-        _count_mutations(spark, spec, target, batch, documents, result)
+
+    counts, distinct = read.get, batch.get.get("distinct", 0)
+    result.items_read, result.records_quarantined, result.deletes_ignored = counts["items"], counts["quarantined"], counts["deletes"]
+    result.duplicates_skipped = counts["documents"] - result.rows_inserted
+    damaged = _damaged_files(spark, files, result.items_read)
+    result.corrupt_files = [path for path, _ in damaged]
+    if result.records_quarantined or damaged:
+        _quarantine(spark, records, damaged, quarantine_uri, result)
+    valid = records.where(document)
+    changed = []
+    if distinct < counts["documents"]:
+        changed.append(_changed_copies(valid, key))
+    if result.rows_inserted < distinct:
+        low, high = (datetime.fromtimestamp(counts[end] / 1e6, timezone.utc) for end in ("low", "high"))
+        changed.append(_changed_since_loaded(spark, spec, target, valid, low, high))
+    if changed:
+        keys = changed[0] if len(changed) == 1 else changed[0].unionByName(changed[1]).distinct()
+        keys = keys.persist()
+        try:
+            result.mutated_documents = keys.count()
+            result.mutated_keys_sample = sorted(row[key] for row in keys.limit(MUTATED_KEYS_SAMPLE).collect())
+        finally:
+            keys.unpersist()
+    return result
 
 
-def _count_mutations(spark: SparkSession, spec: TableSpec, target: str, batch: DataFrame, documents: list, result: ExportLoadResult) -> None:
+def _changed_copies(valid: DataFrame, key: str) -> DataFrame:
+    """Keys that appear more than once in the batch with different content."""
+    versions = valid.groupBy(key).agg(F.countDistinct(_document_fingerprint(ITEM_COLUMN)).alias("versions"))
+    return versions.where("versions > 1").select(key)
+
+
+def _changed_since_loaded(spark: SparkSession, spec: TableSpec, target: str, batch: DataFrame, low: datetime, high: datetime) -> DataFrame:
     """Keys of the batch already in the table with other content (read only in the batch's partitions)."""
     key, partition = spec.key.name, spec.partition_column.name
-    low = min(row[f"min({partition})"] for row in documents)
-    high = max(row[f"max({partition})"] for row in documents) + timedelta(days=1)
     existing = (
         spark.table(dotted_name(target))
-        .where(F.col(partition).between(F.lit(low.date()).cast("timestamp"), F.lit(high.date()).cast("timestamp")))
+        .where(F.col(partition).between(F.lit(low.date()).cast("timestamp"), F.lit((high + timedelta(days=1)).date()).cast("timestamp")))
         .select(F.col(key), F.col(ITEM_COLUMN).alias("_stored_item"))
     )
-    changed = (
-        batch.join(existing, key)
-        .where(_document_fingerprint(ITEM_COLUMN) != _document_fingerprint("_stored_item"))
-        .select(key)
-        .distinct()
-    )
-    keys = [row[key] for row in changed.limit(MUTATED_KEYS_SAMPLE).collect()]
-    count = changed.count() if len(keys) == MUTATED_KEYS_SAMPLE else len(keys)
-    result.mutated_documents += count
-    result.mutated_keys_sample += [k for k in keys if k not in result.mutated_keys_sample][: MUTATED_KEYS_SAMPLE]
+    return batch.join(existing, key).where(_document_fingerprint(ITEM_COLUMN) != _document_fingerprint("_stored_item")).select(key).distinct()

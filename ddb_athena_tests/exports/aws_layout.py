@@ -34,7 +34,7 @@ def gzip_lines(lines: list[str]) -> bytes:
 
 def write_export(s3, bucket: str, prefix: str, files: list[list[str]], export_type: str = "FULL_EXPORT", manifest: bool = True, raw: dict | None = None) -> dict:
     """Writes data files (each a list of lines, or raw bytes under `raw`) and, optionally, the manifests.
-    Returns {"export_dir", "data_files", "item_count"}."""
+    Returns {"export_dir", "data_files", "data_file_items", "item_count"}."""
     export_id = f"{int(datetime.now(timezone.utc).timestamp() * 1000):014d}-{uuid.uuid4().hex[:8]}"
     export_dir = f"{prefix.rstrip('/')}/AWSDynamoDB/{export_id}"
     entries, data_files = [], []
@@ -68,4 +68,9 @@ def write_export(s3, bucket: str, prefix: str, files: list[list[str]], export_ty
         }
         s3.put_object(Bucket=bucket, Key=f"{export_dir}/manifest-summary.json", Body=json.dumps(summary).encode())
         s3.put_object(Bucket=bucket, Key=f"{export_dir}/_started", Body=b"")
-    return {"export_dir": export_dir + "/", "data_files": data_files, "item_count": item_count}
+    return {
+        "export_dir": export_dir + "/",
+        "data_files": data_files,
+        "data_file_items": [entry["itemCount"] for entry in entries],
+        "item_count": item_count,
+    }
