@@ -269,8 +269,5 @@ ORDERS_SPEC = TableSpec(
     ),
     # Athena prunes by day; each day of orders is one partition.
     partition_by=("days(created_at)",),
-    # The load already shuffles by order_id (to drop copies within a batch); a second shuffle by
-    # day would double its cost, so writers take rows of any day (one file per day and task).
-    properties=(("write.distribution-mode", "none"), ("write.spark.fanout.enabled", "true")),
     source="export",
 )

@@ -13,6 +13,7 @@
 """
 
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
@@ -158,6 +159,25 @@ def _quarantine(spark: SparkSession, records: DataFrame, damaged: list[tuple[str
         bad.unpersist()
 
 
+@contextmanager
+def _static_plan(spark: SparkSession):
+    """Adaptive execution can drop a finished stage from the final plan (an anti-join that turns out
+    empty), and the observed counts with it; the load's MERGE runs with a static plan."""
+    previous = spark.conf.get("spark.sql.adaptive.enabled")
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    try:
+        yield
+    finally:
+        spark.conf.set("spark.sql.adaptive.enabled", previous)
+
+
+def _observed(observation: Observation) -> dict:
+    metrics = observation.get
+    if not metrics:
+        raise RuntimeError("Spark reported no counts for the load's pass; the load committed, but its counts are unknown")
+    return metrics
+
+
 def _inserted_rows(spark: SparkSession, target: str, before: int | None, after: int | None) -> int:
     if after is None or after == before:
         return 0
@@ -230,11 +250,12 @@ def load_export_files(
     view = validate_identifier(f"{spec.table}_export_batch")
     deduplicated.select(*spec.table_column_names).createOrReplaceTempView(view)
     before = current_snapshot_id(spark, target)
-    spark.sql(insert_only_merge_sql(spec, target, view))
+    with _static_plan(spark):
+        spark.sql(insert_only_merge_sql(spec, target, view))
     result.snapshot_id = current_snapshot_id(spark, target)
     result.rows_inserted = _inserted_rows(spark, target, before, result.snapshot_id)
 
-    counts, distinct = read.get, batch.get.get("distinct", 0)
+    counts, distinct = _observed(read), _observed(batch)["distinct"]
     result.items_read, result.records_quarantined, result.deletes_ignored = counts["items"], counts["quarantined"], counts["deletes"]
     result.duplicates_skipped = counts["documents"] - result.rows_inserted
     damaged = _damaged_files(spark, files, result.items_read)
