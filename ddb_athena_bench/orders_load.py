@@ -49,26 +49,27 @@ def write_export_files(directory: Path) -> list[Path]:
     return paths
 
 
-def spark_load(paths: list[Path], workdir: Path) -> tuple[float, object]:
+def spark_load(paths: list[Path], workdir: Path) -> float:
     from ddb_athena.resources import IcebergSparkResource
-    from ddb_athena.spark.export_load import load_export_files
+    from ddb_athena.spark.export_load import ExportDataFile, load_export_files
     from ddb_athena.table_spec import ORDERS_SPEC
 
     started = time.monotonic()
     spark = IcebergSparkResource(profile="local", warehouse=(workdir / "warehouse").as_uri(), extra_config={"spark.ui.enabled": "false"}).spark_session
     spark.sparkContext.setLogLevel("ERROR")
     print(f"SparkSession start: {time.monotonic() - started:.1f} s")
-    uris = [path.as_uri() for path in paths]
+    # As from AWS: the manifest's line count of each file comes with it.
+    files = [ExportDataFile(path.as_uri(), ORDERS // FILES) for path in paths]
     quarantine = (workdir / "quarantine").as_uri()
     started = time.monotonic()
-    result = load_export_files(spark, ORDERS_SPEC, "bench.orders", uris, quarantine, EXPORTED_AT)
+    result = load_export_files(spark, ORDERS_SPEC, "bench.orders", files, quarantine, EXPORTED_AT)
     first = time.monotonic() - started
     print(f"Spark load of {result.items_read:,} orders into an empty table: {first:.1f} s, {result.rows_inserted:,} inserted")
     started = time.monotonic()
-    again = load_export_files(spark, ORDERS_SPEC, "bench.orders", uris, quarantine, EXPORTED_AT)
+    again = load_export_files(spark, ORDERS_SPEC, "bench.orders", files, quarantine, EXPORTED_AT)
     print(f"Re-load of the same export (all duplicates): {time.monotonic() - started:.1f} s, {again.duplicates_skipped:,} skipped, {again.rows_inserted} inserted")
     spark.stop()
-    return first, result
+    return first
 
 
 def duckdb_load(paths: list[Path], workdir: Path) -> float:
@@ -102,7 +103,7 @@ def main() -> None:
         size = sum(path.stat().st_size for path in paths)
         print(f"Generated {ORDERS:,} orders in {FILES} gzip files ({size / 1e6:.0f} MB) in {time.monotonic() - started:.1f} s")
         duck = duckdb_load(paths, workdir)
-        spark_seconds, _ = spark_load(paths, workdir)
+        spark_seconds = spark_load(paths, workdir)
         spark_rate, duck_rate = ORDERS / spark_seconds, ORDERS / duck
         print(f"{'':28}{'seconds':>10}{'items/s':>12}")
         print(f"{'Spark load (ddb_athena)':28}{spark_seconds:>10.1f}{spark_rate:>12,.0f}")

@@ -294,4 +294,6 @@ def _changed_since_loaded(spark: SparkSession, spec: TableSpec, target: str, bat
         .where(F.col(partition).between(F.lit(low.date()).cast("timestamp"), F.lit((high + timedelta(days=1)).date()).cast("timestamp")))
         .select(F.col(key), F.col(ITEM_COLUMN).alias("_stored_item"))
     )
-    return batch.join(existing, key).where(_document_fingerprint(ITEM_COLUMN) != _document_fingerprint("_stored_item")).select(key).distinct()
+    # Identical text is the same document; only differing text is compared attribute by attribute.
+    differs = (F.col(ITEM_COLUMN) != F.col("_stored_item")) & (_document_fingerprint(ITEM_COLUMN) != _document_fingerprint("_stored_item"))
+    return batch.join(existing, key).where(differs).select(key).distinct()
