@@ -57,11 +57,16 @@ class ChangeFiles:
         return {book_id: row["name"] for book_id, row in self.rows().items()}
 
     def quarantined(self) -> list[dict]:
-        from ddb_athena.capture.change_files import list_keys
+        return quarantined_records(self.s3, self.layout)
 
-        lines = []
-        for obj in list_keys(self.s3, self.layout.bucket, self.layout.quarantine_prefix):
-            if obj["Key"].endswith(".json"):
-                body = self.s3.get_object(Bucket=self.layout.bucket, Key=obj["Key"])["Body"].read().decode()
-                lines += [json.loads(line) for line in body.splitlines() if line.strip()]
-        return lines
+
+def quarantined_records(s3, layout: SourceLayout) -> list[dict]:
+    """Every record Spark wrote under the layout's quarantine prefix."""
+    from ddb_athena.capture.change_files import list_keys
+
+    lines = []
+    for obj in list_keys(s3, layout.bucket, layout.quarantine_prefix):
+        if obj["Key"].endswith(".json"):
+            body = s3.get_object(Bucket=layout.bucket, Key=obj["Key"])["Body"].read().decode()
+            lines += [json.loads(line) for line in body.splitlines() if line.strip()]
+    return lines

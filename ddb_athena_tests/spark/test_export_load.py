@@ -10,6 +10,7 @@ from ddb_athena.capture.change_files import SourceLayout
 from ddb_athena.simulate import order_item
 from ddb_athena.spark.export_load import ExportDataFile, gzip_problem, load_export_files
 from ddb_athena.table_spec import ORDERS_SPEC
+from ddb_athena_tests.spark.helpers import quarantined_records
 from ddb_athena_tests.exports.aws_layout import full_line, gzip_lines, incremental_line, write_export
 
 DAY = datetime(2026, 11, 20, tzinfo=timezone.utc)
@@ -43,16 +44,7 @@ class ExportLoad:
         return {row["order_id"]: row.asDict() for row in self.spark.table(self.table).collect()}
 
     def quarantined(self) -> list[dict]:
-        import json
-
-        from ddb_athena.capture.change_files import list_keys
-
-        lines = []
-        for obj in list_keys(self.s3, self.layout.bucket, self.layout.quarantine_prefix):
-            if obj["Key"].endswith(".json"):
-                body = self.s3.get_object(Bucket=self.layout.bucket, Key=obj["Key"])["Body"].read().decode()
-                lines += [json.loads(line) for line in body.splitlines() if line.strip()]
-        return lines
+        return quarantined_records(self.s3, self.layout)
 
 
 @pytest.fixture
