@@ -39,6 +39,6 @@ $BIN/dagster asset materialize -m ddb_athena.definitions --select orders_export,
 pids+=($!)
 echo "Materializing the first orders partition (log: .ddb_athena/logs/orders-first-partition.log)"
 echo "Dagster UI: http://127.0.0.1:3000  (lineage: books_source → books_iceberg, orders_export → orders_athena)"
-$BIN/dagster dev -w workspace.yaml -h 127.0.0.1 -p "${DAGSTER_PORT:-3000}" &
-pids+=($!)
-wait "${pids[-1]}"
+# In the foreground: a background job of a script starts with SIGINT ignored, and dagster dev would
+# never see Ctrl-C. When it has shut down, the trap stops the rest.
+$BIN/dagster dev -w workspace.yaml -h 127.0.0.1 -p "${DAGSTER_PORT:-3000}"
