@@ -17,7 +17,7 @@ from typing import Callable
 
 from botocore.exceptions import ClientError
 
-from ddb_athena.capture.change_files import SourceLayout
+from ddb_athena.capture.change_files import SourceLayout, list_keys
 
 FULL_EXPORT = "FULL_EXPORT"
 INCREMENTAL_EXPORT = "INCREMENTAL_EXPORT"
@@ -218,25 +218,29 @@ class ExportFiles:
 
 
 def _objects(s3, bucket: str, prefix: str) -> dict[str, int]:
-    objects = {}
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        objects.update({obj["Key"]: obj["Size"] for obj in page.get("Contents", [])})
-    return objects
+    """{key: size} of every object under `prefix`."""
+    return {obj["Key"]: obj["Size"] for obj in list_keys(s3, bucket, prefix)}
 
 
-def _read_json(s3, bucket: str, key: str):
-    return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+def _summary_key(objects: dict[str, int], description: dict) -> str | None:
+    """The manifest-summary.json of this export: AWS writes it under AWSDynamoDB/<export id>/, the id
+    being the last part of the export's ARN. (A prefix can hold two exports when a request was repeated
+    after its ClientToken expired.)"""
+    summaries = sorted(key for key in objects if key.endswith("/manifest-summary.json"))
+    export_id = description["ExportArn"].rsplit("/", 1)[-1]
+    own = [key for key in summaries if f"/{export_id}/" in key]
+    if own or len(summaries) <= 1:
+        return (own or summaries or [None])[0]
+    raise ExportError(f"{len(summaries)} exports' manifests under one prefix and none of export {description['ExportArn']}")
 
 
 def export_files(s3, bucket: str, s3_prefix: str, description: dict, log: Callable[[str], None]) -> ExportFiles:
     """The export's data files, item count and bytes, from its manifests (AWS's layout) or, where the
     exporter wrote none, from a listing of its data/ prefix."""
     objects = _objects(s3, bucket, s3_prefix)
-    summary_key = description.get("ExportManifest") or next(
-        (key for key in sorted(objects) if key.endswith("/manifest-summary.json")), None
-    )
+    summary_key = _summary_key(objects, description)
     if summary_key:
-        summary = _read_json(s3, bucket, summary_key)
+        summary = json.loads(s3.get_object(Bucket=bucket, Key=summary_key)["Body"].read())
         body = s3.get_object(Bucket=bucket, Key=summary["manifestFilesS3Key"])["Body"].read().decode()
         entries = [json.loads(line) for line in body.splitlines() if line.strip()]
         data_files = [entry["dataFileS3Key"] for entry in entries]

@@ -158,11 +158,19 @@ def test_the_manifests_give_the_data_files_item_count_and_bytes(settings):
     files = [[full_line(order_item(rng, NOW)) for _ in range(count)] for count in (3, 4)]
     written = write_export(s3, settings.bucket, "orders_export/2026-11-20/attempt-1", files)
     logs = []
-    found = export_files(s3, settings.bucket, "orders_export/2026-11-20/attempt-1/", {"ItemCount": 999}, logs.append)
+    arn = f"arn:aws:dynamodb:us-east-1:123456789012:table/orders/export/{written['export_dir'].rstrip('/').rsplit('/', 1)[1]}"
+    found = export_files(s3, settings.bucket, "orders_export/2026-11-20/attempt-1/", {"ExportArn": arn, "ItemCount": 999}, logs.append)
     assert found.from_manifest and found.item_count == 7 and found.data_files == written["data_files"]
     assert found.data_bytes == sum(s3.head_object(Bucket=settings.bucket, Key=key)["ContentLength"] for key in written["data_files"])
     assert {key.rsplit("/", 1)[1] for key in found.all_files} >= {"manifest-summary.json", "manifest-files.json", "_started"}
     assert logs == []
+    # A second export under the same prefix (a request repeated after its token expired): each ARN finds its own.
+    other = write_export(s3, settings.bucket, "orders_export/2026-11-20/attempt-1", [[full_line(order_item(rng, NOW))]])
+    other_arn = arn.rsplit("/", 1)[0] + "/" + other["export_dir"].rstrip("/").rsplit("/", 1)[1]
+    assert export_files(s3, settings.bucket, "orders_export/2026-11-20/attempt-1/", {"ExportArn": other_arn}, logs.append).item_count == 1
+    assert export_files(s3, settings.bucket, "orders_export/2026-11-20/attempt-1/", {"ExportArn": arn}, logs.append).item_count == 7
+    with pytest.raises(ExportError, match="none of export"):
+        export_files(s3, settings.bucket, "orders_export/2026-11-20/attempt-1/", {"ExportArn": arn + "-gone"}, logs.append)
     s3.delete_object(Bucket=settings.bucket, Key=written["data_files"][0])
     with pytest.raises(ExportError, match="lists 1 data files that are not in S3"):
-        export_files(s3, settings.bucket, "orders_export/2026-11-20/attempt-1/", {}, logs.append)
+        export_files(s3, settings.bucket, "orders_export/2026-11-20/attempt-1/", {"ExportArn": arn}, logs.append)
