@@ -5,6 +5,7 @@ table is one spec away. Every name is validated before it reaches SQL.
 """
 
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Iterable
 
 from ddb_athena.identifiers import InvalidIdentifierError, dotted_name, validate_identifier
@@ -133,6 +134,11 @@ def _partition_parts(transform: str) -> tuple[str | None, str]:
 def _partition_sql(transform: str) -> str:
     function, column = _partition_parts(transform)
     return f"{function}({column})" if function else column
+
+
+def timestamp_literal(moment: datetime) -> str:
+    """A Spark SQL timestamp literal of `moment`, in UTC (the session time zone)."""
+    return moment.astimezone(timezone.utc).strftime("TIMESTAMP '%Y-%m-%d %H:%M:%S.%f'")
 
 
 def image_schema_ddl(spec: TableSpec) -> str:

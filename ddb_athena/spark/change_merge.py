@@ -29,6 +29,7 @@ from ddb_athena.table_spec import (
     create_table_sql,
     image_problem_sql,
     image_schema_ddl,
+    timestamp_literal,
     typed_columns_sql,
     upsert_merge_sql,
 )
@@ -154,7 +155,7 @@ def _typed(spec: TableSpec, changes: DataFrame, synced_at: datetime) -> DataFram
         f"new_image AS {ITEM_COLUMN}",
         f"lpad(sequence_number, {SEQUENCE_DIGITS}, '0') AS {SEQUENCE_COLUMN}",
         f"CAST(approximate_creation_time AS timestamp) AS {CHANGED_AT_COLUMN}",
-        f"CAST('{synced_at.strftime('%Y-%m-%d %H:%M:%S.%f')}' AS timestamp) AS {SYNCED_AT_COLUMN}",
+        f"{timestamp_literal(synced_at)} AS {SYNCED_AT_COLUMN}",
     )
 
 

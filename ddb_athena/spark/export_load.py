@@ -30,6 +30,7 @@ from ddb_athena.table_spec import (
     image_problem_sql,
     image_schema_ddl,
     insert_only_merge_sql,
+    timestamp_literal,
     typed_columns_sql,
 )
 
@@ -46,7 +47,6 @@ class ExportDataFile:
 
 @dataclass
 class ExportLoadResult:
-    files: int
     items_read: int = 0
     rows_inserted: int = 0
     duplicates_skipped: int = 0
@@ -125,8 +125,6 @@ def _records(spec: TableSpec, lines: DataFrame, exported_at: datetime, synced_at
         f"THEN 'missing key attribute {key.attribute} ({key.type_tag})' END "
         f"ELSE {image_problem_sql(spec)} END"
     )
-    exported = exported_at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
-    synced = synced_at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
     return parsed.withColumn("reason", reason).selectExpr(
         "source_file",
         "kind",
@@ -137,8 +135,8 @@ def _records(spec: TableSpec, lines: DataFrame, exported_at: datetime, synced_at
         f"image_json AS {ITEM_COLUMN}",
         # Incremental lines carry the write time; a full export is the table as of its export time.
         f"coalesce(timestamp_micros(CAST(get_json_object(metadata, '$.WriteTimestampMicros.N') AS bigint)), "
-        f"CAST('{exported}' AS timestamp)) AS {CHANGED_AT_COLUMN}",
-        f"CAST('{synced}' AS timestamp) AS {SYNCED_AT_COLUMN}",
+        f"{timestamp_literal(exported_at)}) AS {CHANGED_AT_COLUMN}",
+        f"{timestamp_literal(synced_at)} AS {SYNCED_AT_COLUMN}",
     )
 
 
@@ -225,7 +223,7 @@ def load_export_files(
     if partition_column is None or partition_column.sql_type != "timestamp":
         raise ValueError(f"table {spec.table}: an export load needs a timestamp partition column for its match condition")
     ensure_table(spark, spec, target)
-    result = ExportLoadResult(files=len(files))
+    result = ExportLoadResult()
     if not files:
         result.snapshot_id = current_snapshot_id(spark, target)
         return result

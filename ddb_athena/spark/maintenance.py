@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 
 from ddb_athena.identifiers import dotted_name, validate_identifier
 from ddb_athena.spark.change_merge import tombstone_table
+from ddb_athena.table_spec import timestamp_literal
 
 
 @dataclass
@@ -20,10 +21,6 @@ class MaintenanceResult:
     expired_snapshots: int
     deleted_data_files: int
     pruned_tombstones: int
-
-
-def _timestamp_literal(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("TIMESTAMP '%Y-%m-%d %H:%M:%S.%f'")
 
 
 def maintain_table(
@@ -48,12 +45,12 @@ def maintain_table(
     snapshots_before = spark.table(f"{table_sql}.snapshots").count()
     expire = spark.sql(
         f"CALL {catalog}.system.expire_snapshots(table => '{table_sql}', "
-        f"older_than => {_timestamp_literal(now - snapshot_retention)}, retain_last => {int(retain_last)})"
+        f"older_than => {timestamp_literal(now - snapshot_retention)}, retain_last => {int(retain_last)})"
     ).collect()[0]
     tombstones_sql = dotted_name(tombstone_table(target))
     # A tombstone guards against replays of older changes; past the retention no such file may remain.
     before = spark.table(tombstones_sql).count()
-    spark.sql(f"DELETE FROM {tombstones_sql} WHERE deleted_at < {_timestamp_literal(now - tombstone_retention)}")
+    spark.sql(f"DELETE FROM {tombstones_sql} WHERE deleted_at < {timestamp_literal(now - tombstone_retention)}")
     pruned = before - spark.table(tombstones_sql).count()
     return MaintenanceResult(
         rewritten_data_files=rewrite["rewritten_data_files_count"],
