@@ -85,3 +85,33 @@ def test_problem_sql_names_missing_keys_and_unparseable_values():
 def test_bad_specs_and_names_are_refused(make):
     with pytest.raises(ValueError):
         make()
+
+
+def test_the_orders_load_is_insert_only_and_matches_on_the_partition_column_too():
+    from ddb_athena.table_spec import ORDERS_SPEC, insert_only_merge_sql
+
+    sql = insert_only_merge_sql(ORDERS_SPEC, "library.orders", "batch")
+    assert " ON t.order_id = s.order_id AND t.created_at = s.created_at WHEN NOT MATCHED THEN INSERT " in sql
+    assert "WHEN MATCHED" not in sql and "UPDATE" not in sql and "DELETE" not in sql  # a loaded order is never rewritten
+    with pytest.raises(InvalidIdentifierError):
+        insert_only_merge_sql(ORDERS_SPEC, "library.orders", "batch; DROP TABLE x")
+
+
+def test_the_orders_table_is_partitioned_by_day_and_carries_no_stream_position():
+    from ddb_athena.table_spec import ORDERS_SPEC, SEQUENCE_COLUMN
+
+    sql = create_table_sql(ORDERS_SPEC, "library.orders")
+    assert "PARTITIONED BY (days(created_at))" in sql and "amount decimal(18,2)" in sql
+    assert SEQUENCE_COLUMN not in sql and SEQUENCE_COLUMN not in ORDERS_SPEC.table_column_names
+    assert ORDERS_SPEC.partition_column.name == "created_at"
+    with pytest.raises(ValueError, match="source"):
+        TableSpec(table="t", key=ColumnSpec("id", "id"), columns=(), source="scan")
+
+
+def test_timestamp_literals_are_utc():
+    from datetime import datetime, timedelta, timezone
+
+    from ddb_athena.table_spec import timestamp_literal
+
+    oslo = timezone(timedelta(hours=1))
+    assert timestamp_literal(datetime(2026, 11, 22, 3, 0, 5, 7, tzinfo=oslo)) == "TIMESTAMP '2026-11-22 02:00:05.000007'"

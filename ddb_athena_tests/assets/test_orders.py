@@ -23,9 +23,10 @@ def instance():
         yield instance
 
 
-def sync_orders(instance, partition: str, run_config: dict | None = None):
+def sync_orders(instance, partition: str, run_config: dict | None = None, only=None):
     return materialize(
         [orders_export, orders_athena, orders_unique_order_id],
+        selection=only,
         partition_key=partition,
         resources=local_resources(export_poll_seconds=0.1),
         instance=instance,
@@ -104,3 +105,28 @@ def test_an_expired_window_fails_before_any_export_and_a_bootstrap_recovers(spar
     recovered = sync_orders(instance, SECOND_DAY, run_config={"ops": {"orders_export": {"config": {"bootstrap": True}}}})
     assert materialization_metadata(recovered, "orders_export")["export_type"] == "FULL_EXPORT"
     assert materialization_metadata(recovered, "orders_athena")["duplicates_skipped"] == 2
+
+
+def test_a_damaged_export_file_turns_the_reconciliation_and_quarantine_checks_red_and_the_rest_loads(spark, settings, instance):
+    import gzip
+
+    from ddb_athena.capture.change_files import SourceLayout
+    from ddb_athena.exports.table_export import load_record
+
+    put_orders(settings, 40, seed=5)
+    sync_orders(instance, FIRST_DAY, only=[orders_export])
+    s3 = settings.client("s3")
+    (data_file,) = load_record(s3, SourceLayout(settings.bucket, "orders_export"), FIRST_DAY).data_files
+    body = s3.get_object(Bucket=settings.bucket, Key=data_file)["Body"].read()
+    # Damage the file the way a cut transfer would: recompressed without flushing its last block.
+    lines = gzip.decompress(body).splitlines(keepends=True)
+    cut = gzip.compress(b"".join(lines))[: -len(gzip.compress(b"".join(lines[-10:])))]
+    s3.put_object(Bucket=settings.bucket, Key=data_file, Body=cut)
+
+    result = sync_orders(instance, FIRST_DAY, only=[orders_athena])
+    checks = check_results(result)
+    loaded = materialization_metadata(result, "orders_athena")
+    assert not checks["orders_export_reconciles"].passed and not checks["orders_quarantine_empty"].passed
+    assert checks["orders_export_reconciles"].metadata["unaccounted"].value == 40 - loaded["items_read"] > 0
+    assert loaded["corrupt_files"] == 1 and loaded["rows_inserted"] == loaded["items_read"] > 0
+    assert spark.table(f"{settings.namespace}.orders").count() == loaded["rows_inserted"]
