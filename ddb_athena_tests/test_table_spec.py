@@ -115,3 +115,15 @@ def test_timestamp_literals_are_utc():
 
     oslo = timezone(timedelta(hours=1))
     assert timestamp_literal(datetime(2026, 11, 22, 3, 0, 5, 7, tzinfo=oslo)) == "TIMESTAMP '2026-11-22 02:00:05.000007'"
+
+
+def test_table_properties_are_rendered_and_text_that_could_break_out_of_a_quote_is_refused():
+    from ddb_athena.table_spec import ORDERS_SPEC, set_properties_sql
+
+    assert "'write.parquet.dict-size-bytes'='65536'" in create_table_sql(ORDERS_SPEC, "library.orders")
+    assert set_properties_sql("library.orders", {"a.b": "1"}) == "ALTER TABLE library.orders SET TBLPROPERTIES ('a.b'='1')"
+    for bad in ({"a": "1'); DROP TABLE x; --"}, {"a'": "1"}, {"a": "x\\"}):
+        with pytest.raises(ValueError, match="not allowed"):
+            set_properties_sql("library.orders", bad)
+    with pytest.raises(InvalidIdentifierError):
+        set_properties_sql("library.orders; DROP TABLE x", {"a": "1"})

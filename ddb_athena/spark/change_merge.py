@@ -29,6 +29,7 @@ from ddb_athena.table_spec import (
     create_table_sql,
     image_problem_sql,
     image_schema_ddl,
+    set_properties_sql,
     timestamp_literal,
     typed_columns_sql,
     upsert_merge_sql,
@@ -60,10 +61,15 @@ def tombstone_table(target: str) -> str:
 
 
 def ensure_table(spark: SparkSession, spec: TableSpec, target: str) -> None:
-    """Creates the namespace and the table of `spec` if they do not exist."""
+    """Creates the namespace and the table of `spec` if they do not exist, and brings its properties up to the spec."""
     namespace = qualified_name(*target.split(".")[:-1])
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
     spark.sql(create_table_sql(spec, target))
+    # A table created by an earlier version takes the spec's current properties (write tuning).
+    current = table_properties(spark, target)
+    stale = {name: value for name, value in spec.properties if current.get(name) != value}
+    if stale:
+        spark.sql(set_properties_sql(target, stale))
 
 
 def ensure_tables(spark: SparkSession, spec: TableSpec, target: str) -> None:
@@ -85,9 +91,8 @@ def current_snapshot_id(spark: SparkSession, target: str) -> int | None:
     return rows[0][0] if rows else None
 
 
-def _table_property(spark: SparkSession, target: str, name: str) -> str | None:
-    properties = {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {dotted_name(target)}").collect()}
-    return properties.get(name)
+def table_properties(spark: SparkSession, target: str) -> dict[str, str]:
+    return {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {dotted_name(target)}").collect()}
 
 
 def _count_where(condition: str):
@@ -188,7 +193,7 @@ def merge_change_files(
             bad.coalesce(1).write.mode("append").json(quarantine_uri)
 
         # A snapshot file replaces everything captured before it (see capture/bootstrap.py).
-        cutoff = _table_property(spark, target, BOOTSTRAP_FILE_PROPERTY) or ""
+        cutoff = table_properties(spark, target).get(BOOTSTRAP_FILE_PROPERTY) or ""
         valid = [row for row in summary if row["reason"] is None and row["file_name"] > cutoff]
         result.bootstrap_file = max((row["file_name"] for row in valid if row["is_snapshot"]), default=None)
         first_file = max(cutoff, result.bootstrap_file or "")
@@ -282,4 +287,4 @@ def _rebuild(spark: SparkSession, spec: TableSpec, target: str, latest: DataFram
     removes = _tombstones_of(latest, key)
     removes.writeTo(tombstones_sql).overwrite(F.lit(True))
     live.writeTo(target_sql).overwrite(F.lit(True))
-    spark.sql(f"ALTER TABLE {target_sql} SET TBLPROPERTIES ('{BOOTSTRAP_FILE_PROPERTY}'='{result.bootstrap_file}')")
+    spark.sql(set_properties_sql(target, {BOOTSTRAP_FILE_PROPERTY: result.bootstrap_file}))

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 
 from ddb_athena.identifiers import dotted_name, validate_identifier
@@ -157,16 +157,36 @@ def _quarantine(spark: SparkSession, records: DataFrame, damaged: list[tuple[str
         bad.unpersist()
 
 
+_LOAD_PLAN_SETTINGS = {
+    # Adaptive execution can drop a finished stage from the final plan (an anti-join that turns out
+    # empty), and the observed counts with it.
+    "spark.sql.adaptive.enabled": "false",
+    # A per-key limit before the shuffle sorts every row once more only to drop nothing: keys
+    # repeat rarely within an export.
+    "spark.sql.optimizer.windowGroupLimitThreshold": "-1",
+}
+
+
 @contextmanager
-def _static_plan(spark: SparkSession):
-    """Adaptive execution can drop a finished stage from the final plan (an anti-join that turns out
-    empty), and the observed counts with it; the load's MERGE runs with a static plan."""
-    previous = spark.conf.get("spark.sql.adaptive.enabled")
-    spark.conf.set("spark.sql.adaptive.enabled", "false")
+def _load_plan(spark: SparkSession):
+    """The settings the load's MERGE is planned with, restored afterwards."""
+    previous = {name: spark.conf.get(name) for name in _LOAD_PLAN_SETTINGS}
+    for name, value in _LOAD_PLAN_SETTINGS.items():
+        spark.conf.set(name, value)
     try:
         yield
     finally:
-        spark.conf.set("spark.sql.adaptive.enabled", previous)
+        for name, value in previous.items():
+            spark.conf.set(name, value)
+
+
+def _one_copy_per_key(records: DataFrame, key: str) -> DataFrame:
+    """One row per key; which copy is kept does not matter (copies differ only if mutated, and that is counted).
+
+    A row number per key costs one shuffle and one sort, where dropDuplicates sorts the rows twice
+    (a first() over strings aggregates by sorting, before and after the shuffle)."""
+    copy_number = F.row_number().over(Window.partitionBy(key).orderBy(key))
+    return records.withColumn("_copy", copy_number).where("_copy = 1").drop("_copy")
 
 
 def _observed(observation: Observation) -> dict:
@@ -243,12 +263,11 @@ def load_export_files(
         F.unix_micros(F.min(F.when(F.expr(document), F.col(partition)))).alias("low"),
         F.unix_micros(F.max(F.when(F.expr(document), F.col(partition)))).alias("high"),
     )
-    # Copies of one key within the batch load once (which copy: any; they differ only if mutated, and that is counted).
-    deduplicated = observed.where(document).dropDuplicates([key]).observe(batch, F.count("*").alias("distinct"))
+    deduplicated = _one_copy_per_key(observed.where(document), key).observe(batch, F.count("*").alias("distinct"))
     view = validate_identifier(f"{spec.table}_export_batch")
     deduplicated.select(*spec.table_column_names).createOrReplaceTempView(view)
     before = current_snapshot_id(spark, target)
-    with _static_plan(spark):
+    with _load_plan(spark):
         spark.sql(insert_only_merge_sql(spec, target, view))
     result.snapshot_id = current_snapshot_id(spark, target)
     result.rows_inserted = _inserted_rows(spark, target, before, result.snapshot_id)

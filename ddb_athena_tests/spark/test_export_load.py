@@ -142,3 +142,15 @@ def test_gzip_problem_tells_sound_truncated_garbled_and_concatenated_files_apart
     garbled = bytearray(gzip_lines([str(i) * 50 for i in range(2000)]))
     garbled[len(garbled) // 2 : len(garbled) // 2 + 40] = b"\x00" * 40
     assert gzip_problem(bytes(garbled))[1].startswith("corrupt gzip")
+
+
+def test_a_table_created_before_the_spec_gained_write_properties_takes_them_on_the_next_load(export_load):
+    from dataclasses import replace
+
+    from ddb_athena.spark.change_merge import ensure_table, table_properties
+
+    ensure_table(export_load.spark, replace(ORDERS_SPEC, properties=()), export_load.table)
+    assert "write.parquet.dict-size-bytes" not in table_properties(export_load.spark, export_load.table)
+    export_load.load(export_load.write([[full_line(item) for item in orders(2)]]))
+    properties = table_properties(export_load.spark, export_load.table)
+    assert all(properties[name] == value for name, value in ORDERS_SPEC.properties)
