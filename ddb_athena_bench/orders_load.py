@@ -49,7 +49,8 @@ def write_export_files(directory: Path) -> list[Path]:
     return paths
 
 
-def spark_load(paths: list[Path], workdir: Path) -> float:
+def spark_load(paths: list[Path], workdir: Path) -> tuple[float, float]:
+    """(seconds in a fresh JVM, as a daily job pays them; seconds in a warm JVM, as on a long-lived cluster)."""
     from ddb_athena.resources import IcebergSparkResource
     from ddb_athena.spark.export_load import ExportDataFile, load_export_files
     from ddb_athena.table_spec import ORDERS_SPEC
@@ -61,15 +62,21 @@ def spark_load(paths: list[Path], workdir: Path) -> float:
     # As from AWS: the manifest's line count of each file comes with it.
     files = [ExportDataFile(path.as_uri(), ORDERS // FILES) for path in paths]
     quarantine = (workdir / "quarantine").as_uri()
-    started = time.monotonic()
-    result = load_export_files(spark, ORDERS_SPEC, "bench.orders", files, quarantine, EXPORTED_AT)
-    first = time.monotonic() - started
-    print(f"Spark load of {result.items_read:,} orders into an empty table: {first:.1f} s, {result.rows_inserted:,} inserted")
-    started = time.monotonic()
-    again = load_export_files(spark, ORDERS_SPEC, "bench.orders", files, quarantine, EXPORTED_AT)
-    print(f"Re-load of the same export (all duplicates): {time.monotonic() - started:.1f} s, {again.duplicates_skipped:,} skipped, {again.rows_inserted} inserted")
+
+    def load(table: str):
+        started = time.monotonic()
+        result = load_export_files(spark, ORDERS_SPEC, table, files, quarantine, EXPORTED_AT)
+        return result, time.monotonic() - started
+
+    result, cold = load("bench.orders")
+    print(f"Spark load of {result.items_read:,} orders into an empty table, fresh JVM: {cold:.1f} s, {result.rows_inserted:,} inserted")
+    again, seconds = load("bench.orders")
+    print(f"Re-load of the same export (all duplicates, each compared with the stored document): {seconds:.1f} s, "
+          f"{again.duplicates_skipped:,} skipped, {again.rows_inserted} inserted")
+    result, warm = load("bench.orders_warm")
+    print(f"Spark load of {result.items_read:,} orders into an empty table, warm JVM: {warm:.1f} s")
     spark.stop()
-    return first
+    return cold, warm
 
 
 def duckdb_load(paths: list[Path], workdir: Path) -> float:
@@ -103,13 +110,13 @@ def main() -> None:
         size = sum(path.stat().st_size for path in paths)
         print(f"Generated {ORDERS:,} orders in {FILES} gzip files ({size / 1e6:.0f} MB) in {time.monotonic() - started:.1f} s")
         duck = duckdb_load(paths, workdir)
-        spark_seconds = spark_load(paths, workdir)
-        spark_rate, duck_rate = ORDERS / spark_seconds, ORDERS / duck
-        print(f"{'':28}{'seconds':>10}{'items/s':>12}")
-        print(f"{'Spark load (ddb_athena)':28}{spark_seconds:>10.1f}{spark_rate:>12,.0f}")
-        print(f"{'DuckDB, same transform':28}{duck:>10.1f}{duck_rate:>12,.0f}")
-        print(f"DuckDB / Spark: {duck_rate / spark_rate:.1f}x; target {TARGET_ITEMS_PER_SECOND:,} items/s: "
-              f"{'met' if spark_rate >= TARGET_ITEMS_PER_SECOND else 'not met'}")
+        cold, warm = spark_load(paths, workdir)
+        rows = [("Spark load, fresh JVM", cold), ("Spark load, warm JVM", warm), ("DuckDB, same transform", duck)]
+        print(f"{'':28}{'seconds':>10}{'items/s':>12}{'x DuckDB':>10}")
+        for name, seconds in rows:
+            print(f"{name:28}{seconds:>10.1f}{ORDERS / seconds:>12,.0f}{seconds / duck:>10.1f}")
+        met = ORDERS / cold >= TARGET_ITEMS_PER_SECOND
+        print(f"Target {TARGET_ITEMS_PER_SECOND:,} items/s on 2 cores (fresh JVM): {'met' if met else 'not met'}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
