@@ -1,7 +1,7 @@
 import pytest
 
 from ddb_athena.identifiers import InvalidIdentifierError
-from ddb_athena.spark.session_config import ICEBERG_EXTENSIONS, SparkIcebergOptions, iceberg_spark_config
+from ddb_athena.spark.session_config import ICEBERG_EXTENSIONS, LOCAL_JVM_OPTIONS, SparkIcebergOptions, iceberg_spark_config
 
 LOCAL = SparkIcebergOptions(
     profile="local",
@@ -25,6 +25,7 @@ def test_local_profile_uses_a_hadoop_catalog_local_jars_and_the_emulator():
     assert config["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
     assert config["spark.hadoop.fs.s3a.access.key"] == "k"
     assert config["spark.sql.session.timeZone"] == "UTC"
+    assert config["spark.driver.extraJavaOptions"] == LOCAL_JVM_OPTIONS
 
 
 def test_maven_packages_replace_local_jars_when_set():
@@ -46,6 +47,19 @@ def test_aws_profile_uses_glue_and_s3fileio_and_no_emulator():
     assert "spark.sql.catalog.lake.type" not in config and "spark.master" not in config
     assert not any(key.startswith("spark.hadoop.fs.s3a.endpoint") for key in config)
     assert config["spark.executor.memory"] == "4g"
+    assert "spark.driver.extraJavaOptions" not in config  # the cluster's JVM options are not replaced
+
+
+def test_jvm_options_given_as_extra_settings_replace_the_local_default():
+    from dataclasses import replace
+
+    config = iceberg_spark_config(replace(LOCAL, extra={"spark.driver.extraJavaOptions": "-XX:+UseG1GC"}))
+    assert config["spark.driver.extraJavaOptions"] == "-XX:+UseG1GC"
+
+
+def test_a_local_session_runs_with_the_throughput_collector(spark):
+    collectors = {bean.getName() for bean in spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()}
+    assert collectors == {"PS Scavenge", "PS MarkSweep"}
 
 
 def test_bad_catalog_names_and_profiles_are_refused():
