@@ -154,3 +154,18 @@ def test_a_table_created_before_the_spec_gained_write_properties_takes_them_on_t
     export_load.load(export_load.write([[full_line(item) for item in orders(2)]]))
     properties = table_properties(export_load.spark, export_load.table)
     assert all(properties[name] == value for name, value in ORDERS_SPEC.properties)
+
+
+def test_the_load_plans_with_its_own_settings_and_gives_the_session_back_as_it_was(export_load):
+    spark = export_load.spark
+    mine = {"spark.sql.adaptive.enabled": "true", "spark.sql.optimizer.windowGroupLimitThreshold": "500"}
+    previous = {name: spark.conf.get(name) for name in mine}
+    try:
+        for name, value in mine.items():
+            spark.conf.set(name, value)
+        result = export_load.load(export_load.write([[full_line(item) for item in orders(3)]]))
+        assert (result.items_read, result.rows_inserted) == (3, 3)  # counts observed under the load's static plan
+        assert {name: spark.conf.get(name) for name in mine} == mine
+    finally:
+        for name, value in previous.items():
+            spark.conf.set(name, value)
