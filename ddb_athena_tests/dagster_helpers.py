@@ -1,5 +1,9 @@
 """Running the real assets, checks and jobs against the emulator and the test SparkSession."""
 
+from contextlib import contextmanager
+from datetime import datetime
+from unittest import mock
+
 from dagster import DagsterInstance, materialize
 
 from ddb_athena.assets.books import books_iceberg, books_source
@@ -31,3 +35,13 @@ def materialization_metadata(result, asset_name: str) -> dict:
 
 def check_results(result) -> dict:
     return {evaluation.check_name: evaluation for evaluation in result.get_asset_check_evaluations()}
+
+
+@contextmanager
+def clock_at(moment: datetime):
+    """Days later: Dagster's clock (which partitions exist) and the orders assets' clock read `moment`. The
+    emulator keeps real time, so point-in-time recovery still reaches back only to when it was turned on."""
+    from dagster._core.test_utils import freeze_time
+
+    with freeze_time(moment), mock.patch("ddb_athena.assets.orders.utc_now", return_value=moment):
+        yield

@@ -73,21 +73,24 @@ def test_local_stack_serves_on_loopback_until_stopped(tmp_path):
 
 
 def test_a_date_range_backfill_from_the_cli_queues_one_orders_run_per_day(tmp_path):
+    from datetime import date, timedelta
     from pathlib import Path
 
     from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
     repo = Path(__file__).resolve().parent.parent
     (tmp_path / "dagster.yaml").write_text((repo / "dagster.yaml").read_text())
+    start = date.fromisoformat(os.environ["DDB_ATHENA_ORDERS_START_DATE"])
+    days = [(start + timedelta(days=offset)).isoformat() for offset in (1, 2, 3)]
     completed = subprocess.run(
         [sys.executable, "-m", "dagster", "job", "backfill", "-m", "ddb_athena.definitions", "-j", "orders_daily",
-         "--from", "2026-11-02", "--to", "2026-11-04", "--noprompt"],
+         "--from", days[0], "--to", days[-1], "--noprompt"],
         capture_output=True, text=True, cwd=repo, env={**os.environ, "DAGSTER_HOME": str(tmp_path)}, timeout=300,
     )
     assert completed.returncode == 0, completed.stderr
     with DagsterInstance.from_config(str(tmp_path)) as instance:
         runs = instance.get_runs(RunsFilter(job_name="orders_daily"))
         # Queued behind the orders concurrency tag: the daemon of `dagster dev` runs them one at a time.
-        assert sorted(run.tags["dagster/partition"] for run in runs) == ["2026-11-02", "2026-11-03", "2026-11-04"]
+        assert sorted(run.tags["dagster/partition"] for run in runs) == days
         assert {run.status for run in runs} == {DagsterRunStatus.QUEUED}
         assert {run.tags["ddb_athena/writer"] for run in runs} == {"orders"}

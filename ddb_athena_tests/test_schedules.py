@@ -31,7 +31,7 @@ def test_maintenance_runs_hourly_with_the_same_tag():
 
 
 def test_orders_run_daily_at_the_configured_hour_for_the_day_that_ended():
-    from datetime import datetime, timezone
+    from datetime import datetime, time, timedelta, timezone
 
     from ddb_athena.definitions import defs
     from ddb_athena.jobs import ORDERS_CONCURRENCY_TAG
@@ -39,9 +39,11 @@ def test_orders_run_daily_at_the_configured_hour_for_the_day_that_ended():
     orders_daily_schedule = defs.resolve_schedule_def("orders_daily_schedule")  # partitions come from the assets
     assert orders_daily_schedule.cron_schedule == "0 2 * * *" and orders_daily_schedule.execution_timezone in (None, "UTC")
     with instance_for_test() as instance:
-        context = build_schedule_context(instance=instance, scheduled_execution_time=datetime(2026, 11, 22, 2, 0, tzinfo=timezone.utc))
+        today = datetime.now(timezone.utc).date()
+        tick = datetime.combine(today, time(2), tzinfo=timezone.utc)
+        context = build_schedule_context(instance=instance, scheduled_execution_time=tick)
         (request,) = orders_daily_schedule.evaluate_tick(context).run_requests
-    assert request.partition_key == "2026-11-21"
+    assert request.partition_key == (today - timedelta(days=1)).isoformat()
     assert request.tags["ddb_athena/writer"] == ORDERS_CONCURRENCY_TAG["ddb_athena/writer"]
 
 

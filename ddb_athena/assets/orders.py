@@ -1,7 +1,7 @@
 """Orders assets: the daily DynamoDB export (orders_export) and its insert-only load into Iceberg (orders_athena)."""
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from dagster import (
     AssetCheckResult,
@@ -17,10 +17,19 @@ from dagster import (
 from pydantic import Field
 
 from ddb_athena.capture.commit_manifests import write_commit_manifest
-from ddb_athena.exports.table_export import ExportError, export_partition, load_record, partition_window
+from ddb_athena.exports.table_export import (
+    COVERED,
+    FULL_EXPORT,
+    ExportError,
+    ExportRecord,
+    FullExportCoverage,
+    export_partition,
+    load_record,
+    utc_now,
+)
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.settings import Settings
-from ddb_athena.spark.export_load import ExportDataFile, load_export_files, table_loaded
+from ddb_athena.spark.export_load import ExportDataFile, load_export_files, loaded_full_export, record_loaded_full_export, table_loaded
 from ddb_athena.table_spec import ORDERS_SPEC
 
 # Partitions are part of the definitions, so their start is read when the code location loads.
@@ -40,27 +49,33 @@ class OrdersExportConfig(Config):
     group_name="orders",
     kinds={"dynamodb", "s3"},
     description="The day's DynamoDB export of orders in S3: a full export first (or on request), then one "
-    "incremental export per day, [day, day + 1).",
+    "incremental export per day, [day, day + 1). Days that the loaded full export covers export nothing.",
 )
 def orders_export(
     context: AssetExecutionContext, config: OrdersExportConfig, aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings
 ) -> MaterializeResult:
     started = time.monotonic()
     window = context.partition_time_window
-    full = config.bootstrap or not table_loaded(spark.spark_session, sync.orders_iceberg_table)
+    session, table = spark.spark_session, sync.orders_iceberg_table
+    full = config.bootstrap or not table_loaded(session, table)
     if full:
-        reason = "requested" if config.bootstrap else f"{sync.orders_iceberg_table} has not been loaded yet"
+        reason = "requested" if config.bootstrap else f"{table} has not been loaded yet"
         context.log.info(f"Full export ({reason}); later partitions use incremental exports")
+    loaded = None if full else loaded_full_export(session, table)
     record, reused = export_partition(
         aws.client("dynamodb"),
         aws.client("s3"),
         sync.orders_layout,
         sync.orders_table,
         context.partition_key,
-        partition_window(window.start, window.end, full, datetime.now(timezone.utc)),
+        window.start,
+        window.end,
+        full=full,
+        coverage=FullExportCoverage(*loaded) if loaded else None,
         timeout=timedelta(minutes=sync.export_timeout_minutes),
         poll_seconds=sync.export_poll_seconds,
         log=context.log.info,
+        now=utc_now(),
     )
     return MaterializeResult(
         metadata={
@@ -75,9 +90,17 @@ def orders_export(
             "from_manifest": record.from_manifest,
             "reused_export": reused,
             "s3_prefix": MetadataValue.url(sync.orders_layout.uri(record.s3_prefix)),
+            **_coverage_metadata(record),
             "duration_seconds": time.monotonic() - started,
         }
     )
+
+
+def _coverage_metadata(record: ExportRecord) -> dict:
+    """Which full export covers a day that needed no export of its own."""
+    if record.export_type != COVERED:
+        return {}
+    return {"covered_by_export": f"{record.export_arn} (every order as of {record.export_time})"}
 
 
 ORDERS_LOAD_CHECKS = [
@@ -101,7 +124,10 @@ def orders_athena(context: AssetExecutionContext, aws: AwsClientsResource, spark
     record = load_record(s3, layout, partition)
     if record is None or record.status != "COMPLETED":
         raise ExportError(f"partition {partition} has no completed export: materialize orders_export for it first")
-    context.log.info(f"Loading {len(record.data_files)} files of export {record.export_arn} into {sync.orders_iceberg_table}")
+    if record.export_type == COVERED:
+        context.log.info(f"Nothing to load: the day is covered by full export {record.export_arn}, loaded into {sync.orders_iceberg_table}")
+    else:
+        context.log.info(f"Loading {len(record.data_files)} files of export {record.export_arn} into {sync.orders_iceberg_table}")
     result = load_export_files(
         spark.spark_session,
         ORDERS_SPEC,
@@ -113,8 +139,15 @@ def orders_athena(context: AssetExecutionContext, aws: AwsClientsResource, spark
         layout.uri(f"{layout.quarantine_prefix}{partition}/{context.run.run_id}", spark.source_scheme),
         exported_at=datetime.fromisoformat(record.export_time),
     )
-    manifest = write_commit_manifest(
-        s3, layout, context.run.run_id, record.all_files, sync.orders_iceberg_table, result.snapshot_id, files_prefix=record.s3_prefix
+    if record.export_type == FULL_EXPORT:
+        # Days that end by the export's time need no export of their own from now on.
+        record_loaded_full_export(spark.spark_session, sync.orders_iceberg_table, record.export_arn, datetime.fromisoformat(record.export_time))
+    manifest = (
+        write_commit_manifest(
+            s3, layout, context.run.run_id, record.all_files, sync.orders_iceberg_table, result.snapshot_id, files_prefix=record.s3_prefix
+        )
+        if record.all_files
+        else None
     )
     if result.mutated_documents:
         context.log.warning(f"{result.mutated_documents} orders changed after they were loaded, e.g. {result.mutated_keys_sample}")
@@ -137,6 +170,7 @@ def orders_athena(context: AssetExecutionContext, aws: AwsClientsResource, spark
             "snapshot_id": result.snapshot_id,
             "export_arn": record.export_arn,
             "commit_manifest": manifest,
+            **_coverage_metadata(record),
         },
         check_results=[
             AssetCheckResult(

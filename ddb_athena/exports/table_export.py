@@ -1,8 +1,10 @@
 """Requests a DynamoDB export for one daily partition, idempotently, and waits for it.
 
-Every precondition that AWS would only report after billing (or never) is checked first:
-point-in-time recovery on, the bucket present, the window closed and still within the
-PITR retention. A partition's export is recorded in S3 (`<prefix>/<partition>/_export.json`)
+What a partition exports depends on the full export the table was loaded from (taken at T): a day
+that ends by T is covered by it (nothing to export); the day that contains T exports only
+[T, day end); every later day exactly [day start, day end). Every precondition that AWS would only
+report after billing (or never) is checked first: point-in-time recovery on, the bucket present,
+the window closed, at least 15 minutes long and still within the PITR retention. A partition's export is recorded in S3 (`<prefix>/<partition>/_export.json`)
 and re-used by a retry or a re-run; the ClientToken, derived from the partition, makes the
 request itself idempotent for the 8 hours AWS keeps it, so a crash between the request and
 the record does not pay twice either.
@@ -25,6 +27,15 @@ INCREMENTAL_EXPORT = "INCREMENTAL_EXPORT"
 EXPORT_VIEW = "NEW_IMAGE"
 EXPORT_FORMAT = "DYNAMODB_JSON"
 RECORD_NAME = "_export.json"
+# The record of a day that a full export already covers: no export was requested for it.
+COVERED = "COVERED_BY_FULL_EXPORT"
+# DynamoDB's limits on an incremental export's window.
+MIN_INCREMENTAL_WINDOW = timedelta(minutes=15)
+MAX_INCREMENTAL_WINDOW = timedelta(hours=24)
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
 
 
 class ExportError(RuntimeError):
@@ -45,18 +56,46 @@ class ExportWindow:
         if self.export_type == INCREMENTAL_EXPORT and (self.start is None or self.start >= self.end):
             raise ValueError(f"an incremental export needs start < end, got [{self.start}, {self.end})")
 
+    @property
+    def too_short(self) -> bool:
+        """Shorter than DynamoDB allows an incremental export to be."""
+        return self.export_type == INCREMENTAL_EXPORT and self.end - self.start < MIN_INCREMENTAL_WINDOW
+
     def describe(self) -> str:
         if self.export_type == FULL_EXPORT:
             return f"the whole table as of {self.end.isoformat()}"
         return f"[{self.start.isoformat()}, {self.end.isoformat()})"
 
 
-def partition_window(partition_start: datetime, partition_end: datetime, full: bool, now: datetime) -> ExportWindow:
-    """A full export is taken now (it covers everything up to now, so no later day can fall in a gap);
-    an incremental export covers exactly the partition's day."""
+@dataclass(frozen=True)
+class FullExportCoverage:
+    """The full export a table was loaded from: it holds every item as of `export_time`."""
+
+    export_arn: str
+    export_time: datetime
+
+
+def partition_window(
+    day_start: datetime, day_end: datetime, full: bool, coverage: FullExportCoverage | None, now: datetime
+) -> ExportWindow | None:
+    """What the partition of [day_start, day_end) exports; None when the table's full export covers the day.
+
+    A full export is taken now: it covers everything up to now, so no later day can fall in a gap.
+    The day that contains the full export's time T exports only [T, day end) (before T there may be
+    no point-in-time recovery: a new deployment turns it on just before its first full export)."""
     if full:
         return ExportWindow(FULL_EXPORT, None, now)
-    return ExportWindow(INCREMENTAL_EXPORT, partition_start, partition_end)
+    if coverage is not None and coverage.export_time >= day_end:
+        return None
+    start = max(day_start, coverage.export_time) if coverage is not None else day_start
+    return ExportWindow(INCREMENTAL_EXPORT, start, day_end)
+
+
+def widen_to_minimum(window: ExportWindow, earliest_restorable: datetime | None) -> ExportWindow:
+    """An incremental window shorter than DynamoDB's 15 minutes, widened backwards as far as point-in-time
+    recovery reaches, then forwards if it is still short. The load skips the orders it already has."""
+    start = min(window.start, max(window.end - MIN_INCREMENTAL_WINDOW, earliest_restorable or window.start))
+    return ExportWindow(INCREMENTAL_EXPORT, start, max(window.end, start + MIN_INCREMENTAL_WINDOW))
 
 
 @dataclass(frozen=True)
@@ -122,6 +161,12 @@ def _error_code(error: ClientError) -> str:
     return error.response.get("Error", {}).get("Code", "")
 
 
+def point_in_time_recovery(dynamodb, table_name: str) -> dict:
+    """The table's PointInTimeRecoveryDescription (status, EarliestRestorableDateTime)."""
+    backups = dynamodb.describe_continuous_backups(TableName=table_name)["ContinuousBackupsDescription"]
+    return backups.get("PointInTimeRecoveryDescription", {})
+
+
 def check_preconditions(dynamodb, s3, table_name: str, bucket: str, window: ExportWindow, now: datetime) -> str:
     """Raises ExportError with the fix for anything that would make the export fail; returns the table ARN."""
     try:
@@ -130,8 +175,7 @@ def check_preconditions(dynamodb, s3, table_name: str, bucket: str, window: Expo
         if _error_code(error) == "ResourceNotFoundException":
             raise ExportError(f"DynamoDB table {table_name!r} does not exist") from None
         raise
-    backups = dynamodb.describe_continuous_backups(TableName=table_name)["ContinuousBackupsDescription"]
-    pitr = backups.get("PointInTimeRecoveryDescription", {})
+    pitr = point_in_time_recovery(dynamodb, table_name)
     if pitr.get("PointInTimeRecoveryStatus") != "ENABLED":
         raise ExportError(
             f"Point-in-time recovery is off for DynamoDB table {table_name!r}, and exports need it. Turn it on with: "
@@ -146,6 +190,8 @@ def check_preconditions(dynamodb, s3, table_name: str, bucket: str, window: Expo
             raise ExportError(_missing_bucket(bucket)) from None
         raise
     if window.export_type == INCREMENTAL_EXPORT:
+        if not MIN_INCREMENTAL_WINDOW <= window.end - window.start <= MAX_INCREMENTAL_WINDOW:
+            raise ExportError(f"the window {window.describe()} is not between 15 minutes and 24 hours long, as DynamoDB requires")
         if window.end > now:
             raise ExportError(f"the window {window.describe()} has not closed yet (it is {now.isoformat()})")
         earliest = pitr.get("EarliestRestorableDateTime")
@@ -283,32 +329,71 @@ def _usable(s3, layout: SourceLayout, dynamodb, record: ExportRecord) -> dict | 
     return description
 
 
+def covered_record(layout: SourceLayout, partition: str, day_start: datetime, day_end: datetime, coverage: FullExportCoverage, attempt: int) -> ExportRecord:
+    """The record of a day that the table's full export covers: nothing exported, nothing to load."""
+    return ExportRecord(
+        partition=partition,
+        attempt=attempt,
+        export_arn=coverage.export_arn,
+        export_type=COVERED,
+        window_start=day_start.isoformat(),
+        window_end=day_end.isoformat(),
+        s3_prefix=export_prefix(layout, partition),
+        client_token="",
+        status="COMPLETED",
+        item_count=0,
+        export_time=coverage.export_time.isoformat(),
+    )
+
+
 def export_partition(
     dynamodb,
     s3,
     layout: SourceLayout,
     table_name: str,
     partition: str,
-    window: ExportWindow,
+    day_start: datetime,
+    day_end: datetime,
+    full: bool,
+    coverage: FullExportCoverage | None,
     timeout: timedelta,
     poll_seconds: float,
     log: Callable[[str], None],
     now: datetime | None = None,
 ) -> tuple[ExportRecord, bool]:
-    """The partition's completed export, re-used where possible; (record, reused)."""
-    now = now or datetime.now(timezone.utc)
+    """The partition's completed export (or the record that a full export covers its day), re-used where
+    possible; (record, reused). `full`: take a full export; `coverage`: the full export the table was loaded from."""
+    now = now or utc_now()
     recorded = load_record(s3, layout, partition)
-    description = _usable(s3, layout, dynamodb, recorded) if recorded else None
+    description = _usable(s3, layout, dynamodb, recorded) if recorded and recorded.export_type != COVERED else None
     # A recorded full export serves any re-run; an incremental one does not serve a requested bootstrap.
-    reused = description is not None and (recorded.export_type == FULL_EXPORT or window.export_type == INCREMENTAL_EXPORT)
+    reused = description is not None and (recorded.export_type == FULL_EXPORT or not full)
     if reused:
         log(f"re-using export {recorded.export_arn} of partition {partition} ({description['ExportStatus']})")
         record = recorded
     else:
-        if recorded:
+        if recorded and recorded.export_type != COVERED:
             log(f"the recorded export {recorded.export_arn} cannot be re-used (failed, cleaned up, or of another type)")
-        table_arn = check_preconditions(dynamodb, s3, table_name, layout.bucket, window, now)
         attempt = recorded.attempt + 1 if recorded else 1
+        window = partition_window(day_start, day_end, full, coverage, now)
+        if window is None:
+            log(
+                f"no export needed: the day ends by {coverage.export_time.isoformat()}, the time of full export "
+                f"{coverage.export_arn}, which holds every item up to then and is loaded"
+            )
+            record = covered_record(layout, partition, day_start, day_end, coverage, attempt - 1)
+            save_record(s3, layout, record)
+            return record, False
+        if window.export_type == INCREMENTAL_EXPORT and window.start > day_start:
+            log(f"the day up to {coverage.export_time.isoformat()} is covered by full export {coverage.export_arn}: exporting the rest of it")
+        if window.too_short:
+            widened = widen_to_minimum(window, point_in_time_recovery(dynamodb, table_name).get("EarliestRestorableDateTime"))
+            log(
+                f"{window.describe()} is shorter than the 15 minutes DynamoDB requires of an incremental export: widened to "
+                f"{widened.describe()}, within point-in-time recovery; the load skips the items it already has"
+            )
+            window = widened
+        table_arn = check_preconditions(dynamodb, s3, table_name, layout.bucket, window, now)
         s3_prefix = f"{export_prefix(layout, partition)}attempt-{attempt}/"
         token = client_token(table_arn, partition, window.export_type, attempt)
         log(f"requesting a {window.export_type} of {table_name}: {window.describe()} into s3://{layout.bucket}/{s3_prefix}")

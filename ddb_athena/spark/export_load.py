@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 
 from ddb_athena.identifiers import dotted_name, validate_identifier
-from ddb_athena.spark.change_merge import current_snapshot_id, ensure_table
+from ddb_athena.spark.change_merge import current_snapshot_id, ensure_table, table_properties
 from ddb_athena.table_spec import (
     CHANGED_AT_COLUMN,
     ITEM_COLUMN,
@@ -30,11 +30,15 @@ from ddb_athena.table_spec import (
     image_problem_sql,
     image_schema_ddl,
     insert_only_merge_sql,
+    set_properties_sql,
     timestamp_literal,
     typed_columns_sql,
 )
 
 MUTATED_KEYS_SAMPLE = 10
+# The newest full export loaded into the table: it holds every item as of its time.
+FULL_EXPORT_ARN_PROPERTY = "ddb_athena.full-export-arn"
+FULL_EXPORT_TIME_PROPERTY = "ddb_athena.full-export-time"
 _GZIP_CHUNK = 1 << 20
 
 
@@ -206,6 +210,24 @@ def _inserted_rows(spark: SparkSession, target: str, before: int | None, after: 
 def table_loaded(spark: SparkSession, target: str) -> bool:
     """Whether `target` exists and has a snapshot (a first load has committed)."""
     return spark.catalog.tableExists(dotted_name(target)) and current_snapshot_id(spark, target) is not None
+
+
+def loaded_full_export(spark: SparkSession, target: str) -> tuple[str, datetime] | None:
+    """(ARN, time) of the newest full export loaded into `target`, if any."""
+    if not spark.catalog.tableExists(dotted_name(target)):
+        return None
+    properties = table_properties(spark, target)
+    if FULL_EXPORT_TIME_PROPERTY not in properties:
+        return None
+    return properties[FULL_EXPORT_ARN_PROPERTY], datetime.fromisoformat(properties[FULL_EXPORT_TIME_PROPERTY])
+
+
+def record_loaded_full_export(spark: SparkSession, target: str, export_arn: str, export_time: datetime) -> None:
+    """Records on the table that it holds every item as of `export_time` (after the load committed), unless a
+    newer full export is recorded already."""
+    loaded = loaded_full_export(spark, target)
+    if loaded is None or loaded[1] < export_time:
+        spark.sql(set_properties_sql(target, {FULL_EXPORT_ARN_PROPERTY: export_arn, FULL_EXPORT_TIME_PROPERTY: export_time.isoformat()}))
 
 
 def _damaged_files(spark: SparkSession, files: list[ExportDataFile], items_read: int) -> list[tuple[str, str]]:

@@ -1,20 +1,26 @@
-"""orders_export and orders_athena through Dagster, against the emulator and local Spark: two daily
-partitions and a re-run leave every order of DynamoDB in library.orders exactly once."""
+"""orders_export and orders_athena through Dagster, against the emulator and local Spark, in the order a new
+deployment meets them: point-in-time recovery turned on the same day (the settings fixture does what
+`ddb-athena init --yes` does), a bootstrap, the next nights, a backfill from the start date and re-runs."""
 
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, time, timedelta, timezone
 
 import pytest
 from dagster import DagsterInstance, materialize
 
-from ddb_athena.assets.orders import orders_athena, orders_export
+from ddb_athena.assets.orders import orders_athena, orders_export, orders_partitions
 from ddb_athena.checks.orders import orders_unique_order_id
+from ddb_athena.exports.table_export import COVERED, FULL_EXPORT, INCREMENTAL_EXPORT
 from ddb_athena.simulate import order_item
-from ddb_athena_tests.dagster_helpers import check_results, local_resources, materialization_metadata
-from ddb_athena_tests.exports.helpers import pitr_holds_since
+from ddb_athena.spark.export_load import FULL_EXPORT_TIME_PROPERTY
+from ddb_athena.spark.change_merge import table_properties
+from ddb_athena_tests.dagster_helpers import check_results, clock_at, local_resources, materialization_metadata
 
 TODAY = datetime.now(timezone.utc).date()
-FIRST_DAY, SECOND_DAY = (TODAY - timedelta(days=3)).isoformat(), (TODAY - timedelta(days=2)).isoformat()
+MIDNIGHT = datetime.combine(TODAY, time(), tzinfo=timezone.utc)
+YESTERDAY, TOMORROW = (TODAY - timedelta(days=1)).isoformat(), (TODAY + timedelta(days=1)).isoformat()
+# When the daily schedule runs the day that has just ended.
+FIRST_NIGHT, SECOND_NIGHT = MIDNIGHT + timedelta(days=1, hours=2), MIDNIGHT + timedelta(days=2, hours=2)
 
 
 @pytest.fixture
@@ -47,47 +53,98 @@ def dynamodb_order_ids(settings) -> list[str]:
     return [item["order_id"]["S"] for page in pages for item in page["Items"]]
 
 
-def test_two_daily_partitions_and_a_rerun_load_every_order_exactly_once(spark, settings, instance):
-    pitr_holds_since(settings, datetime.now(timezone.utc) - timedelta(days=30))
-    put_orders(settings, 20, seed=1)
-    first = sync_orders(instance, FIRST_DAY)
-    export = materialization_metadata(first, "orders_export")
-    assert export["export_type"] == "FULL_EXPORT" and export["item_count"] == 20 and export["reused_export"] is False
-    loaded = materialization_metadata(first, "orders_athena")
-    assert (loaded["rows_inserted"], loaded["duplicates_skipped"], loaded["items_read"]) == (20, 0, 20)
+def exports_paid(settings) -> int:
+    table_arn = settings.client("dynamodb").describe_table(TableName=settings.orders_table)["Table"]["TableArn"]
+    return len(settings.client("dynamodb").list_exports(TableArn=table_arn)["ExportSummaries"])
+
+
+def backfill_from_the_start_date(instance, last: str) -> dict[str, dict]:
+    """Every partition from the start date to `last`, one run each, as a backfill runs them; the export metadata of each."""
+    keys = [key for key in orders_partitions.get_partition_keys() if key <= last]
+    assert keys[0] == orders_partitions.start.date().isoformat()
+    exports = {}
+    for key in keys:
+        result = sync_orders(instance, key)
+        assert all(check.passed for check in check_results(result).values()), key
+        exports[key] = materialization_metadata(result, "orders_export")
+    return exports
+
+
+def test_a_new_deployment_bootstraps_and_every_later_night_backfill_and_rerun_succeeds(spark, settings, instance):
+    pitr = settings.client("dynamodb").describe_continuous_backups(TableName=settings.orders_table)["ContinuousBackupsDescription"]
+    assert pitr["PointInTimeRecoveryDescription"]["EarliestRestorableDateTime"] > datetime.now(timezone.utc) - timedelta(minutes=5)
+    put_orders(settings, 10, seed=1)
+    # The first partition run (make dev's, or the first scheduled night's) bootstraps: a full export now.
+    bootstrap = sync_orders(instance, YESTERDAY)
+    export = materialization_metadata(bootstrap, "orders_export")
+    assert export["export_type"] == FULL_EXPORT and export["item_count"] == 10 and export["reused_export"] is False
+    loaded = materialization_metadata(bootstrap, "orders_athena")
+    assert (loaded["rows_inserted"], loaded["duplicates_skipped"], loaded["items_read"]) == (10, 0, 10)
     assert loaded["snapshot_id"] and loaded["bytes_read"] > 0 and loaded["items_per_second"] > 0
-    assert all(check.passed for check in check_results(first).values())
+    assert all(check.passed for check in check_results(bootstrap).values())
+    full_export_time = export["export_time"]
+    assert table_properties(spark, f"{settings.namespace}.orders")[FULL_EXPORT_TIME_PROPERTY] == full_export_time
 
-    put_orders(settings, 5, seed=2)
-    second = sync_orders(instance, SECOND_DAY)
-    export = materialization_metadata(second, "orders_export")
-    assert export["export_type"] == "INCREMENTAL_EXPORT"
-    assert export["window_start"].startswith(SECOND_DAY) and export["window_end"].startswith((TODAY - timedelta(days=1)).isoformat())
-    # moto writes a full snapshot even for an incremental export: the 20 known orders are duplicates.
-    loaded = materialization_metadata(second, "orders_athena")
-    assert (loaded["rows_inserted"], loaded["duplicates_skipped"], loaded["mutated_documents"]) == (5, 20, 0)
+    put_orders(settings, 4, seed=2)
+    with clock_at(FIRST_NIGHT):  # today's partition holds the full export's time: only the rest of the day
+        first_night = sync_orders(instance, TODAY.isoformat())
+    export = materialization_metadata(first_night, "orders_export")
+    assert export["export_type"] == INCREMENTAL_EXPORT
+    assert (export["window_start"], export["window_end"]) == (full_export_time, (MIDNIGHT + timedelta(days=1)).isoformat())
+    # moto writes the whole table even for an incremental export: the 10 known orders are duplicates.
+    loaded = materialization_metadata(first_night, "orders_athena")
+    assert (loaded["rows_inserted"], loaded["duplicates_skipped"], loaded["mutated_documents"]) == (4, 10, 0)
 
-    rerun = sync_orders(instance, SECOND_DAY)
+    put_orders(settings, 3, seed=3)
+    with clock_at(SECOND_NIGHT):  # a later day: exactly the day
+        second_night = sync_orders(instance, TOMORROW)
+    export = materialization_metadata(second_night, "orders_export")
+    assert export["export_type"] == INCREMENTAL_EXPORT
+    assert (export["window_start"], export["window_end"]) == ((MIDNIGHT + timedelta(days=1)).isoformat(), (MIDNIGHT + timedelta(days=2)).isoformat())
+    assert materialization_metadata(second_night, "orders_athena")["rows_inserted"] == 3
+    assert exports_paid(settings) == 3
+
+    with clock_at(SECOND_NIGHT):
+        backfill = backfill_from_the_start_date(instance, TOMORROW)
+    for key, export in backfill.items():
+        if key < YESTERDAY:  # ends before the full export: covered by it, nothing exported or loaded
+            assert export["export_type"] == COVERED and full_export_time in export["covered_by_export"], key
+        else:  # re-runs of what was exported above
+            assert export["reused_export"] is True, key
+    assert exports_paid(settings) == 3
+
+    rerun = sync_orders(instance, YESTERDAY)
     assert materialization_metadata(rerun, "orders_export")["reused_export"] is True
     assert materialization_metadata(rerun, "orders_athena")["rows_inserted"] == 0
-    assert all(check.passed for check in check_results(rerun).values())
-
     table_ids = [row["order_id"] for row in spark.table(f"{settings.namespace}.orders").select("order_id").collect()]
-    assert sorted(table_ids) == sorted(dynamodb_order_ids(settings)) and len(table_ids) == 25
-    table_arn = settings.client("dynamodb").describe_table(TableName=settings.orders_table)["Table"]["TableArn"]
-    assert len(settings.client("dynamodb").list_exports(TableArn=table_arn)["ExportSummaries"]) == 2  # the re-run paid nothing
+    assert sorted(table_ids) == sorted(dynamodb_order_ids(settings)) and len(table_ids) == 17
+    assert exports_paid(settings) == 3
+
+
+def test_a_day_the_full_export_covers_loads_nothing_and_says_which_export_covers_it(spark, settings, instance):
+    put_orders(settings, 3, seed=4)
+    bootstrap = materialization_metadata(sync_orders(instance, YESTERDAY), "orders_export")
+    day_before = (TODAY - timedelta(days=2)).isoformat()
+    result = sync_orders(instance, day_before)
+    export, loaded = materialization_metadata(result, "orders_export"), materialization_metadata(result, "orders_athena")
+    assert export["export_type"] == COVERED and export["export_arn"] == bootstrap["export_arn"] and export["item_count"] == 0
+    assert export["covered_by_export"] == f"{bootstrap['export_arn']} (every order as of {bootstrap['export_time']})"
+    assert loaded["rows_inserted"] == loaded["items_read"] == 0 and loaded["commit_manifest"] is None
+    assert loaded["covered_by_export"] == export["covered_by_export"]
+    assert all(check.passed for check in check_results(result).values())
+    assert exports_paid(settings) == 1
 
 
 def test_a_changed_order_is_counted_and_warns_without_rewriting_the_row(spark, settings, instance):
-    pitr_holds_since(settings, datetime.now(timezone.utc) - timedelta(days=30))
     put_orders(settings, 3, seed=3)
-    sync_orders(instance, FIRST_DAY)
+    sync_orders(instance, YESTERDAY)
     (order_id, *_) = dynamodb_order_ids(settings)
     settings.client("dynamodb").update_item(
         TableName=settings.orders_table, Key={"order_id": {"S": order_id}}, UpdateExpression="SET paid = :p", ExpressionAttributeValues={":p": {"BOOL": False}}
     )
     before = spark.table(f"{settings.namespace}.orders").where(f"order_id = '{order_id}'").collect()[0]["item"]
-    result = sync_orders(instance, SECOND_DAY)
+    with clock_at(FIRST_NIGHT):
+        result = sync_orders(instance, TODAY.isoformat())
     checks = check_results(result)
     assert not checks["orders_no_mutated_documents"].passed
     assert checks["orders_no_mutated_documents"].severity.value == "WARN"
@@ -96,14 +153,19 @@ def test_a_changed_order_is_counted_and_warns_without_rewriting_the_row(spark, s
     assert spark.table(f"{settings.namespace}.orders").where(f"order_id = '{order_id}'").collect()[0]["item"] == before
 
 
-def test_an_expired_window_fails_before_any_export_and_a_bootstrap_recovers(spark, settings, instance):
+def test_a_window_lost_to_point_in_time_recovery_fails_before_any_export_and_a_bootstrap_recovers(spark, settings, instance):
     put_orders(settings, 2, seed=4)
-    sync_orders(instance, FIRST_DAY)
-    # PITR holds only from when it was turned on (moto: the test's start), so the day's window is gone.
-    with pytest.raises(Exception, match="earliest time point-in-time recovery still holds"):
-        sync_orders(instance, SECOND_DAY)
-    recovered = sync_orders(instance, SECOND_DAY, run_config={"ops": {"orders_export": {"config": {"bootstrap": True}}}})
-    assert materialization_metadata(recovered, "orders_export")["export_type"] == "FULL_EXPORT"
+    sync_orders(instance, YESTERDAY)
+    # PITR turned off and on again after the full export: it no longer reaches back to the export's time.
+    dynamodb = settings.client("dynamodb")
+    for enabled in (False, True):
+        dynamodb.update_continuous_backups(TableName=settings.orders_table, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": enabled})
+    with clock_at(FIRST_NIGHT):
+        with pytest.raises(Exception, match="earliest time point-in-time recovery still holds"):
+            sync_orders(instance, TODAY.isoformat())
+        assert exports_paid(settings) == 1
+        recovered = sync_orders(instance, TODAY.isoformat(), run_config={"ops": {"orders_export": {"config": {"bootstrap": True}}}})
+    assert materialization_metadata(recovered, "orders_export")["export_type"] == FULL_EXPORT
     assert materialization_metadata(recovered, "orders_athena")["duplicates_skipped"] == 2
 
 
@@ -114,16 +176,16 @@ def test_a_damaged_export_file_turns_the_reconciliation_and_quarantine_checks_re
     from ddb_athena.exports.table_export import load_record
 
     put_orders(settings, 40, seed=5)
-    sync_orders(instance, FIRST_DAY, only=[orders_export])
+    sync_orders(instance, YESTERDAY, only=[orders_export])
     s3 = settings.client("s3")
-    (data_file,) = load_record(s3, SourceLayout(settings.bucket, "orders_export"), FIRST_DAY).data_files
+    (data_file,) = load_record(s3, SourceLayout(settings.bucket, "orders_export"), YESTERDAY).data_files
     body = s3.get_object(Bucket=settings.bucket, Key=data_file)["Body"].read()
     # Damage the file the way a cut transfer would: recompressed without flushing its last block.
     lines = gzip.decompress(body).splitlines(keepends=True)
     cut = gzip.compress(b"".join(lines))[: -len(gzip.compress(b"".join(lines[-10:])))]
     s3.put_object(Bucket=settings.bucket, Key=data_file, Body=cut)
 
-    result = sync_orders(instance, FIRST_DAY, only=[orders_athena])
+    result = sync_orders(instance, YESTERDAY, only=[orders_athena])
     checks = check_results(result)
     loaded = materialization_metadata(result, "orders_athena")
     assert not checks["orders_export_reconciles"].passed and not checks["orders_quarantine_empty"].passed

@@ -1,5 +1,6 @@
 """Freshness checks: books_iceberg red past two minutes, orders_athena red past 26 hours, green within."""
 
+import os
 import time
 
 import pytest
@@ -39,7 +40,7 @@ def freshness_passes(instance, asset, checks) -> bool:
 
 @pytest.mark.parametrize(
     "asset, checks, bound, partition",
-    [(books_iceberg, books_freshness_checks, 120, None), (orders_athena, orders_freshness_checks, 26 * 3600, "2026-11-20")],
+    [(books_iceberg, books_freshness_checks, 120, None), (orders_athena, orders_freshness_checks, 26 * 3600, os.environ["DDB_ATHENA_ORDERS_START_DATE"])],
     ids=["books", "orders"],
 )
 def test_freshness_fails_past_the_bound_and_passes_within_it(asset, checks, bound, partition):
