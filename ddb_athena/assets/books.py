@@ -9,6 +9,7 @@ from pydantic import Field
 from ddb_athena.capture.bootstrap import bootstrap_snapshot, pending_snapshot
 from ddb_athena.capture.change_files import ChangeFileNamer, list_change_files
 from ddb_athena.capture.commit_manifests import write_commit_manifest
+from ddb_athena.capture.quarantine import quarantine_foreign_files
 from ddb_athena.capture.stream_reader import StreamCapture
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.spark.change_merge import merge_change_files, table_exists
@@ -84,10 +85,14 @@ def books_iceberg(
     started = time.monotonic()
     s3 = aws.client("s3")
     layout = sync.books_layout
+    batch = context.run.run_id
+    # A file the merge cannot take would otherwise sit in the prefix forever, its changes lost in silence.
+    foreign = quarantine_foreign_files(s3, layout, batch)
+    if foreign:
+        context.log.warning(f"Quarantined {len(foreign)} files that are not change files: {', '.join(r.source_file for r in foreign)}")
     # Exactly the files present now: later arrivals wait for the next run, none is skipped.
     files = list_change_files(s3, layout)
     context.log.info(f"Merging {len(files)} change files into {sync.books_iceberg_table}")
-    batch = context.run.run_id
     result = merge_change_files(
         spark.spark_session,
         BOOKS_SPEC,
@@ -109,6 +114,7 @@ def books_iceberg(
             "files_consumed": len(files),
             "records_consumed": result.records_read,
             "records_quarantined": result.records_quarantined,
+            "foreign_files_quarantined": len(foreign),
             "records_superseded_by_bootstrap": result.records_superseded,
             "snapshot_id": result.snapshot_id,
             "lag_seconds": (now - result.newest_change_at).total_seconds() if result.newest_change_at else 0.0,

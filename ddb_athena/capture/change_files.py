@@ -16,6 +16,8 @@ from ddb_athena.dynamodb_json import item_to_wire
 
 EVENT_NAMES = ("INSERT", "MODIFY", "REMOVE", "SNAPSHOT")
 SNAPSHOT_KIND = "snapshot"
+# What a producer must name its files (see the README: the change-file contract).
+CHANGE_FILE_NAME_FORMAT = "<capture time, UTC, YYYYMMDDTHHMMSS.ffffffZ>-<kind: lowercase letters>-<tag: letters and digits>.jsonl"
 _NAME = re.compile(r"(?P<stamp>\d{8}T\d{6}\.\d{6}Z)-(?P<kind>[a-z]+)-(?P<tag>[A-Za-z0-9]+)\.jsonl")
 _STAMP_FORMAT = "%Y%m%dT%H%M%S.%fZ"
 

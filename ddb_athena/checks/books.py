@@ -9,6 +9,7 @@ from dagster import AssetCheckResult, AssetCheckSeverity, SupersessionWarning, a
 from ddb_athena.assets.books import books_iceberg
 from ddb_athena.capture.change_files import list_change_files, list_keys
 from ddb_athena.capture.commit_manifests import committed_files
+from ddb_athena.capture.quarantine import quarantined_reasons
 from ddb_athena.checks.table_checks import unique_key_result
 from ddb_athena.identifiers import dotted_name
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
@@ -41,17 +42,10 @@ def books_backlog(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheckResu
     )
 
 
-@asset_check(asset=books_iceberg, description="Every quarantined change record has been dealt with.")
+@asset_check(asset=books_iceberg, description="Every quarantined change record and foreign file has been dealt with.")
 def books_quarantine_empty(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheckResult:
-    s3 = aws.client("s3")
     layout = sync.books_layout
-    files = [obj["Key"] for obj in list_keys(s3, layout.bucket, layout.quarantine_prefix) if obj["Key"].endswith(".json")]
-    reasons: dict[str, int] = {}
-    for key in files:
-        for line in s3.get_object(Bucket=layout.bucket, Key=key)["Body"].read().decode("utf-8").splitlines():
-            if line.strip():
-                reason = json.loads(line).get("reason", "unknown")
-                reasons[reason] = reasons.get(reason, 0) + 1
+    reasons = quarantined_reasons(aws.client("s3"), layout)
     return AssetCheckResult(
         passed=not reasons,
         metadata={

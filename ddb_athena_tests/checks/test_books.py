@@ -6,7 +6,7 @@ from dagster import AssetCheckSeverity, DagsterInstance
 from ddb_athena.capture.change_files import SourceLayout, change_file_name
 from ddb_athena.checks.books import books_backlog, books_row_count_parity
 from ddb_athena.simulate import BookSimulator
-from ddb_athena_tests.dagster_helpers import check_results, local_resources, sync_books
+from ddb_athena_tests.dagster_helpers import check_results, local_resources, materialization_metadata, sync_books
 from ddb_athena_tests.spark.helpers import T0
 
 
@@ -43,3 +43,26 @@ def test_checks_pass_on_a_healthy_sync_and_fail_on_bad_input_backlog_and_drift(s
     assert not backlog.passed and backlog.metadata["unmerged_files"].value == 1
     parity = books_row_count_parity(aws=resources["aws"], spark=resources["spark"], sync=resources["sync"])
     assert not parity.passed and parity.severity == AssetCheckSeverity.WARN and parity.metadata["difference"].value == -1
+
+
+def test_a_foreign_file_in_the_change_prefix_is_quarantined_turns_the_check_red_and_the_rest_flows(spark, settings, instance):
+    s3 = settings.client("s3")
+    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table)
+    simulator.insert()
+    sync_books(instance)
+    layout = SourceLayout(settings.bucket, "books_source")
+    # Another producer's file (a Firehose's name): not a change file name, so the merge would never take it.
+    stray = layout.changes_prefix + "books-firehose-1-2026-11-23-00-01-02-0a1b2c3d"
+    s3.put_object(Bucket=settings.bucket, Key=stray, Body=b'{"event_name": "INSERT"}\n')
+    simulator.insert()
+    result = sync_books(instance)
+    checks = check_results(result)
+    assert not checks["books_quarantine_empty"].passed
+    assert "not a change file" in checks["books_quarantine_empty"].metadata["reasons"].value
+    assert materialization_metadata(result, "books_iceberg")["foreign_files_quarantined"] == 1
+    assert checks["books_row_count_parity"].passed and checks["books_backlog"].passed  # the real change merged
+    assert "Contents" not in s3.list_objects_v2(Bucket=settings.bucket, Prefix=stray)
+    # It stays red on later runs until someone deals with it, and it is quarantined once.
+    later = sync_books(instance)
+    assert not check_results(later)["books_quarantine_empty"].passed
+    assert materialization_metadata(later, "books_iceberg")["foreign_files_quarantined"] == 0

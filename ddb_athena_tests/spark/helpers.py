@@ -1,9 +1,9 @@
 """Building change files by hand and reading library.books back, for the merge tests."""
 
-import json
 from datetime import datetime, timedelta, timezone
 
 from ddb_athena.capture.change_files import ChangeRecord, SourceLayout, change_file_name, list_change_files, write_change_file
+from ddb_athena.capture.quarantine import quarantined_records
 from ddb_athena.spark.change_merge import MergeResult, merge_change_files
 from ddb_athena.table_spec import BOOKS_SPEC
 
@@ -58,15 +58,3 @@ class ChangeFiles:
 
     def quarantined(self) -> list[dict]:
         return quarantined_records(self.s3, self.layout)
-
-
-def quarantined_records(s3, layout: SourceLayout) -> list[dict]:
-    """Every record Spark wrote under the layout's quarantine prefix."""
-    from ddb_athena.capture.change_files import list_keys
-
-    lines = []
-    for obj in list_keys(s3, layout.bucket, layout.quarantine_prefix):
-        if obj["Key"].endswith(".json"):
-            body = s3.get_object(Bucket=layout.bucket, Key=obj["Key"])["Body"].read().decode()
-            lines += [json.loads(line) for line in body.splitlines() if line.strip()]
-    return lines

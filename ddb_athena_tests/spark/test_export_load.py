@@ -7,10 +7,10 @@ from decimal import Decimal
 import pytest
 
 from ddb_athena.capture.change_files import SourceLayout
+from ddb_athena.capture.quarantine import quarantined_records
 from ddb_athena.simulate import order_item
 from ddb_athena.spark.export_load import ExportDataFile, gzip_problem, load_export_files
 from ddb_athena.table_spec import ORDERS_SPEC
-from ddb_athena_tests.spark.helpers import quarantined_records
 from ddb_athena_tests.exports.aws_layout import full_line, gzip_lines, incremental_line, write_export
 
 DAY = datetime(2026, 11, 20, tzinfo=timezone.utc)
