@@ -9,6 +9,8 @@ setup(
     install_requires=[
         "dagster==1.13.*",
         "dagster-webserver==1.13.*",
+        # `ddb-athena launch`: runs submitted through the running webserver (make dev's first orders partition).
+        "dagster-graphql==1.13.*",
         "dagster-pyspark==0.29.*",
         "dagster-aws==0.29.*",
         # The Iceberg runtime JAR we use locally is built for Spark 3.5 / Scala 2.12.

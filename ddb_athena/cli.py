@@ -1,4 +1,4 @@
-"""The `ddb-athena` command: local stack, init, seed, simulate, query."""
+"""The `ddb-athena` command: local stack, init, seed, simulate, query, launch."""
 
 import argparse
 import random
@@ -87,6 +87,21 @@ def _query(args, settings: Settings) -> int:
     return 0
 
 
+def _launch(args, settings: Settings) -> int:
+    from dagster import DagsterRunStatus
+
+    from ddb_athena.launch import follow_run, launch_partition_run, yesterday_utc
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    partition = args.partition or yesterday_utc()
+    run_id = launch_partition_run(args.host, args.port, args.job, partition, args.ready_timeout, log)
+    if not args.follow:
+        return 0
+    return 0 if follow_run(args.host, args.port, run_id, log) == DagsterRunStatus.SUCCESS else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ddb-athena", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -116,6 +131,17 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("sql")
     query.add_argument("--format", choices=("table", "json"), default="table")
     query.set_defaults(handler=_query)
+
+    launch = commands.add_parser(
+        "launch", help="launch a partitioned job's run through a running Dagster webserver (the instance its UI shows)"
+    )
+    launch.add_argument("job", help="e.g. orders_daily")
+    launch.add_argument("--partition", help="daily partition key, YYYY-MM-DD (default: yesterday, UTC)")
+    launch.add_argument("--host", default="127.0.0.1")
+    launch.add_argument("--port", type=int, default=3000)
+    launch.add_argument("--ready-timeout", type=float, default=600, help="seconds to wait for the webserver and its code location")
+    launch.add_argument("--follow", action="store_true", help="log the run's status until it finishes; exit 1 unless it succeeds")
+    launch.set_defaults(handler=_launch)
     return parser
 
 

@@ -1,0 +1,68 @@
+"""Launches a job's partition through a running Dagster webserver, so the run belongs to the instance the UI
+shows (its run queue, its storage) instead of a second process initializing that storage at the same time."""
+
+import time
+from datetime import date, datetime, timedelta, timezone
+from typing import Callable
+
+from dagster import DagsterRunStatus
+from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
+
+PARTITION_TAG = "dagster/partition"
+_FINISHED = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+
+
+def yesterday_utc(now: datetime | None = None) -> str:
+    """The last complete daily partition (computed here: BSD `date` has no `-d yesterday`)."""
+    return ((now or datetime.now(timezone.utc)) - timedelta(days=1)).date().isoformat()
+
+
+def _not_ready(error: DagsterGraphQLClientError) -> bool:
+    """The webserver is not up yet, or its code location is still loading."""
+    kind = str(error.args[0]) if error.args else ""
+    return kind.startswith("Error when connecting") or kind.endswith("NotFoundError") or "RepositoryLocation" in kind
+
+
+def launch_partition_run(
+    host: str,
+    port: int,
+    job_name: str,
+    partition: str,
+    ready_timeout_seconds: float,
+    log: Callable[[str], None],
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """Submits the run once the webserver answers and knows the job; returns its run id."""
+    date.fromisoformat(partition)  # a daily partition key; a typo fails here, not in the run
+    deadline = time.monotonic() + ready_timeout_seconds
+    last_error = None
+    while True:
+        try:
+            client = DagsterGraphQLClient(host, port_number=port)
+            run_id = client.submit_job_execution(job_name, tags={PARTITION_TAG: partition})
+            log(f"launched {job_name} for partition {partition}: run {run_id}, http://{host}:{port}/runs/{run_id}")
+            return run_id
+        except DagsterGraphQLClientError as error:
+            if not _not_ready(error):
+                raise
+            if str(error) != last_error:
+                log(f"waiting for Dagster at {host}:{port} to serve {job_name}: {str(error).splitlines()[0]}")
+                last_error = str(error)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Dagster at {host}:{port} did not serve job {job_name} within {ready_timeout_seconds:.0f} s") from error
+            sleep(2)
+
+
+def follow_run(
+    host: str, port: int, run_id: str, log: Callable[[str], None], poll_seconds: float = 5, sleep: Callable[[float], None] = time.sleep
+) -> DagsterRunStatus:
+    """Logs the run's status as it changes until it finishes; returns the final status."""
+    client, last = DagsterGraphQLClient(host, port_number=port), None
+    while True:
+        status = client.get_run_status(run_id)
+        if status != last:
+            log(f"run {run_id}: {status.value}")
+            last = status
+        if status in _FINISHED:
+            return status
+        sleep(poll_seconds)
