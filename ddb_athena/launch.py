@@ -17,10 +17,17 @@ def yesterday_utc(now: datetime | None = None) -> str:
     return ((now or datetime.now(timezone.utc)) - timedelta(days=1)).date().isoformat()
 
 
-def _not_ready(error: DagsterGraphQLClientError) -> bool:
-    """The webserver is not up yet, or its code location is still loading."""
+def _waiting_for(error: DagsterGraphQLClientError) -> str | None:
+    """What the webserver is not ready with yet, or None when the error is not about readiness."""
+    cause = error.__cause__ or error.__context__
+    while cause is not None:
+        if isinstance(cause, OSError):  # connection refused or reset: not listening yet
+            return "the webserver to answer"
+        cause = cause.__cause__ or cause.__context__
     kind = str(error.args[0]) if error.args else ""
-    return kind.startswith("Error when connecting") or kind.endswith("NotFoundError") or "RepositoryLocation" in kind
+    if kind.endswith("NotFoundError") or "RepositoryLocation" in kind:
+        return f"its code location to load ({kind})"
+    return None
 
 
 def launch_partition_run(
@@ -35,7 +42,7 @@ def launch_partition_run(
     """Submits the run once the webserver answers and knows the job; returns its run id."""
     date.fromisoformat(partition)  # a daily partition key; a typo fails here, not in the run
     deadline = time.monotonic() + ready_timeout_seconds
-    last_error = None
+    last_waiting_for = None
     while True:
         try:
             client = DagsterGraphQLClient(host, port_number=port)
@@ -43,11 +50,12 @@ def launch_partition_run(
             log(f"launched {job_name} for partition {partition}: run {run_id}, http://{host}:{port}/runs/{run_id}")
             return run_id
         except DagsterGraphQLClientError as error:
-            if not _not_ready(error):
+            waiting_for = _waiting_for(error)
+            if waiting_for is None:
                 raise
-            if str(error) != last_error:
-                log(f"waiting for Dagster at {host}:{port} to serve {job_name}: {str(error).splitlines()[0]}")
-                last_error = str(error)
+            if waiting_for != last_waiting_for:
+                log(f"waiting for Dagster at {host}:{port}: for {waiting_for}")
+                last_waiting_for = waiting_for
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Dagster at {host}:{port} did not serve job {job_name} within {ready_timeout_seconds:.0f} s") from error
             sleep(2)
