@@ -4,7 +4,7 @@ import warnings
 
 from dagster import DefaultSensorStatus, Definitions, SupersessionWarning, build_sensor_for_freshness_checks, in_process_executor
 
-from ddb_athena.assets.books import books_iceberg, books_source
+from ddb_athena.assets.books import sync_books
 from ddb_athena.assets.orders import orders_athena, orders_export
 from ddb_athena.checks.books import books_backlog, books_freshness_checks, books_quarantine_empty, books_row_count_parity, books_unique_id
 from ddb_athena.checks.orders import orders_freshness_checks, orders_unique_order_id
@@ -21,7 +21,7 @@ with warnings.catch_warnings():  # see ddb_athena/checks/books.py
     )
 
 defs = Definitions(
-    assets=[books_source, books_iceberg, orders_export, orders_athena],
+    assets=[sync_books, orders_export, orders_athena],
     asset_checks=[
         *books_freshness_checks,
         books_backlog,

@@ -109,6 +109,13 @@ class SyncSettings(ConfigurableResource):
     orders_table: str = Field(default="orders", description="DynamoDB table name of orders")
     namespace: str = "library"
     backlog_limit_minutes: float = Field(default=2.0, description="oldest unmerged change file allowed, in minutes")
+    sync_run_minutes: float = Field(
+        default=60.0, ge=0, description="how long one books_sync run keeps syncing before it ends (the schedule starts the next); 0: one cycle"
+    )
+    merge_interval_seconds: float = Field(default=10.0, gt=0, description="seconds from one sync cycle's start to the next")
+    table_checks_every_cycles: int = Field(
+        default=6, ge=1, description="the checks that read the table and DynamoDB run on every n-th recorded cycle"
+    )
     snapshot_retention_hours: float = 6.0
     snapshot_retain_last: int = 10
     tombstone_retention_days: float = 7.0

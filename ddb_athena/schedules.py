@@ -1,5 +1,6 @@
-"""Schedules: books every minute (skipped while a books run is queued or in flight), maintenance hourly,
-orders daily at a configurable hour (UTC) for the day that just ended."""
+"""Schedules: the books sync's launcher and watchdog (every minute it starts a sync run unless one is queued or
+running, so a run that ended or crashed is replaced within a minute), maintenance hourly, orders daily at a
+configurable hour (UTC) for the day that just ended."""
 
 from dagster import (
     DagsterRunStatus,
@@ -13,7 +14,11 @@ from dagster import (
 )
 
 from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG, ORDERS_CONCURRENCY_TAG, books_maintenance, books_sync_job, orders_daily
+from ddb_athena.resources import SyncSettings
 from ddb_athena.settings import Settings
+
+# Run monitoring (dagster.yaml) ends a sync run that is still going this long after its planned end: it hangs.
+SYNC_RUN_SLACK_MINUTES = 10
 
 _UNFINISHED = [
     DagsterRunStatus.QUEUED,
@@ -29,12 +34,17 @@ def books_run_in_flight(context: ScheduleEvaluationContext, job_name: str) -> bo
     return bool(runs)
 
 
+def sync_run_tags(sync: SyncSettings) -> dict[str, str]:
+    max_runtime = (sync.sync_run_minutes + SYNC_RUN_SLACK_MINUTES) * 60 + sync.merge_interval_seconds
+    return {**BOOKS_CONCURRENCY_TAG, "dagster/max_runtime": str(int(max_runtime))}
+
+
 @schedule(job=books_sync_job, cron_schedule="* * * * *", default_status=DefaultScheduleStatus.RUNNING)
-def books_every_minute(context: ScheduleEvaluationContext):
-    # A backlog of queued ticks would only merge empty batches; one queued run catches up on everything.
+def books_every_minute(context: ScheduleEvaluationContext, sync: SyncSettings):
+    # One sync run at a time: it loops for sync_run_minutes; this tick only replaces it once it has ended.
     if books_run_in_flight(context, books_sync_job.name):
         return SkipReason("a books_sync run is still queued or running")
-    return RunRequest(tags=BOOKS_CONCURRENCY_TAG)
+    return RunRequest(tags=sync_run_tags(sync))
 
 
 @schedule(job=books_maintenance, cron_schedule="17 * * * *", default_status=DefaultScheduleStatus.RUNNING)

@@ -2,7 +2,9 @@
 
 Books change files are deleted as soon as their merge committed; orders export files after
 `export_retention_days` (0: at once). Removing them never affects readers: the Iceberg tables
-do not reference source files.
+do not reference source files. One cleanup run per table and tick takes every manifest found
+since the last tick: a run is a process of its own, so one per 10-second sync cycle would cost
+more than the merges. Cleanup runs do not carry the writer tag: they never wait behind the sync.
 """
 
 import json
@@ -12,35 +14,40 @@ from dagster import AssetKey, AssetRecordsFilter, DefaultSensorStatus, RunReques
 
 from ddb_athena.assets.books import books_iceberg
 from ddb_athena.assets.orders import orders_athena
-from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG, ORDERS_CONCURRENCY_TAG, source_cleanup
+from ddb_athena.jobs import CLEANUP_TAG, source_cleanup
 from ddb_athena.resources import SyncSettings
 
 SECONDS_PER_DAY = 86_400
+# Materializations one cleanup run covers at most (about a quarter of an hour of 10-second cycles).
+CLEANUP_BATCH = 100
 
 
 def cleanup_requests(
-    context: SensorEvaluationContext, asset_key: AssetKey, bucket: str, tags: dict, after: int | None, retention_seconds: float = 0.0
+    context: SensorEvaluationContext, asset_key: AssetKey, bucket: str, after: int | None, retention_seconds: float = 0.0
 ):
-    """One cleanup run per materialization that consumed files, keyed by its event so it never runs twice.
-    A materialization younger than the retention stops the scan: it and those after it wait."""
+    """At most one cleanup run for the materializations after `after` that consumed files, keyed by the
+    events it covers so it never runs twice. A materialization younger than the retention stops the scan:
+    it and those after it wait."""
     records = context.instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=asset_key, after_storage_id=after), limit=100, ascending=True
+        AssetRecordsFilter(asset_key=asset_key, after_storage_id=after), limit=CLEANUP_BATCH, ascending=True
     ).records
-    requests, cursor = [], after
+    manifests, cursor = [], after
     for record in records:
         if record.timestamp + retention_seconds > time.time():
             break
         manifest = record.asset_materialization.metadata.get("commit_manifest") if record.asset_materialization else None
         if manifest is not None and manifest.value:
-            requests.append(
-                RunRequest(
-                    run_key=f"cleanup-{asset_key.to_user_string()}-{record.storage_id}",
-                    run_config={"ops": {"delete_committed_source_files": {"config": {"bucket": bucket, "manifest_key": manifest.value}}}},
-                    tags={**tags, "ddb_athena/cleans": record.run_id},
-                )
-            )
+            manifests.append(manifest.value)
         cursor = record.storage_id
-    return requests, cursor
+    if not manifests:
+        return [], cursor
+    table = asset_key.to_user_string()
+    request = RunRequest(
+        run_key=f"cleanup-{table}-{after or 0}-{cursor}",
+        run_config={"ops": {"delete_committed_source_files": {"config": {"bucket": bucket, "manifest_keys": manifests}}}},
+        tags={CLEANUP_TAG: table},
+    )
+    return [request], cursor
 
 
 def _cursors(cursor: str | None) -> dict[str, int]:
@@ -51,16 +58,13 @@ def _cursors(cursor: str | None) -> dict[str, int]:
     return {books_iceberg.key.to_user_string(): parsed} if isinstance(parsed, int) else parsed
 
 
-@sensor(job=source_cleanup, minimum_interval_seconds=15, default_status=DefaultSensorStatus.RUNNING)
+@sensor(job=source_cleanup, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
 def cleanup_after_materialization(context: SensorEvaluationContext, sync: SyncSettings):
     cursors = _cursors(context.cursor)
     requests = []
-    for asset_key, tags, retention_days in (
-        (books_iceberg.key, BOOKS_CONCURRENCY_TAG, 0.0),
-        (orders_athena.key, ORDERS_CONCURRENCY_TAG, sync.export_retention_days),
-    ):
+    for asset_key, retention_days in ((books_iceberg.key, 0.0), (orders_athena.key, sync.export_retention_days)):
         name = asset_key.to_user_string()
-        found, cursor = cleanup_requests(context, asset_key, sync.bucket, tags, cursors.get(name), retention_days * SECONDS_PER_DAY)
+        found, cursor = cleanup_requests(context, asset_key, sync.bucket, cursors.get(name), retention_days * SECONDS_PER_DAY)
         requests += found
         if cursor is not None:
             cursors[name] = cursor

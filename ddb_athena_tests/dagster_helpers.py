@@ -6,24 +6,22 @@ from unittest import mock
 
 from dagster import DagsterInstance, materialize
 
-from ddb_athena.assets.books import books_iceberg, books_source
-from ddb_athena.checks.books import books_backlog, books_quarantine_empty, books_row_count_parity, books_unique_id
+from ddb_athena.assets.books import sync_books as books_sync_assets
 from ddb_athena.resources import resources_from_settings
 from ddb_athena.settings import Settings
-
-BOOKS_CHECKS = [books_backlog, books_quarantine_empty, books_unique_id, books_row_count_parity]
 
 
 def local_resources(**sync_options) -> dict:
     return resources_from_settings(Settings.from_env(), **sync_options)
 
 
-def sync_books(instance: DagsterInstance, run_config: dict | None = None, **sync_options):
+def sync_books(instance: DagsterInstance, config: dict | None = None, **sync_options):
+    """A books_sync run of one cycle (unless `config` says otherwise), its checks evaluated in that cycle."""
     return materialize(
-        [books_source, books_iceberg, *BOOKS_CHECKS],
+        [books_sync_assets],
         resources=local_resources(**sync_options),
         instance=instance,
-        run_config=run_config,
+        run_config={"ops": {"sync_books": {"config": {"run_minutes": 0, **(config or {})}}}},
         raise_on_error=True,
     )
 

@@ -28,8 +28,9 @@ def test_lineage_jobs_schedules_and_sensors_are_wired():
         assert schedule.default_status == DefaultScheduleStatus.RUNNING
     for sensor in defs.sensors:
         assert sensor.default_status == DefaultSensorStatus.RUNNING
-    for job_name in ("books_sync", "source_cleanup", "books_maintenance"):
+    for job_name in ("books_sync", "books_maintenance"):
         assert defs.resolve_job_def(job_name).tags == BOOKS_CONCURRENCY_TAG
+    assert "ddb_athena/writer" not in defs.resolve_job_def("source_cleanup").tags  # cleanup never waits for the sync
 
 
 def test_orders_lineage_partitions_job_and_checks_are_wired():

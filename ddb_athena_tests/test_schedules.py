@@ -2,14 +2,25 @@ from dagster import DagsterRunStatus, RunRequest, SkipReason, build_schedule_con
 from dagster._core.storage.dagster_run import DagsterRun
 
 from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG
+from ddb_athena.resources import SyncSettings
 from ddb_athena.schedules import books_every_minute, books_maintenance_hourly
 
+SYNC = SyncSettings(bucket="b", books_table="books", sync_run_minutes=60, merge_interval_seconds=10)
 
-def test_books_runs_every_minute_and_carries_the_concurrency_tag():
+
+def tick(instance):
+    with build_schedule_context(instance=instance, resources={"sync": SYNC}) as context:
+        return books_every_minute(context)
+
+
+def test_books_sync_is_launched_every_minute_with_the_concurrency_tag_and_a_max_runtime_past_its_length():
     assert books_every_minute.cron_schedule == "* * * * *"
     with instance_for_test() as instance:
-        request = books_every_minute(build_schedule_context(instance=instance))
-    assert isinstance(request, RunRequest) and request.tags == BOOKS_CONCURRENCY_TAG
+        request = tick(instance)
+    assert isinstance(request, RunRequest)
+    assert request.tags["ddb_athena/writer"] == BOOKS_CONCURRENCY_TAG["ddb_athena/writer"]
+    # Run monitoring ends a run still going 10 minutes after its planned hour (it hangs); the next tick replaces it.
+    assert int(request.tags["dagster/max_runtime"]) == 70 * 60 + 10
 
 
 def test_a_tick_is_skipped_while_a_books_run_is_queued_or_running():
@@ -17,12 +28,12 @@ def test_a_tick_is_skipped_while_a_books_run_is_queued_or_running():
         # (QUEUED runs need a full code-location origin to be created; NOT_STARTED stands in for a pending run.)
         for status in (DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTED):
             run = instance.add_run(DagsterRun(job_name="books_sync", status=status))
-            assert isinstance(books_every_minute(build_schedule_context(instance=instance)), SkipReason)
+            assert isinstance(tick(instance), SkipReason)
             instance.delete_run(run.run_id)
         # A finished run, or another job's run, does not hold the schedule back.
         instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.SUCCESS))
         instance.add_run(DagsterRun(job_name="source_cleanup", status=DagsterRunStatus.STARTED))
-        assert isinstance(books_every_minute(build_schedule_context(instance=instance)), RunRequest)
+        assert isinstance(tick(instance), RunRequest)
 
 
 def test_maintenance_runs_hourly_with_the_same_tag():

@@ -35,22 +35,21 @@ def test_each_materialization_gets_one_cleanup_that_deletes_only_what_it_committ
     # A file that lands after the last merge: not committed, so no cleanup may touch it.
     late = ChangeFiles(spark, settings).write(change(10**30, "late", "INSERT"))
 
-    requests, cursor = evaluate(instance)
-    assert [r.run_config["ops"]["delete_committed_source_files"]["config"]["manifest_key"] for r in requests] == [
+    # One run for everything committed since the last tick (a run per 10-second cycle would cost more than the merges).
+    (request,), cursor = evaluate(instance)
+    assert request.run_config["ops"]["delete_committed_source_files"]["config"]["manifest_keys"] == [
         first["commit_manifest"],
         second["commit_manifest"],
     ]
-    assert len({r.run_key for r in requests}) == 2
+    assert request.tags["ddb_athena/cleanup"] == "books_iceberg" and "ddb_athena/writer" not in request.tags  # never waits for the sync
     assert evaluate(instance, cursor)[0] == []  # evaluated again: nothing new, nothing twice
 
-    for request in requests:
-        assert source_cleanup.execute_in_process(run_config=request.run_config, resources=local_resources()).success
+    assert source_cleanup.execute_in_process(run_config=request.run_config, resources=local_resources()).success
     assert list_change_files(settings.client("s3"), SourceLayout(settings.bucket, "books_source")) == [late]
 
 
 def test_an_orders_load_gets_one_cleanup_of_exactly_its_export_and_the_retention_delays_it(spark, settings, instance):
     from ddb_athena.capture.change_files import list_keys
-    from ddb_athena.jobs import ORDERS_CONCURRENCY_TAG
     from ddb_athena_tests.assets.test_orders import YESTERDAY, put_orders, sync_orders
 
     put_orders(settings, 3, seed=9)
@@ -65,7 +64,7 @@ def test_an_orders_load_gets_one_cleanup_of_exactly_its_export_and_the_retention
 
     requests, cursor = evaluate(instance)
     (request,) = requests
-    assert request.tags["ddb_athena/writer"] == ORDERS_CONCURRENCY_TAG["ddb_athena/writer"]
+    assert request.tags["ddb_athena/cleanup"] == "orders_athena" and "ddb_athena/writer" not in request.tags
     assert evaluate(instance, cursor)[0] == []
     assert source_cleanup.execute_in_process(run_config=request.run_config, resources=local_resources(), tags=request.tags).success
     assert [obj["Key"] for obj in list_keys(s3, settings.bucket, f"orders_export/{YESTERDAY}/")] == [f"orders_export/{YESTERDAY}/_export.json"]

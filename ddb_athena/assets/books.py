@@ -1,126 +1,110 @@
-"""Books assets: capture of the DynamoDB stream (books_source) and the minute MERGE (books_iceberg)."""
+"""Books assets: the stream captured as change files (books_source) and MERGEd into Iceberg (books_iceberg), by one
+long-lived sync run that keeps its SparkSession warm and cycles every few seconds.
+
+Every cycle that does something is recorded as a materialization of both assets (idle cycles once a minute,
+so freshness holds and the event log stays small), with the books_iceberg checks evaluated beside it:
+backlog and quarantine every time, the checks that read the table or DynamoDB every few cycles.
+"""
 
 import time
-from datetime import datetime, timezone
 
-from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckResult,
+    AssetExecutionContext,
+    AssetMaterialization,
+    AssetSpec,
+    Config,
+    multi_asset,
+)
 from pydantic import Field
 
-from ddb_athena.capture.bootstrap import bootstrap_snapshot, pending_snapshot
-from ddb_athena.capture.change_files import ChangeFileNamer, list_change_files
-from ddb_athena.capture.commit_manifests import write_commit_manifest
-from ddb_athena.capture.quarantine import quarantine_foreign_files
-from ddb_athena.capture.stream_reader import StreamCapture
+from ddb_athena.books_cycle import BooksSync
+from ddb_athena.cycle_loop import run_cycles
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
-from ddb_athena.spark.change_merge import merge_change_files, table_exists
-from ddb_athena.table_spec import BOOKS_SPEC
 
-
-class BooksSourceConfig(Config):
-    bootstrap: bool = Field(
-        default=False,
-        description="Scan the whole table and replay the stream after it: the recovery from a stream gap.",
-    )
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment else None
-
-
-@asset(
+# The specs are skippable: each cycle's materializations are logged as events, no output is returned.
+books_source = AssetSpec(
+    "books_source",
     group_name="books",
     kinds={"dynamodb", "s3"},
     description="DynamoDB stream changes of the books table, captured as change files under s3://<bucket>/books_source/.",
+    skippable=True,
 )
-def books_source(
-    context: AssetExecutionContext,
-    config: BooksSourceConfig,
-    aws: AwsClientsResource,
-    spark: IcebergSparkResource,
-    sync: SyncSettings,
-) -> MaterializeResult:
-    started = time.monotonic()
-    s3, dynamodb = aws.client("s3"), aws.client("dynamodb")
-    layout = sync.books_layout
-    namer = ChangeFileNamer()
-    capture = StreamCapture(dynamodb, aws.client("dynamodbstreams"), s3, sync.books_table, layout, namer=namer, log=context.log.info)
-    metadata: dict = {"bootstrap_items": 0}
-    table_missing = not table_exists(spark.spark_session, sync.books_iceberg_table)
-    if config.bootstrap or (table_missing and not pending_snapshot(s3, layout)):
-        reason = "requested" if config.bootstrap else f"{sync.books_iceberg_table} does not exist yet"
-        context.log.info(f"Bootstrap ({reason}): scanning {sync.books_table}, then replaying the stream from its start")
-        # The whole retained stream is replayed after the scan; that ordering is what makes the scan exact.
-        capture.reset_checkpoints()
-        snapshot = bootstrap_snapshot(dynamodb, s3, sync.books_table, BOOKS_SPEC.key.attribute, layout, namer)
-        metadata.update(bootstrap_items=snapshot.items, bootstrap_file=snapshot.change_file)
-
-    result = capture.capture()
-    pending = list_change_files(s3, layout)
-    newest = datetime.fromisoformat(result.newest_change_at.replace("Z", "+00:00")) if result.newest_change_at else None
-    metadata.update(
-        records_captured=result.records,
-        inserts=result.events.get("INSERT", 0),
-        modifies=result.events.get("MODIFY", 0),
-        removes=result.events.get("REMOVE", 0),
-        change_files_written=len(result.change_files),
-        change_files_pending=len(pending),
-        shards_read=result.shards_read,
-        stream_arn=result.stream_arn,
-        capture_lag_seconds=(datetime.now(timezone.utc) - newest).total_seconds() if newest else 0.0,
-        duration_seconds=time.monotonic() - started,
-        source=MetadataValue.url(layout.uri(layout.changes_prefix)),
-    )
-    return MaterializeResult(metadata=metadata)
-
-
-@asset(
+books_iceberg = AssetSpec(
+    "books_iceberg",
     deps=[books_source],
     group_name="books",
     kinds={"spark", "iceberg"},
-    description="library.books: the books table in Iceberg, kept in sync by one MERGE INTO per run.",
+    description="library.books: the books table in Iceberg, kept in sync by a MERGE INTO every few seconds.",
+    skippable=True,
 )
-def books_iceberg(
-    context: AssetExecutionContext, aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings
-) -> MaterializeResult:
-    started = time.monotonic()
-    s3 = aws.client("s3")
-    layout = sync.books_layout
-    batch = context.run.run_id
-    # A file the merge cannot take would otherwise sit in the prefix forever, its changes lost in silence.
-    foreign = quarantine_foreign_files(s3, layout, batch)
-    if foreign:
-        context.log.warning(f"Quarantined {len(foreign)} files that are not change files: {', '.join(r.source_file for r in foreign)}")
-    # Exactly the files present now: later arrivals wait for the next run, none is skipped.
-    files = list_change_files(s3, layout)
-    context.log.info(f"Merging {len(files)} change files into {sync.books_iceberg_table}")
-    result = merge_change_files(
-        spark.spark_session,
-        BOOKS_SPEC,
+# An idle cycle is recorded at most this often: enough for freshness and the plots, little for the event log.
+IDLE_RECORD_SECONDS = 60.0
+
+
+class BooksSyncConfig(Config):
+    bootstrap: bool = Field(
+        default=False,
+        description="Scan the whole table and replay the stream after it (first cycle): the recovery from a stream gap.",
+    )
+    run_minutes: float | None = Field(
+        default=None, description="How long this run keeps syncing; 0: one cycle. Default: the sync resource's sync_run_minutes."
+    )
+    merge_interval_seconds: float | None = Field(
+        default=None, description="Seconds from one cycle's start to the next. Default: the sync resource's merge_interval_seconds."
+    )
+
+
+def evaluation(result: AssetCheckResult, check_name: str) -> AssetCheckEvaluation:
+    """A check's result as an event of the running sync (a check runs in many cycles of one run)."""
+    return AssetCheckEvaluation(
+        asset_key=books_iceberg.key,
+        check_name=check_name,
+        passed=result.passed,
+        metadata=result.metadata,
+        severity=result.severity,
+        description=result.description,
+    )
+
+
+@multi_asset(
+    name="sync_books",
+    specs=[books_source, books_iceberg],
+    description="Captures the books stream and MERGEs it into library.books every merge_interval_seconds for run_minutes.",
+)
+def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings):
+    # Imported here: the checks module imports this one for the asset keys.
+    from ddb_athena.checks.books import cycle_check_results
+
+    run_minutes = sync.sync_run_minutes if config.run_minutes is None else config.run_minutes
+    interval = sync.merge_interval_seconds if config.merge_interval_seconds is None else config.merge_interval_seconds
+    syncer = BooksSync(
+        aws.client("dynamodb"),
+        aws.client("dynamodbstreams"),
+        aws.client("s3"),
+        lambda: spark.spark_session,
+        spark.source_scheme,
+        sync.books_table,
         sync.books_iceberg_table,
-        [layout.uri(key, spark.source_scheme) for key in files],
-        layout.uri(f"{layout.quarantine_prefix}{batch}", spark.source_scheme),
+        sync.books_layout,
+        log=context.log.info,
+        warn=context.log.warning,
     )
-    manifest = write_commit_manifest(s3, layout, batch, files, sync.books_iceberg_table, result.snapshot_id) if files else None
-    if result.records_quarantined:
-        context.log.warning(f"Quarantined {result.records_quarantined} records: {result.quarantine_reasons}")
-    now = datetime.now(timezone.utc)
-    return MaterializeResult(
-        metadata={
-            "rows_inserted": result.inserted,
-            "rows_updated": result.updated,
-            "rows_deleted": result.deleted,
-            "keys_changed": result.changes,
-            "changes_stale_skipped": result.stale_skipped,
-            "files_consumed": len(files),
-            "records_consumed": result.records_read,
-            "records_quarantined": result.records_quarantined,
-            "foreign_files_quarantined": len(foreign),
-            "records_superseded_by_bootstrap": result.records_superseded,
-            "snapshot_id": result.snapshot_id,
-            "lag_seconds": (now - result.newest_change_at).total_seconds() if result.newest_change_at else 0.0,
-            "newest_change_at": _iso(result.newest_change_at),
-            "duration_seconds": time.monotonic() - started,
-            "bootstrap_file": result.bootstrap_file,
-            "commit_manifest": manifest,
-        }
-    )
+    recorded = {"at": None, "cycles": 0}
+
+    def cycle(number: int) -> None:
+        outcome = syncer.cycle(f"{context.run.run_id}-{number}", bootstrap=config.bootstrap and number == 1)
+        if outcome.idle and recorded["at"] is not None and time.monotonic() - recorded["at"] < IDLE_RECORD_SECONDS:
+            return
+        context.log_event(AssetMaterialization(asset_key=books_source.key, metadata={**outcome.source, "cycle": number}))
+        context.log_event(AssetMaterialization(asset_key=books_iceberg.key, metadata={**outcome.merged, "cycle": number}))
+        # The checks that read the table or DynamoDB: on the first recorded cycle, then every few, never idle.
+        with_table = not outcome.idle and recorded["cycles"] % sync.table_checks_every_cycles == 0
+        for name, result in cycle_check_results(aws, spark, sync, with_table).items():
+            context.log_event(evaluation(result, name))
+        recorded.update(at=time.monotonic(), cycles=recorded["cycles"] + 1)
+
+    cycles = run_cycles(cycle, interval, run_minutes * 60)
+    context.log.info(f"Sync run done after {cycles} cycles ({run_minutes:g} minutes, one every {interval:g} s)")
+    yield from ()

@@ -17,8 +17,8 @@ from ddb_athena.capture.checkpoints import CheckpointStore, ShardCheckpoint
 BOOTSTRAP_HINT = (
     "Recover with a bootstrap (a full scan ordered before the stream's remaining changes): "
     "dagster asset materialize -m ddb_athena.definitions --select books_source,books_iceberg "
-    "--config-json '{\"ops\": {\"books_source\": {\"config\": {\"bootstrap\": true}}}}' "
-    "(or launch books_sync from the UI with that run config)."
+    "--config-json '{\"ops\": {\"sync_books\": {\"config\": {\"bootstrap\": true, \"run_minutes\": 0}}}}' "
+    "(or launch the books_sync job from the UI with that run config)."
 )
 
 

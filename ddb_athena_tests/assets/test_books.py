@@ -57,6 +57,6 @@ def test_a_requested_bootstrap_recovers_from_a_stream_gap(spark, settings, insta
     simulator.insert()
     with pytest.raises(Exception, match="bootstrap"):
         sync_books(instance)
-    recovered = sync_books(instance, run_config={"ops": {"books_source": {"config": {"bootstrap": True}}}})
+    recovered = sync_books(instance, config={"bootstrap": True})
     assert materialization_metadata(recovered, "books_source")["bootstrap_items"] == 2
     assert spark.table(f"{settings.namespace}.books").count() == 2

@@ -1,0 +1,82 @@
+"""The loop of a long-lived sync run: one cycle every interval until the run's time is up or it is asked to stop.
+
+A stop (SIGINT from Ctrl-C, SIGTERM from a terminating run launcher) that arrives during a cycle is
+held until the cycle has finished, then delivered again with the previous handlers back in place, so
+whatever the process does on that signal (Dagster: end the run as canceled) happens between cycles.
+No Dagster here.
+"""
+
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_WAIT_STEP_SECONDS = 0.2
+
+
+class StopRequest:
+    """The first stop signal received while held, if any."""
+
+    def __init__(self):
+        self.signal: int | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signal is not None
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Within the block, a stop signal is recorded instead of acted on (main thread only: elsewhere
+        Python cannot set handlers, and signals reach the main thread anyway)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {number: signal.getsignal(number) for number in STOP_SIGNALS}
+
+        def record(number, _frame):
+            self.signal = self.signal or number
+
+        for number in STOP_SIGNALS:
+            signal.signal(number, record)
+        try:
+            yield
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    def deliver(self) -> None:
+        """Acts on a held stop now, with the handlers that were in place before."""
+        if self.signal is not None:
+            signal.raise_signal(self.signal)
+
+
+def run_cycles(
+    cycle: Callable[[int], None],
+    interval_seconds: float,
+    run_seconds: float,
+    stop: StopRequest | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Calls `cycle(1)`, `cycle(2)`, ... one `interval_seconds` apart (start to start; back to back when a
+    cycle takes longer) until `run_seconds` have passed (0: a single cycle) or a stop is requested.
+    Returns how many cycles ran; a held stop is delivered after the last one."""
+    if interval_seconds <= 0 or run_seconds < 0:
+        raise ValueError(f"interval must be positive and run time not negative, got {interval_seconds} and {run_seconds}")
+    stop = stop or StopRequest()
+    deadline = clock() + run_seconds
+    number = 0
+    with stop.held():
+        while True:
+            number += 1
+            started = clock()
+            cycle(number)
+            next_start = started + interval_seconds
+            while not stop.requested and clock() < min(next_start, deadline):
+                sleep(min(_WAIT_STEP_SECONDS, max(0.0, min(next_start, deadline) - clock())))
+            if stop.requested or clock() >= deadline:
+                break
+    stop.deliver()
+    return number
