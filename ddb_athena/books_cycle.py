@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from ddb_athena.capture.bootstrap import bootstrap_snapshot, pending_snapshot
 from ddb_athena.capture.change_files import ChangeFileNamer, SourceLayout, list_change_files
-from ddb_athena.capture.commit_manifests import write_commit_manifest
+from ddb_athena.capture.commit_manifests import committed_files, write_commit_manifest
 from ddb_athena.capture.quarantine import quarantine_foreign_files
 from ddb_athena.capture.stream_reader import StreamCapture
 from ddb_athena.spark.change_merge import merge_change_files, table_exists
@@ -101,8 +101,10 @@ class BooksSync:
         foreign = quarantine_foreign_files(self._s3, self._layout, batch)
         if foreign:
             self._warn(f"Quarantined {len(foreign)} files that are not change files: {', '.join(r.source_file for r in foreign)}")
-        # Exactly the files present now: later arrivals wait for the next cycle, none is skipped.
-        files = list_change_files(self._s3, self._layout)
+        # Exactly the files present now: later arrivals wait for the next cycle, none is skipped. Files an earlier
+        # cycle committed wait only for their cleanup: merging them again would change nothing and cost a Spark job.
+        committed = committed_files(self._s3, self._layout)
+        files = [key for key in list_change_files(self._s3, self._layout) if key not in committed]
         if not files:
             return {**self._idle_metadata(), "idle": False, "foreign_files_quarantined": len(foreign)} if foreign else None
         self._log(f"Merging {len(files)} change files into {self._iceberg_table}")

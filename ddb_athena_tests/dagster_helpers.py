@@ -15,20 +15,26 @@ def local_resources(**sync_options) -> dict:
     return resources_from_settings(Settings.from_env(), **sync_options)
 
 
-def sync_books(instance: DagsterInstance, config: dict | None = None, **sync_options):
+def sync_books(instance: DagsterInstance, config: dict | None = None, raise_on_error: bool = True, **sync_options):
     """A books_sync run of one cycle (unless `config` says otherwise), its checks evaluated in that cycle."""
     return materialize(
         [books_sync_assets],
         resources=local_resources(**sync_options),
         instance=instance,
         run_config={"ops": {"sync_books": {"config": {"run_minutes": 0, **(config or {})}}}},
-        raise_on_error=True,
+        raise_on_error=raise_on_error,
     )
 
 
+def materializations_metadata(result, asset_name: str) -> list[dict]:
+    """Every materialization of the asset in the run (a sync run records one per cycle), in order."""
+    events = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == asset_name]
+    return [{key: value.value for key, value in event.materialization.metadata.items()} for event in events]
+
+
 def materialization_metadata(result, asset_name: str) -> dict:
-    (event,) = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == asset_name]
-    return {key: value.value for key, value in event.materialization.metadata.items()}
+    (metadata,) = materializations_metadata(result, asset_name)
+    return metadata
 
 
 def check_results(result) -> dict:

@@ -1,15 +1,19 @@
-"""books_source and books_iceberg materialized through Dagster, against the emulator and local Spark."""
+"""books_source and books_iceberg materialized by books_sync runs, against the emulator and local Spark."""
 
+import os
+import signal
+import threading
 from dataclasses import replace
 
 import pytest
-from dagster import DagsterInstance
+from dagster import AssetKey, DagsterInstance
 
-from ddb_athena.capture.change_files import SourceLayout
+from ddb_athena.capture.change_files import SourceLayout, list_change_files
 from ddb_athena.capture.checkpoints import CheckpointStore
+from ddb_athena.capture.commit_manifests import committed_files
 from ddb_athena.checks.books import dynamodb_item_count
 from ddb_athena.simulate import BookSimulator
-from ddb_athena_tests.dagster_helpers import materialization_metadata, sync_books
+from ddb_athena_tests.dagster_helpers import materialization_metadata, materializations_metadata, sync_books
 
 
 @pytest.fixture
@@ -60,3 +64,107 @@ def test_a_requested_bootstrap_recovers_from_a_stream_gap(spark, settings, insta
     recovered = sync_books(instance, config={"bootstrap": True})
     assert materialization_metadata(recovered, "books_source")["bootstrap_items"] == 2
     assert spark.table(f"{settings.namespace}.books").count() == 2
+
+
+def snapshot_count(spark, settings) -> int:
+    return spark.table(f"{settings.namespace}.books.snapshots").count()
+
+
+def test_one_run_cycles_with_its_warm_session_and_records_every_cycle_with_its_checks(spark, settings, instance):
+    dynamodb = settings.client("dynamodb")
+    simulator = BookSimulator(dynamodb, settings.books_table)
+    for _ in range(5):
+        simulator.insert()
+    sync_books(instance)  # the bootstrap
+
+    writing = threading.Event()
+
+    def write_while_the_run_lasts():
+        while not writing.wait(0.7):
+            simulator.step()
+
+    writer = threading.Thread(target=write_while_the_run_lasts)
+    writer.start()
+    try:
+        result = sync_books(instance, config={"run_minutes": 0.25, "merge_interval_seconds": 3})
+    finally:
+        writing.set()
+        writer.join()
+    cycles = materializations_metadata(result, "books_iceberg")
+    assert len(cycles) >= 3 and [cycle["cycle"] for cycle in cycles] == sorted(cycle["cycle"] for cycle in cycles)
+    assert len(materializations_metadata(result, "books_source")) == len(cycles)
+    assert sum(cycle["records_consumed"] for cycle in cycles) > 0
+    backlog = [e for e in result.get_asset_check_evaluations() if e.check_name == "books_backlog"]
+    assert len(backlog) == len(cycles) and all(e.passed for e in backlog)
+    # The checks that scan the table run on the first recorded cycle and then every few, not every cycle.
+    assert 1 <= len([e for e in result.get_asset_check_evaluations() if e.check_name == "books_unique_id"]) < len(cycles)
+
+    sync_books(instance)  # what the writer wrote after the run's last cycle
+    assert spark.table(f"{settings.namespace}.books").count() == dynamodb_item_count(dynamodb, settings.books_table)
+
+
+def spark_job_ids(spark) -> set[int]:
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(30_000)  # the tracker learns of jobs asynchronously
+    return set(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
+
+
+def test_an_idle_cycle_runs_no_spark_job_commits_no_snapshot_and_is_recorded_once_a_minute(spark, settings, instance):
+    BookSimulator(settings.client("dynamodb"), settings.books_table).insert()
+    sync_books(instance)
+    snapshots, jobs = snapshot_count(spark, settings), spark_job_ids(spark)
+    result = sync_books(instance, config={"run_minutes": 0.05, "merge_interval_seconds": 1})
+    assert spark_job_ids(spark) == jobs
+    assert snapshot_count(spark, settings) == snapshots
+    (idle,) = materializations_metadata(result, "books_iceberg")  # ~3 idle cycles, the first one recorded
+    assert idle["idle"] is True and idle["files_consumed"] == 0 and idle["commit_manifest"] is None
+    assert {e.check_name for e in result.get_asset_check_evaluations()} == {"books_backlog", "books_quarantine_empty"}
+
+
+def test_a_stop_during_a_run_ends_it_after_the_cycle_in_progress(spark, settings, instance):
+    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table)
+    simulator.insert()
+    sync_books(instance)
+    simulator.insert()
+
+    # As a run launcher terminating the run does: SIGTERM, which Dagster turns into an interrupt of the step.
+    stopper = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM))
+    stopper.start()
+    try:
+        result = sync_books(instance, config={"run_minutes": 30, "merge_interval_seconds": 1}, raise_on_error=False)
+    finally:
+        stopper.cancel()
+    (failure,) = result.get_step_failure_events()
+    assert failure.step_failure_data.error.cls_name == "DagsterExecutionInterruptedError"
+    # A failed run's result holds no materializations; the instance has every cycle's, recorded as it ended.
+    records = instance.fetch_materializations(AssetKey("books_iceberg"), limit=100).records
+    cycles = [{k: v.value for k, v in r.asset_materialization.metadata.items()} for r in records if r.run_id == result.run_id]
+    assert cycles and cycles[-1]["rows_inserted"] == 1  # the cycle in progress finished and committed
+    s3 = settings.client("s3")
+    for cycle in cycles:  # and wrote its manifest
+        assert cycle["commit_manifest"] is None or s3.head_object(Bucket=settings.bucket, Key=cycle["commit_manifest"])
+
+
+def test_a_run_killed_after_its_commit_before_its_manifest_is_made_good_by_the_next_run(spark, settings, instance, monkeypatch):
+    dynamodb = settings.client("dynamodb")
+    simulator = BookSimulator(dynamodb, settings.books_table)
+    simulator.insert()
+    sync_books(instance)
+    for _ in range(10):
+        simulator.step()
+
+    def killed(*args, **kwargs):
+        raise SystemExit("killed after the commit, before the manifest")
+
+    with monkeypatch.context() as patched:
+        patched.setattr("ddb_athena.books_cycle.write_commit_manifest", killed)
+        with pytest.raises(BaseException, match="killed after the commit"):
+            sync_books(instance)
+    layout = SourceLayout(settings.bucket, "books_source")
+    s3 = settings.client("s3")
+    left = set(list_change_files(s3, layout)) - committed_files(s3, layout)
+    assert left  # committed, but in no manifest: nothing cleans them up yet
+
+    next_run = materialization_metadata(sync_books(instance), "books_iceberg")
+    assert next_run["files_consumed"] == len(left) and next_run["rows_inserted"] + next_run["rows_updated"] + next_run["rows_deleted"] == 0
+    assert next_run["commit_manifest"]  # the next cleanup takes them
+    assert spark.table(f"{settings.namespace}.books").count() == dynamodb_item_count(dynamodb, settings.books_table)
