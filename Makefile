@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test dev bench lint clean
+.PHONY: install test dev bench bench-freshness lint clean
 
 install: $(INSTALLED)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing.
@@ -25,6 +25,11 @@ dev: install
 bench: install
 	$(BIN)/python -m ddb_athena_bench.books_merge
 	$(BIN)/python -m ddb_athena_bench.orders_load
+
+# The real local stack for 10 minutes: freshness p50/p95/max, CPU per minute, file counts (report and chart
+# in .ddb_athena/bench/). On an otherwise idle machine: it measures CPU.
+bench-freshness: install
+	$(BIN)/python -m ddb_athena_bench.freshness --minutes $${MINUTES:-10}
 
 clean:
 	rm -rf $(VENV) .ddb_athena .dagster_home *.egg-info

@@ -28,8 +28,9 @@ setup(
             "snowpark-connect-deps-iceberg==1.0.3",
             "pytest>=8",
         ],
-        # `make bench`: DuckDB is the near-the-limit reference for the orders load.
-        "bench": ["duckdb>=1.1"],
+        # `make bench`: DuckDB is the near-the-limit reference for the orders load; `make bench-freshness` reads
+        # library.books with PyIceberg (not our Spark, as Athena reads it), measures CPU with psutil, draws with matplotlib.
+        "bench": ["duckdb>=1.1", "pyiceberg[pyarrow]==0.12.*", "psutil>=5.9", "matplotlib>=3.8"],
     },
     entry_points={"console_scripts": ["ddb-athena=ddb_athena.cli:main"]},
 )

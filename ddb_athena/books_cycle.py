@@ -141,5 +141,15 @@ class BooksSync:
     @staticmethod
     def _idle_metadata() -> dict:
         """An idle cycle's books_iceberg metadata: the same numbers as a merge's (so the plots stay continuous), all zero."""
-        zero = ("rows_inserted", "rows_updated", "rows_deleted", "keys_changed", "files_consumed", "records_consumed", "lag_seconds")
+        zero = (
+            "rows_inserted",
+            "rows_updated",
+            "rows_deleted",
+            "keys_changed",
+            "files_consumed",
+            "records_consumed",
+            "records_quarantined",
+            "foreign_files_quarantined",
+            "lag_seconds",
+        )
         return {**{name: 0 for name in zero}, "idle": True, "commit_manifest": None}

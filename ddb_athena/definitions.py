@@ -6,11 +6,18 @@ from dagster import DefaultSensorStatus, Definitions, SupersessionWarning, build
 
 from ddb_athena.assets.books import sync_books
 from ddb_athena.assets.orders import orders_athena, orders_export
-from ddb_athena.checks.books import books_backlog, books_freshness_checks, books_quarantine_empty, books_row_count_parity, books_unique_id
+from ddb_athena.checks.books import (
+    books_backlog,
+    books_files_compact,
+    books_freshness_checks,
+    books_quarantine_empty,
+    books_row_count_parity,
+    books_unique_id,
+)
 from ddb_athena.checks.orders import orders_freshness_checks, orders_unique_order_id
 from ddb_athena.jobs import books_maintenance, books_sync_job, orders_daily, source_cleanup
 from ddb_athena.resources import resources_from_settings
-from ddb_athena.schedules import books_every_minute, books_maintenance_hourly, orders_daily_schedule
+from ddb_athena.schedules import books_every_minute, orders_daily_schedule
 from ddb_athena.sensors import cleanup_after_materialization
 from ddb_athena.settings import Settings
 
@@ -28,11 +35,12 @@ defs = Definitions(
         books_quarantine_empty,
         books_unique_id,
         books_row_count_parity,
+        books_files_compact,
         *orders_freshness_checks,
         orders_unique_order_id,
     ],
     jobs=[books_sync_job, source_cleanup, books_maintenance, orders_daily],
-    schedules=[books_every_minute, books_maintenance_hourly, orders_daily_schedule],
+    schedules=[books_every_minute, orders_daily_schedule],
     sensors=[cleanup_after_materialization, freshness_sensor],
     resources=resources_from_settings(Settings.from_env()),
     # Every job, `dagster asset materialize` included, runs in one process: one SparkSession per run.

@@ -5,16 +5,13 @@ Every job that writes a table or its source carries that table's concurrency tag
 dagster.yaml limits to one run at a time per table: runs queue behind each other, never overlap.
 """
 
-from datetime import timedelta
-
-from dagster import AssetObservation, AssetSelection, Config, OpExecutionContext, define_asset_job, job, op
+from dagster import AssetSelection, Config, OpExecutionContext, define_asset_job, job, op
 from pydantic import Field
 
-from ddb_athena.assets.books import books_iceberg, sync_books
+from ddb_athena.assets.books import maintain_books, maintenance_observation, sync_books
 from ddb_athena.assets.orders import orders_athena, orders_export
 from ddb_athena.capture.commit_manifests import delete_committed_files
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
-from ddb_athena.spark.maintenance import maintain_table
 
 BOOKS_CONCURRENCY_TAG = {"ddb_athena/writer": "books"}
 ORDERS_CONCURRENCY_TAG = {"ddb_athena/writer": "orders"}
@@ -57,20 +54,13 @@ def source_cleanup():
     delete_committed_source_files()
 
 
-@op(description="Compacts library.books, expires old snapshots (past the retention) and prunes old tombstones.")
+@op(description="Compacts library.books, expires old snapshots, removes orphan files and prunes old tombstones.")
 def maintain_books_table(context: OpExecutionContext, spark: IcebergSparkResource, sync: SyncSettings) -> None:
-    result = maintain_table(
-        spark.spark_session,
-        spark.catalog,
-        sync.books_iceberg_table,
-        snapshot_retention=timedelta(hours=sync.snapshot_retention_hours),
-        retain_last=sync.snapshot_retain_last,
-        tombstone_retention=timedelta(days=sync.tombstone_retention_days),
-    )
-    # Shown on the books_iceberg asset page beside its materializations.
-    context.log_event(AssetObservation(asset_key=books_iceberg.key, metadata={f"maintenance_{k}": v for k, v in vars(result).items()}))
+    context.log_event(maintenance_observation(maintain_books(spark, sync)))
 
 
-@job(tags=BOOKS_CONCURRENCY_TAG, description="Hourly Iceberg maintenance of library.books.")
+# The sync run maintains the table itself every maintenance_interval_minutes; this job is for a table whose
+# sync is stopped. It carries the writer tag, so it waits for a running sync instead of competing with it.
+@job(tags=BOOKS_CONCURRENCY_TAG, description="Iceberg maintenance of library.books, on demand.")
 def books_maintenance():
     maintain_books_table()

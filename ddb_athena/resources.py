@@ -116,8 +116,16 @@ class SyncSettings(ConfigurableResource):
     table_checks_every_cycles: int = Field(
         default=6, ge=1, description="the checks that read the table and DynamoDB run on every n-th recorded cycle"
     )
-    snapshot_retention_hours: float = 6.0
-    snapshot_retain_last: int = 10
+    snapshot_retention_hours: float = Field(
+        default=1.0, ge=1.0, description="expire snapshots older than this; at least 1 hour, longer than the longest query"
+    )
+    snapshot_retain_last: int = Field(default=10, ge=1, description="snapshots kept whatever their age")
+    orphan_file_age_days: float = Field(
+        default=3.0, ge=1.0, description="remove files no snapshot references once older than this; at least 1 day"
+    )
+    maintenance_interval_minutes: float = Field(
+        default=15.0, gt=0, description="the sync run compacts library.books, expires snapshots and removes orphans this often"
+    )
     tombstone_retention_days: float = 7.0
     export_timeout_minutes: float = Field(default=180.0, description="how long to wait for a DynamoDB export")
     export_poll_seconds: float = Field(default=30.0, description="how often to ask DynamoDB about a running export")
@@ -140,6 +148,14 @@ class SyncSettings(ConfigurableResource):
     @property
     def orders_iceberg_table(self) -> str:
         return qualified_name(self.namespace, "orders")
+
+    @property
+    def snapshot_retention(self) -> timedelta:
+        return timedelta(hours=self.snapshot_retention_hours)
+
+    @property
+    def orphan_file_age(self) -> timedelta:
+        return timedelta(days=self.orphan_file_age_days)
 
     @property
     def backlog_limit(self) -> timedelta:

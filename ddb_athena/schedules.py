@@ -1,6 +1,6 @@
 """Schedules: the books sync's launcher and watchdog (every minute it starts a sync run unless one is queued or
-running, so a run that ended or crashed is replaced within a minute), maintenance hourly, orders daily at a
-configurable hour (UTC) for the day that just ended."""
+running, so a run that ended or crashed is replaced within a minute; the run maintains its table itself), orders
+daily at a configurable hour (UTC) for the day that just ended."""
 
 from dagster import (
     DagsterRunStatus,
@@ -13,7 +13,7 @@ from dagster import (
     schedule,
 )
 
-from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG, ORDERS_CONCURRENCY_TAG, books_maintenance, books_sync_job, orders_daily
+from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG, ORDERS_CONCURRENCY_TAG, books_sync_job, orders_daily
 from ddb_athena.resources import SyncSettings
 from ddb_athena.settings import Settings
 
@@ -45,11 +45,6 @@ def books_every_minute(context: ScheduleEvaluationContext, sync: SyncSettings):
     if books_run_in_flight(context, books_sync_job.name):
         return SkipReason("a books_sync run is still queued or running")
     return RunRequest(tags=sync_run_tags(sync))
-
-
-@schedule(job=books_maintenance, cron_schedule="17 * * * *", default_status=DefaultScheduleStatus.RUNNING)
-def books_maintenance_hourly(context: ScheduleEvaluationContext):
-    return RunRequest(tags=BOOKS_CONCURRENCY_TAG)
 
 
 # Each tick runs the partition of the previous day, once that day has ended.

@@ -211,15 +211,15 @@ def create_table_sql(spec: TableSpec, catalog_table: str) -> str:
     partitioned = f" PARTITIONED BY ({', '.join(_partition_sql(p) for p in spec.partition_by)})" if spec.partition_by else ""
     return (
         f"CREATE TABLE IF NOT EXISTS {dotted_name(catalog_table)} ({', '.join(columns)}) "
-        f"USING iceberg{partitioned} TBLPROPERTIES ({_properties_sql(properties)})"
+        f"USING iceberg{partitioned} TBLPROPERTIES ({properties_sql(properties)})"
     )
 
 
 def set_properties_sql(catalog_table: str, properties: Mapping[str, str]) -> str:
-    return f"ALTER TABLE {dotted_name(catalog_table)} SET TBLPROPERTIES ({_properties_sql(properties)})"
+    return f"ALTER TABLE {dotted_name(catalog_table)} SET TBLPROPERTIES ({properties_sql(properties)})"
 
 
-def _properties_sql(properties: Mapping[str, str]) -> str:
+def properties_sql(properties: Mapping[str, str]) -> str:
     """`'key'='value', ...`; a quote or backslash in a key or value is refused rather than escaped."""
     for text in (*properties.keys(), *properties.values()):
         if not isinstance(text, str) or "'" in text or "\\" in text:
@@ -260,6 +260,12 @@ def insert_only_merge_sql(spec: TableSpec, catalog_table: str, source_view: str)
     )
 
 
+# Every commit writes a new metadata.json; without these each one stays forever (a commit every few seconds).
+METADATA_UPKEEP_PROPERTIES = (
+    ("write.metadata.delete-after-commit.enabled", "true"),
+    ("write.metadata.previous-versions-max", "20"),
+)
+
 BOOKS_SPEC = TableSpec(
     table="books",
     key=ColumnSpec("id", "id", "string", required=True),
@@ -269,6 +275,7 @@ BOOKS_SPEC = TableSpec(
         ColumnSpec("summary", "summary"),
         ColumnSpec("published_at", "date", "epoch_nanos_timestamp"),
     ),
+    properties=METADATA_UPKEEP_PROPERTIES,
 )
 
 
@@ -292,6 +299,7 @@ ORDERS_SPEC = TableSpec(
         ("write.parquet.dict-size-bytes", "65536"),
         # Level 1 writes files as small as the default level 3 for this data, in less time.
         ("write.parquet.compression-level", "1"),
+        *METADATA_UPKEEP_PROPERTIES,
     ),
     source="export",
 )

@@ -3,7 +3,7 @@ from dagster._core.storage.dagster_run import DagsterRun
 
 from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG
 from ddb_athena.resources import SyncSettings
-from ddb_athena.schedules import books_every_minute, books_maintenance_hourly
+from ddb_athena.schedules import books_every_minute
 
 SYNC = SyncSettings(bucket="b", books_table="books", sync_run_minutes=60, merge_interval_seconds=10)
 
@@ -34,11 +34,6 @@ def test_a_tick_is_skipped_while_a_books_run_is_queued_or_running():
         instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.SUCCESS))
         instance.add_run(DagsterRun(job_name="source_cleanup", status=DagsterRunStatus.STARTED))
         assert isinstance(tick(instance), RunRequest)
-
-
-def test_maintenance_runs_hourly_with_the_same_tag():
-    with instance_for_test() as instance:
-        assert books_maintenance_hourly(build_schedule_context(instance=instance)).tags == BOOKS_CONCURRENCY_TAG
 
 
 def test_orders_run_daily_at_the_configured_hour_for_the_day_that_ended():

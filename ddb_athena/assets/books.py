@@ -7,12 +7,14 @@ backlog and quarantine every time, the checks that read the table or DynamoDB ev
 """
 
 import time
+from datetime import timedelta
 
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckResult,
     AssetExecutionContext,
     AssetMaterialization,
+    AssetObservation,
     AssetSpec,
     Config,
     multi_asset,
@@ -22,6 +24,7 @@ from pydantic import Field
 from ddb_athena.books_cycle import BooksSync
 from ddb_athena.cycle_loop import run_cycles
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
+from ddb_athena.spark.maintenance import MaintenanceResult, maintain_table, maintenance_due, record_maintained
 
 # The specs are skippable: each cycle's materializations are logged as events, no output is returned.
 books_source = AssetSpec(
@@ -56,6 +59,26 @@ class BooksSyncConfig(Config):
     )
 
 
+def maintain_books(spark: IcebergSparkResource, sync: SyncSettings) -> MaintenanceResult:
+    """Compaction, expiry, orphans and tombstones of library.books, recorded on the table."""
+    result = maintain_table(
+        spark.spark_session,
+        spark.catalog,
+        sync.books_iceberg_table,
+        snapshot_retention=sync.snapshot_retention,
+        retain_last=sync.snapshot_retain_last,
+        orphan_age=sync.orphan_file_age,
+        tombstone_retention=timedelta(days=sync.tombstone_retention_days),
+    )
+    record_maintained(spark.spark_session, sync.books_iceberg_table)
+    return result
+
+
+def maintenance_observation(result: MaintenanceResult) -> AssetObservation:
+    """What maintenance did, shown on the books_iceberg asset page beside the materializations."""
+    return AssetObservation(asset_key=books_iceberg.key, metadata={f"maintenance_{k}": v for k, v in result.metadata().items()})
+
+
 def evaluation(result: AssetCheckResult, check_name: str) -> AssetCheckEvaluation:
     """A check's result as an event of the running sync (a check runs in many cycles of one run)."""
     return AssetCheckEvaluation(
@@ -75,7 +98,7 @@ def evaluation(result: AssetCheckResult, check_name: str) -> AssetCheckEvaluatio
 )
 def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings):
     # Imported here: the checks module imports this one for the asset keys.
-    from ddb_athena.checks.books import cycle_check_results
+    from ddb_athena.checks.books import cycle_check_results, files_compact_result
 
     run_minutes = sync.sync_run_minutes if config.run_minutes is None else config.run_minutes
     interval = sync.merge_interval_seconds if config.merge_interval_seconds is None else config.merge_interval_seconds
@@ -91,7 +114,8 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
         log=context.log.info,
         warn=context.log.warning,
     )
-    recorded = {"at": None, "cycles": 0}
+    recorded = {"at": None, "merges": 0}
+    maintenance_interval = timedelta(minutes=sync.maintenance_interval_minutes)
 
     def cycle(number: int) -> None:
         outcome = syncer.cycle(f"{context.run.run_id}-{number}", bootstrap=config.bootstrap and number == 1)
@@ -99,11 +123,17 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
             return
         context.log_event(AssetMaterialization(asset_key=books_source.key, metadata={**outcome.source, "cycle": number}))
         context.log_event(AssetMaterialization(asset_key=books_iceberg.key, metadata={**outcome.merged, "cycle": number}))
-        # The checks that read the table or DynamoDB: on the first recorded cycle, then every few, never idle.
-        with_table = not outcome.idle and recorded["cycles"] % sync.table_checks_every_cycles == 0
+        # The checks that read the table or DynamoDB: after the run's first merge, then every few, never when idle.
+        with_table = not outcome.idle and recorded["merges"] % sync.table_checks_every_cycles == 0
         for name, result in cycle_check_results(aws, spark, sync, with_table).items():
             context.log_event(evaluation(result, name))
-        recorded.update(at=time.monotonic(), cycles=recorded["cycles"] + 1)
+        recorded.update(at=time.monotonic(), merges=recorded["merges"] + (not outcome.idle))
+        # One writer: upkeep runs inside the loop, between merges, never beside them. Idle tables need none.
+        if not outcome.idle and maintenance_due(spark.spark_session, sync.books_iceberg_table, maintenance_interval):
+            maintained = maintain_books(spark, sync)
+            context.log.info(f"Maintenance: {maintained.before} -> {maintained.after}")
+            context.log_event(maintenance_observation(maintained))
+            context.log_event(evaluation(files_compact_result(spark, sync), "books_files_compact"))
 
     cycles = run_cycles(cycle, interval, run_minutes * 60)
     context.log.info(f"Sync run done after {cycles} cycles ({run_minutes:g} minutes, one every {interval:g} s)")

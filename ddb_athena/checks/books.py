@@ -17,9 +17,13 @@ from ddb_athena.capture.quarantine import quarantined_reasons
 from ddb_athena.checks.table_checks import unique_key_result
 from ddb_athena.identifiers import dotted_name
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
+from ddb_athena.spark.maintenance import table_files
 from ddb_athena.table_spec import BOOKS_SPEC
 
 BOOKS_FRESHNESS = timedelta(minutes=2)
+# Compaction keeps the average data file at least this big, or the table in at most this many files.
+MIN_AVERAGE_DATA_FILE_BYTES = 1024 * 1024
+SMALL_TABLE_MAX_FILES = 50
 
 # Superseded in 1.13 by FreshnessPolicy, which is not an asset check; this one is, and its sensor
 # evaluates it even when the pipeline has stalled and no run would.
@@ -98,6 +102,30 @@ def books_unique_id(spark: IcebergSparkResource, sync: SyncSettings) -> AssetChe
 )
 def books_row_count_parity(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:
     return row_count_parity_result(aws, spark, sync)
+
+
+def files_compact_result(spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:
+    files = table_files(spark.spark_session, sync.books_iceberg_table)
+    floor = min(MIN_AVERAGE_DATA_FILE_BYTES, files.data_bytes / SMALL_TABLE_MAX_FILES)
+    return AssetCheckResult(
+        passed=files.average_data_file_bytes >= floor,
+        metadata={
+            "data_files": files.data_files,
+            "delete_files": files.delete_files,
+            "average_data_file_bytes": files.average_data_file_bytes,
+            "floor_bytes": floor,
+            "metadata_files": files.metadata_files,
+            "snapshots": files.snapshots,
+        },
+    )
+
+
+@asset_check(
+    asset=books_iceberg.key,
+    description="Compaction keeps library.books in few files: an average data file of at least 1 MiB, or at most 50 files.",
+)
+def books_files_compact(spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:
+    return files_compact_result(spark, sync)
 
 
 def cycle_check_results(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, with_table: bool) -> dict[str, AssetCheckResult]:

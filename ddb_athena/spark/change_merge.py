@@ -22,6 +22,7 @@ from ddb_athena.identifiers import dotted_name, qualified_name, validate_identif
 from ddb_athena.table_spec import (
     CHANGED_AT_COLUMN,
     ITEM_COLUMN,
+    METADATA_UPKEEP_PROPERTIES,
     SEQUENCE_COLUMN,
     SEQUENCE_DIGITS,
     SYNCED_AT_COLUMN,
@@ -29,6 +30,7 @@ from ddb_athena.table_spec import (
     create_table_sql,
     image_problem_sql,
     image_schema_ddl,
+    properties_sql,
     set_properties_sql,
     timestamp_literal,
     typed_columns_sql,
@@ -65,8 +67,6 @@ def ensure_table(spark: SparkSession, spec: TableSpec, target: str) -> None:
     namespace = qualified_name(*target.split(".")[:-1])
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
     spark.sql(create_table_sql(spec, target))
-    if not spec.properties:
-        return  # nothing to compare: no catalog read on the minute merge of books
     # A table created by an earlier version takes the spec's current properties (write tuning).
     current = table_properties(spark, target)
     stale = {name: value for name, value in spec.properties if current.get(name) != value}
@@ -80,7 +80,7 @@ def ensure_tables(spark: SparkSession, spec: TableSpec, target: str) -> None:
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {dotted_name(tombstone_table(target))} "
         f"({spec.key.name} string, {SEQUENCE_COLUMN} string, deleted_at timestamp) USING iceberg "
-        "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read')"
+        f"TBLPROPERTIES ({properties_sql({'format-version': '2', 'write.merge.mode': 'merge-on-read', **dict(METADATA_UPKEEP_PROPERTIES)})})"
     )
 
 

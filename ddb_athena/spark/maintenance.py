@@ -1,7 +1,9 @@
-"""Iceberg table maintenance with Spark procedures: compaction, snapshot expiry, tombstone pruning.
+"""Iceberg table upkeep with Spark procedures: compaction, snapshot expiry, orphan files, tombstone pruning.
 
-Snapshots are expired only once older than a retention that exceeds the longest query, so a
-reader that planned its scan on an older snapshot can always read it to the end.
+Snapshots are expired only once older than a retention that exceeds the longest query (at least an
+hour), so a reader that planned its scan on an older snapshot can always read it to the end; files
+that no snapshot references are removed only once older than a day, so a write still in flight is never
+taken for an orphan. Old metadata files go at each commit (the tables' `write.metadata.*` properties).
 """
 
 from dataclasses import dataclass
@@ -10,17 +12,97 @@ from datetime import datetime, timedelta, timezone
 from pyspark.sql import SparkSession
 
 from ddb_athena.identifiers import dotted_name, validate_identifier
-from ddb_athena.spark.change_merge import tombstone_table
-from ddb_athena.table_spec import timestamp_literal
+from ddb_athena.spark.change_merge import table_properties, tombstone_table
+from ddb_athena.table_spec import set_properties_sql, timestamp_literal
+
+# Floors: the longest query we document (Athena's DML queries time out after 30 minutes by default), and the
+# age below which a file may belong to a commit still being written.
+MIN_SNAPSHOT_RETENTION = timedelta(hours=1)
+MIN_ORPHAN_AGE = timedelta(days=1)
+# What compaction aims at per data file (Iceberg's default is 512 MB: too big for a small, busy table).
+TARGET_FILE_BYTES = 128 * 1024 * 1024
+
+
+MAINTAINED_AT_PROPERTY = "ddb_athena.maintained-at"
+
+
+class MaintenanceSettingsError(ValueError):
+    """A retention below its floor: expiring or deleting that early could fail running queries or writes."""
+
+
+def check_floors(snapshot_retention: timedelta, orphan_age: timedelta) -> None:
+    if snapshot_retention < MIN_SNAPSHOT_RETENTION:
+        raise MaintenanceSettingsError(
+            f"snapshot retention {snapshot_retention} is shorter than {MIN_SNAPSHOT_RETENTION}: a query planned on an "
+            "expired snapshot would fail (HIVE_CANNOT_OPEN_SPLIT); keep it longer than the longest query"
+        )
+    if orphan_age < MIN_ORPHAN_AGE:
+        raise MaintenanceSettingsError(
+            f"orphan file age {orphan_age} is under {MIN_ORPHAN_AGE}: files of a commit still being written could be deleted"
+        )
+
+
+@dataclass(frozen=True)
+class TableFiles:
+    """What a table's current state and history hold."""
+
+    data_files: int
+    data_bytes: int
+    delete_files: int
+    snapshots: int
+    # Metadata files the table references: metadata.json versions, manifest lists, manifests.
+    metadata_files: int
+
+    @property
+    def average_data_file_bytes(self) -> float:
+        return self.data_bytes / self.data_files if self.data_files else 0.0
+
+
+def table_files(spark: SparkSession, target: str) -> TableFiles:
+    table = dotted_name(target)
+    data = spark.sql(
+        f"SELECT count_if(content = 0) AS data_files, coalesce(sum(if(content = 0, file_size_in_bytes, 0)), 0) AS data_bytes, "
+        f"count_if(content <> 0) AS delete_files FROM {table}.files"
+    ).collect()[0]
+    snapshots = spark.table(f"{table}.snapshots").count()
+    manifests = spark.sql(f"SELECT count(DISTINCT path) FROM {table}.all_manifests").collect()[0][0]
+    versions = spark.table(f"{table}.metadata_log_entries").count()
+    return TableFiles(data["data_files"], data["data_bytes"], data["delete_files"], snapshots, versions + snapshots + manifests)
+
+
+@dataclass
+class CompactionResult:
+    rewritten_data_files: int
+    added_data_files: int
+
+
+def compact(spark: SparkSession, catalog: str, target: str) -> CompactionResult:
+    """Rewrites small files (and data files carrying delete files) into files of about TARGET_FILE_BYTES."""
+    catalog = validate_identifier(catalog, "catalog name")
+    rewrite = spark.sql(
+        f"CALL {catalog}.system.rewrite_data_files(table => '{dotted_name(target)}', options => map("
+        f"'min-input-files', '2', 'delete-file-threshold', '1', 'remove-dangling-deletes', 'true', "
+        f"'target-file-size-bytes', '{TARGET_FILE_BYTES}'))"
+    ).collect()[0]
+    return CompactionResult(rewrite["rewritten_data_files_count"], rewrite["added_data_files_count"])
 
 
 @dataclass
 class MaintenanceResult:
+    before: TableFiles
+    after: TableFiles
     rewritten_data_files: int
     added_data_files: int
     expired_snapshots: int
     deleted_data_files: int
+    orphan_files_removed: int
     pruned_tombstones: int
+
+    def metadata(self) -> dict:
+        """Flat numbers, so the UI can plot them."""
+        files = {f"{when}_{name}": value for when, state in (("before", self.before), ("after", self.after)) for name, value in vars(state).items()}
+        counts = {name: value for name, value in vars(self).items() if isinstance(value, int)}
+        return {**files, **counts, "average_data_file_bytes": self.after.average_data_file_bytes}
 
 
 def maintain_table(
@@ -29,33 +111,62 @@ def maintain_table(
     target: str,
     snapshot_retention: timedelta,
     retain_last: int,
-    tombstone_retention: timedelta,
+    orphan_age: timedelta,
+    tombstone_retention: timedelta | None = None,
     now: datetime | None = None,
 ) -> MaintenanceResult:
+    """Compaction, expiry past the retention, orphan removal past its age, and (for a table with tombstones)
+    pruning of tombstones past theirs. Refuses retentions below their floors."""
+    check_floors(snapshot_retention, orphan_age)
+    if retain_last < 1:
+        raise ValueError("retain_last must be at least 1")
     now = now or datetime.now(timezone.utc)
     catalog = validate_identifier(catalog, "catalog name")
     table_sql = dotted_name(target)
-    if retain_last < 1:
-        raise ValueError("retain_last must be at least 1")
-    # Small files from minute merges, and data files carrying delete files, are rewritten.
-    rewrite = spark.sql(
-        f"CALL {catalog}.system.rewrite_data_files(table => '{table_sql}', "
-        "options => map('min-input-files', '2', 'delete-file-threshold', '1', 'remove-dangling-deletes', 'true'))"
-    ).collect()[0]
+    before = table_files(spark, target)
+    compaction = compact(spark, catalog, target)
     snapshots_before = spark.table(f"{table_sql}.snapshots").count()
     expire = spark.sql(
         f"CALL {catalog}.system.expire_snapshots(table => '{table_sql}', "
         f"older_than => {timestamp_literal(now - snapshot_retention)}, retain_last => {int(retain_last)})"
     ).collect()[0]
-    tombstones_sql = dotted_name(tombstone_table(target))
-    # A tombstone guards against replays of older changes; past the retention no such file may remain.
-    before = spark.table(tombstones_sql).count()
-    spark.sql(f"DELETE FROM {tombstones_sql} WHERE deleted_at < {timestamp_literal(now - tombstone_retention)}")
-    pruned = before - spark.table(tombstones_sql).count()
+    # Files carry real modification times (and Iceberg refuses anything under 24 hours from the real now).
+    orphans_before = datetime.now(timezone.utc) - orphan_age
+    orphans = spark.sql(
+        f"CALL {catalog}.system.remove_orphan_files(table => '{table_sql}', older_than => {timestamp_literal(orphans_before)})"
+    ).count()
+    pruned = 0
+    if tombstone_retention is not None:
+        tombstones_sql = dotted_name(tombstone_table(target))
+        # A tombstone guards against replays of older changes; past the retention no such file may remain.
+        count_before = spark.table(tombstones_sql).count()
+        spark.sql(f"DELETE FROM {tombstones_sql} WHERE deleted_at < {timestamp_literal(now - tombstone_retention)}")
+        pruned = count_before - spark.table(tombstones_sql).count()
     return MaintenanceResult(
-        rewritten_data_files=rewrite["rewritten_data_files_count"],
-        added_data_files=rewrite["added_data_files_count"],
+        before=before,
+        after=table_files(spark, target),
+        rewritten_data_files=compaction.rewritten_data_files,
+        added_data_files=compaction.added_data_files,
         expired_snapshots=snapshots_before - spark.table(f"{table_sql}.snapshots").count(),
         deleted_data_files=expire["deleted_data_files_count"] + expire["deleted_position_delete_files_count"],
+        orphan_files_removed=orphans,
         pruned_tombstones=pruned,
     )
+
+
+def maintenance_due(spark: SparkSession, target: str, interval: timedelta, now: datetime | None = None) -> bool:
+    """Whether the table's last maintenance (recorded on it) is `interval` ago or more; a table never maintained
+    counts from its oldest snapshot (a new table needs none yet)."""
+    recorded = table_properties(spark, target).get(MAINTAINED_AT_PROPERTY)
+    if recorded is not None:
+        since = datetime.fromisoformat(recorded)
+    else:
+        oldest = spark.sql(f"SELECT min(committed_at) FROM {dotted_name(target)}.snapshots").collect()[0][0]
+        if oldest is None:
+            return False
+        since = oldest.replace(tzinfo=timezone.utc)  # the session time zone is UTC
+    return (now or datetime.now(timezone.utc)) - since >= interval
+
+
+def record_maintained(spark: SparkSession, target: str, now: datetime | None = None) -> None:
+    spark.sql(set_properties_sql(target, {MAINTAINED_AT_PROPERTY: (now or datetime.now(timezone.utc)).isoformat()}))

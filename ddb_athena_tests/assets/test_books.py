@@ -168,3 +168,23 @@ def test_a_run_killed_after_its_commit_before_its_manifest_is_made_good_by_the_n
     assert next_run["files_consumed"] == len(left) and next_run["rows_inserted"] + next_run["rows_updated"] + next_run["rows_deleted"] == 0
     assert next_run["commit_manifest"]  # the next cleanup takes them
     assert spark.table(f"{settings.namespace}.books").count() == dynamodb_item_count(dynamodb, settings.books_table)
+
+
+def test_the_sync_run_maintains_its_table_between_merges_and_checks_the_files_stay_few(spark, settings, instance):
+    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table)
+    for round_number in range(3):  # a few commits, each leaving small files
+        simulator.insert()
+        sync_books(instance)
+    simulator.insert()
+    result = sync_books(instance, maintenance_interval_minutes=0.001)
+    (observation,) = [e for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+    maintenance = {k: v.value for k, v in observation.event_specific_data.asset_observation.metadata.items()}
+    assert maintenance["maintenance_before_data_files"] >= 4 and maintenance["maintenance_after_data_files"] == 1
+    assert maintenance["maintenance_rewritten_data_files"] >= 4
+    (compact,) = [e for e in result.get_asset_check_evaluations() if e.check_name == "books_files_compact"]
+    assert compact.passed and compact.metadata["data_files"].value == 1
+    # Recorded on the table: the next merge does not maintain it again.
+    simulator.insert()
+    again = sync_books(instance, maintenance_interval_minutes=15)
+    assert materialization_metadata(again, "books_iceberg")["rows_inserted"] == 1
+    assert not [e for e in again.all_events if e.event_type_value == "ASSET_OBSERVATION"]

@@ -1,5 +1,7 @@
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from ddb_athena.jobs import books_maintenance
 from ddb_athena.spark.change_merge import tombstone_table
 from ddb_athena.spark.maintenance import maintain_table
@@ -15,12 +17,12 @@ def test_maintenance_compacts_keeps_recent_snapshots_and_prunes_only_old_tombsto
     snapshots = spark.table(f"{files.table}.snapshots").count()
 
     now = datetime.now(timezone.utc)
-    kept = maintain_table(spark, "lake", files.table, timedelta(hours=6), 1, timedelta(days=7), now=now)
+    kept = maintain_table(spark, "lake", files.table, timedelta(hours=6), 1, timedelta(days=3), timedelta(days=7), now=now)
     assert kept.rewritten_data_files >= 3 and kept.expired_snapshots == 0 and kept.pruned_tombstones == 0
     assert spark.table(f"{files.table}.snapshots").count() == snapshots + 1  # + the compaction
     assert len(files.names()) == 8
 
-    later = maintain_table(spark, "lake", files.table, timedelta(hours=6), 1, timedelta(days=7), now=now + timedelta(days=8))
+    later = maintain_table(spark, "lake", files.table, timedelta(hours=6), 1, timedelta(days=3), timedelta(days=7), now=now + timedelta(days=8))
     assert later.expired_snapshots >= snapshots and later.pruned_tombstones == 1
     assert spark.table(tombstone_table(files.table)).count() == 0 and len(files.names()) == 8
 
@@ -33,3 +35,54 @@ def test_the_maintenance_job_records_what_it_did_on_the_asset(spark, settings):
     (observation,) = [e for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
     metadata = observation.event_specific_data.asset_observation.metadata
     assert metadata["maintenance_rewritten_data_files"].value >= 2
+    assert metadata["maintenance_before_data_files"].value >= 2 and metadata["maintenance_after_data_files"].value == 1
+
+
+def test_retentions_below_their_floors_are_refused_clearly(spark, settings):
+    from pydantic import ValidationError
+
+    from ddb_athena.resources import SyncSettings
+    from ddb_athena.spark.maintenance import MaintenanceSettingsError
+
+    files = ChangeFiles(spark, settings)
+    files.merge([files.write(change(1, "k", "INSERT"))])
+    with pytest.raises(MaintenanceSettingsError, match="shorter than 1:00:00.*longest query"):
+        maintain_table(spark, "lake", files.table, timedelta(minutes=30), 1, timedelta(days=3))
+    with pytest.raises(MaintenanceSettingsError, match="under 1 day.*still being written"):
+        maintain_table(spark, "lake", files.table, timedelta(hours=1), 1, timedelta(hours=12))
+    for bad in ({"snapshot_retention_hours": 0.5}, {"orphan_file_age_days": 0.5}):
+        with pytest.raises(ValidationError):
+            SyncSettings(bucket="b", books_table="books", **bad)
+
+
+def test_orphan_files_go_once_older_than_their_age_and_a_recent_one_stays(spark, settings):
+    import os
+    import time
+    from pathlib import Path
+
+    files = ChangeFiles(spark, settings)
+    files.merge([files.write(change(1, "k", "INSERT"))])
+    location = spark.sql(f"DESCRIBE TABLE EXTENDED {files.table}").where("col_name = 'Location'").collect()[0]["data_type"]
+    data = Path(location.removeprefix("file:")) / "data"
+    old, recent = data / "left-by-a-crashed-writer.parquet", data / "being-written-now.parquet"
+    for stray in (old, recent):
+        stray.write_bytes(b"PAR1")
+    five_days_ago = time.time() - 5 * 86400
+    os.utime(old, (five_days_ago, five_days_ago))
+    result = maintain_table(spark, "lake", files.table, timedelta(hours=1), 1, timedelta(days=3))
+    assert result.orphan_files_removed == 1 and not old.exists() and recent.exists()
+    assert files.names() == {"k": "k@1"}
+
+
+def test_old_metadata_files_are_deleted_at_commit_so_their_count_stays_bounded(spark, settings):
+    from pathlib import Path
+
+    from ddb_athena.table_spec import set_properties_sql
+
+    files = ChangeFiles(spark, settings)
+    files.merge([files.write(change(1, "k", "INSERT"))])
+    for commit in range(30):  # each property change is a commit with a new metadata.json
+        spark.sql(set_properties_sql(files.table, {"ddb_athena.test-commit": str(commit)}))
+    location = spark.sql(f"DESCRIBE TABLE EXTENDED {files.table}").where("col_name = 'Location'").collect()[0]["data_type"]
+    versions = list((Path(location.removeprefix("file:")) / "metadata").glob("*.metadata.json"))
+    assert 30 > len(versions) <= 21  # previous-versions-max (20) and the current one

@@ -1,7 +1,7 @@
 """Readers never fail: a scan planned on the previous snapshot reads to the end while the merge,
 the cleanup and maintenance (compaction + snapshot expiry) run underneath it."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -35,12 +35,21 @@ def start_reader(files: ChangeFiles, snapshot_id: int):
     return first, rows
 
 
-def change_everything_underneath(files: ChangeFiles, snapshot_retention: timedelta, retain_last: int):
+def change_everything_underneath(files: ChangeFiles, hours_later: float = 0):
+    """A merge, the cleanup of its change files, then maintenance (6 h retention, the last snapshot kept) run
+    `hours_later` (the reader's query still running by then)."""
     merged = files.present()
     files.merge([files.write(*[change(1000 + i, f"k0-{i}", "REMOVE") for i in range(25)], change(2000, "new", "INSERT"))])
     files.delete(merged)  # the cleanup of the consumed change files
     return maintain_table(
-        files.spark, "lake", files.table, snapshot_retention=snapshot_retention, retain_last=retain_last, tombstone_retention=timedelta(days=7)
+        files.spark,
+        "lake",
+        files.table,
+        snapshot_retention=timedelta(hours=6),
+        retain_last=1,
+        orphan_age=timedelta(days=3),
+        tombstone_retention=timedelta(days=7),
+        now=datetime.now(timezone.utc) + timedelta(hours=hours_later),
     )
 
 
@@ -52,7 +61,7 @@ def files(spark, settings) -> ChangeFiles:
 def test_a_reader_on_the_previous_snapshot_reads_to_the_end(files):
     before = table_in_several_files(files)
     first, rest = start_reader(files, before)
-    result = change_everything_underneath(files, snapshot_retention=timedelta(hours=6), retain_last=1)
+    result = change_everything_underneath(files)
     assert result.rewritten_data_files >= FILES  # compaction really replaced the files the reader planned on
     ids = {first["id"], *(row["id"] for row in rest)}
     assert len(ids) == FILES * 25 and "new" not in ids
@@ -60,10 +69,10 @@ def test_a_reader_on_the_previous_snapshot_reads_to_the_end(files):
 
 
 def test_control_expiring_the_readers_snapshot_does_break_it(files):
-    """Shows the test above can fail: without the retention, the planned files are deleted."""
+    """Shows the test above can fail: a query that outlives the retention loses the files it planned on."""
     before = table_in_several_files(files)
     first, rest = start_reader(files, before)
-    result = change_everything_underneath(files, snapshot_retention=timedelta(0), retain_last=1)
+    result = change_everything_underneath(files, hours_later=7)
     assert result.deleted_data_files >= FILES
     with pytest.raises(Exception, match="FileNotFound|does not exist|NotFoundException"):
         list(rest)

@@ -1,0 +1,282 @@
+"""`make bench-freshness`: how long a DynamoDB write takes to be readable in library.books, on the real local stack.
+
+Starts what `make dev` starts, in a scratch directory (the emulator, a fresh DAGSTER_HOME, `dagster dev`
+with its daemon, schedules and sensors, the simulator at 1 write/s), waits for the first sync to
+bootstrap, then writes a marker item every ~11 s and polls library.books with PyIceberg (reading the
+table from its metadata, as Athena does: not the project's Spark) until each marker is there. Reports
+the lag's p50/p95/max, the CPU-seconds per minute of the sync run and of the whole stack, and the
+table's data and metadata file counts at both ends; writes a Markdown report and a PNG of the lag
+distribution under .ddb_athena/bench/.
+
+    .venv/bin/python -m ddb_athena_bench.freshness [--minutes 10] [--rate 1]
+"""
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import psutil
+
+from ddb_athena.launch import yesterday_utc
+from ddb_athena.local_stack import wait_for_endpoint
+from ddb_athena.settings import LOCAL_STATE_DIR, REPO_ROOT, Settings
+
+OUT = LOCAL_STATE_DIR / "bench"
+PROBE_EVERY_SECONDS = 11.0
+POLL_SECONDS = 1.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(command: list[str], env: dict, log: Path) -> subprocess.Popen:
+    # A session of its own: the whole tree can be stopped at the end, whatever signals the caller ignores.
+    return subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _tree_cpu(root_pid: int) -> dict[int, tuple[float, str]]:
+    """CPU seconds (own and of reaped children) and command line of every live process in the tree."""
+    try:
+        root = psutil.Process(root_pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return {}
+    found = {}
+    for process in processes:
+        try:
+            times = process.cpu_times()
+            found[process.pid] = (times.user + times.system + times.children_user + times.children_system, " ".join(process.cmdline()))
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+class CpuMeter:
+    """CPU of process trees over a window; processes that end in it count through their parents' children times."""
+
+    def __init__(self, roots: dict[str, int]):
+        self.roots = roots
+        self.start = {name: _tree_cpu(pid) for name, pid in roots.items()}
+        self.last = dict(self.start)
+
+    def sample(self) -> None:
+        for name, pid in self.roots.items():
+            self.last[name] = _tree_cpu(pid)
+
+    def used(self, name: str, pids: set[int] | None = None) -> float:
+        """CPU seconds of the tree `name` since the start (`pids`: only those processes)."""
+        start, end = self.start[name], self.last[name]
+        return sum(cpu - start.get(pid, (0.0, ""))[0] for pid, (cpu, _) in end.items() if pids is None or pid in pids)
+
+
+def _sync_run_pids(dagster_home: Path) -> set[int]:
+    """The processes books_sync runs executed in (run workers are spawned processes: their command lines say nothing)."""
+    from dagster import DagsterInstance, RunsFilter
+
+    with DagsterInstance.from_config(str(dagster_home)) as instance:
+        runs = instance.get_runs(RunsFilter(job_name="books_sync"))
+        return {event.pid for run in runs for event in instance.all_logs(run.run_id) if event.pid}
+
+
+def _table_dir(warehouse: Path, namespace: str) -> Path:
+    return warehouse / namespace / "books"
+
+
+def _file_counts(table_dir: Path) -> dict[str, int]:
+    return {
+        "data_files": sum(1 for path in (table_dir / "data").rglob("*") if path.is_file() and not path.name.endswith(".crc")),
+        "metadata_files": sum(1 for path in (table_dir / "metadata").rglob("*") if path.is_file() and not path.name.endswith(".crc")),
+    }
+
+
+def _visible_ids(table_dir: Path, wanted: set[str]) -> set[str]:
+    from pyiceberg.expressions import In
+    from pyiceberg.table import StaticTable
+
+    table = StaticTable.from_metadata(str(table_dir))
+    rows = table.scan(row_filter=In("id", tuple(wanted)), selected_fields=("id",)).to_arrow()
+    return set(rows.column("id").to_pylist())
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))]
+
+
+def _chart(lags: list[float], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(figsize=(7, 3.5))
+    axes.hist(lags, bins=20, color="#3b6ea5")
+    for label, value, style in (("p50", statistics.median(lags), "--"), ("p95", _percentile(lags, 0.95), ":")):
+        axes.axvline(value, color="black", linestyle=style, label=f"{label} {value:.1f} s")
+    axes.set_xlabel("seconds from the DynamoDB write to the row readable in library.books")
+    axes.set_ylabel("markers")
+    axes.set_title(f"Freshness of library.books ({len(lags)} markers)")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def run(minutes: float, rate: float) -> dict:
+    scratch = OUT / "freshness-stack"
+    shutil.rmtree(scratch, ignore_errors=True)
+    (scratch / "dagster_home").mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "dagster.yaml", scratch / "dagster_home" / "dagster.yaml")
+    moto_port, dagster_port = _free_port(), _free_port()
+    endpoint = f"http://127.0.0.1:{moto_port}"
+    env = {
+        **os.environ,
+        "DDB_ATHENA_PROFILE": "local",
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "DDB_ATHENA_WAREHOUSE": (scratch / "warehouse").as_uri(),
+        "DAGSTER_HOME": str(scratch / "dagster_home"),
+        "DDB_ATHENA_ORDERS_START_DATE": yesterday_utc(),
+    }
+    bin_dir = Path(sys.executable).parent
+    processes = {}
+    try:
+        processes["emulator"] = _start([str(bin_dir / "ddb-athena"), "local-stack", "--port", str(moto_port)], env, scratch / "emulator.log")
+        wait_for_endpoint(endpoint)
+        for command in (["init"], ["seed", "--books", "50", "--orders", "0"]):
+            subprocess.run([str(bin_dir / "ddb-athena"), *command], env=env, cwd=REPO_ROOT, check=True, capture_output=True)
+        processes["dagster"] = _start(
+            [str(bin_dir / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(dagster_port)], env, scratch / "dagster.log"
+        )
+        processes["simulator"] = _start(
+            [str(bin_dir / "ddb-athena"), "simulate", "--rate", str(rate), "--books-only"], env, scratch / "simulator.log"
+        )
+        os.environ.update({key: env[key] for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")})
+        settings = Settings.from_env(env)
+        table_dir = _table_dir(scratch / "warehouse", settings.namespace)
+        print("waiting for the first sync to bootstrap library.books ...", flush=True)
+        deadline = time.monotonic() + 600
+        while not (table_dir / "data").exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError("library.books did not appear within 10 minutes; see " + str(scratch / "dagster.log"))
+            time.sleep(2)
+        files_at_start = _file_counts(table_dir)
+        meter = CpuMeter({name: process.pid for name, process in processes.items()})
+        dynamodb = settings.client("dynamodb")
+        written: dict[str, float] = {}
+        seen: dict[str, float] = {}
+        started = time.monotonic()
+        next_probe = started
+        print(f"probing for {minutes:g} minutes ...", flush=True)
+        while time.monotonic() - started < minutes * 60 or (set(written) - set(seen) and time.monotonic() - started < minutes * 60 + 180):
+            now = time.monotonic()
+            if now >= next_probe and now - started < minutes * 60:
+                marker = f"probe-{len(written):04d}"
+                dynamodb.put_item(TableName=settings.books_table, Item={"id": {"S": marker}, "name": {"S": "freshness marker"}})
+                written[marker] = time.monotonic()
+                next_probe += PROBE_EVERY_SECONDS
+            pending = set(written) - set(seen)
+            if pending:
+                for marker in _visible_ids(table_dir, pending):
+                    seen[marker] = time.monotonic()
+            meter.sample()
+            time.sleep(POLL_SECONDS)
+        elapsed_minutes = (time.monotonic() - started) / 60
+        files_at_end = _file_counts(table_dir)
+        sync_pids = _sync_run_pids(scratch / "dagster_home")
+    finally:
+        for process in reversed(list(processes.values())):
+            _stop(process)
+    lags = [seen[marker] - written[marker] for marker in seen]
+    if not lags:
+        raise RuntimeError("no marker became visible; see " + str(scratch / "dagster.log"))
+    total = sum(meter.used(name) for name in meter.roots)
+    return {
+        "minutes": elapsed_minutes,
+        "rate": rate,
+        "markers": len(written),
+        "missing": len(written) - len(seen),
+        "lags": lags,
+        "p50": statistics.median(lags),
+        "p95": _percentile(lags, 0.95),
+        "max": max(lags),
+        "sync_cpu_per_minute": meter.used("dagster", sync_pids) / elapsed_minutes,
+        "dagster_cpu_per_minute": meter.used("dagster") / elapsed_minutes,
+        "emulator_cpu_per_minute": meter.used("emulator") / elapsed_minutes,
+        "simulator_cpu_per_minute": meter.used("simulator") / elapsed_minutes,
+        "stack_cpu_per_minute": total / elapsed_minutes,
+        "files_at_start": files_at_start,
+        "files_at_end": files_at_end,
+    }
+
+
+def report(result: dict) -> str:
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return "\n".join(
+        [
+            f"# Freshness of library.books ({when})",
+            "",
+            f"`make bench-freshness`: the local stack for {result['minutes']:.1f} minutes, simulator at {result['rate']:g} write/s, "
+            f"{result['markers']} markers ({result['missing']} never seen), {os.cpu_count()} cores.",
+            "",
+            "| what | figure | target |",
+            "| --- | --- | --- |",
+            f"| freshness p50 | {result['p50']:.1f} s | |",
+            f"| freshness p95 | {result['p95']:.1f} s | < 30 s |",
+            f"| freshness max | {result['max']:.1f} s | < 60 s |",
+            f"| sync run workers, CPU-s per minute | {result['sync_cpu_per_minute']:.1f} | ≤ 10 |",
+            f"| `dagster dev` with its daemon, code server, webserver and all runs, CPU-s per minute | {result['dagster_cpu_per_minute']:.1f} | |",
+            f"| emulator, CPU-s per minute | {result['emulator_cpu_per_minute']:.1f} | |",
+            f"| simulator, CPU-s per minute | {result['simulator_cpu_per_minute']:.1f} | |",
+            f"| whole stack, CPU-s per minute | {result['stack_cpu_per_minute']:.1f} | ≤ 20 |",
+            f"| library.books data files, start → end | {result['files_at_start']['data_files']} → {result['files_at_end']['data_files']} | bounded |",
+            f"| library.books metadata files, start → end | {result['files_at_start']['metadata_files']} → {result['files_at_end']['metadata_files']} | bounded |",
+            "",
+            "![lag distribution](freshness.png)",
+            "",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--rate", type=float, default=1.0)
+    args = parser.parse_args(argv)
+    OUT.mkdir(parents=True, exist_ok=True)
+    result = run(args.minutes, args.rate)
+    _chart(result["lags"], OUT / "freshness.png")
+    text = report(result)
+    (OUT / "freshness.md").write_text(text)
+    print(text)
+    print(f"report: {OUT / 'freshness.md'}, chart: {OUT / 'freshness.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
