@@ -8,8 +8,9 @@ dagster.yaml limits to one run at a time per table: runs queue behind each other
 from dagster import AssetSelection, Config, OpExecutionContext, define_asset_job, job, op
 from pydantic import Field
 
-from ddb_athena.assets.books import maintain_books, maintenance_observation, sync_books
+from ddb_athena.assets.books import maintenance_observation, sync_books
 from ddb_athena.assets.orders import orders_athena, orders_export
+from ddb_athena.assets.upkeep import maintain
 from ddb_athena.capture.commit_manifests import delete_committed_files
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 
@@ -56,7 +57,7 @@ def source_cleanup():
 
 @op(description="Compacts library.books, expires old snapshots, removes orphan files and prunes old tombstones.")
 def maintain_books_table(context: OpExecutionContext, spark: IcebergSparkResource, sync: SyncSettings) -> None:
-    context.log_event(maintenance_observation(maintain_books(spark, sync)))
+    context.log_event(maintenance_observation(maintain(spark, sync, sync.books_iceberg_table, with_tombstones=True)))
 
 
 # The sync run maintains the table itself every maintenance_interval_minutes; this job is for a table whose

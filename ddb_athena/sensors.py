@@ -58,7 +58,7 @@ def _cursors(cursor: str | None) -> dict[str, int]:
     return {books_iceberg.key.to_user_string(): parsed} if isinstance(parsed, int) else parsed
 
 
-@sensor(job=source_cleanup, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
+@sensor(job=source_cleanup, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
 def cleanup_after_materialization(context: SensorEvaluationContext, sync: SyncSettings):
     cursors = _cursors(context.cursor)
     requests = []

@@ -94,12 +94,22 @@ class CpuMeter:
 
 
 def _sync_run_pids(dagster_home: Path) -> set[int]:
-    """The processes books_sync runs executed in (run workers are spawned processes: their command lines say nothing)."""
-    from dagster import DagsterInstance, RunsFilter
+    """The processes of the books_sync runs: their run workers (spawned processes, whose command lines say
+    nothing) and what those started (the JVM)."""
+    from dagster import DagsterEventType, DagsterInstance, RunsFilter
 
     with DagsterInstance.from_config(str(dagster_home)) as instance:
         runs = instance.get_runs(RunsFilter(job_name="books_sync"))
-        return {event.pid for run in runs for event in instance.all_logs(run.run_id) if event.pid}
+        # RUN_START is logged by the run worker itself (other events come from the code server that launched it).
+        events = [event.dagster_event for run in runs for event in instance.all_logs(run.run_id)]
+        workers = {event.pid for event in events if event is not None and event.event_type == DagsterEventType.RUN_START and event.pid}
+    pids = set(workers)
+    for pid in workers:
+        try:
+            pids.update(child.pid for child in psutil.Process(pid).children(recursive=True))
+        except psutil.NoSuchProcess:
+            continue
+    return pids
 
 
 def _table_dir(warehouse: Path, namespace: str) -> Path:

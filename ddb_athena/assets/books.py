@@ -7,7 +7,7 @@ backlog and quarantine every time, the checks that read the table or DynamoDB ev
 """
 
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 from dagster import (
     AssetCheckEvaluation,
@@ -21,10 +21,11 @@ from dagster import (
 )
 from pydantic import Field
 
+from ddb_athena.assets.upkeep import maintain
 from ddb_athena.books_cycle import BooksSync
 from ddb_athena.cycle_loop import run_cycles
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
-from ddb_athena.spark.maintenance import MaintenanceResult, maintain_table, maintenance_due, record_maintained
+from ddb_athena.spark.maintenance import MaintenanceResult, last_maintained_at
 
 # The specs are skippable: each cycle's materializations are logged as events, no output is returned.
 books_source = AssetSpec(
@@ -57,21 +58,6 @@ class BooksSyncConfig(Config):
     merge_interval_seconds: float | None = Field(
         default=None, description="Seconds from one cycle's start to the next. Default: the sync resource's merge_interval_seconds."
     )
-
-
-def maintain_books(spark: IcebergSparkResource, sync: SyncSettings) -> MaintenanceResult:
-    """Compaction, expiry, orphans and tombstones of library.books, recorded on the table."""
-    result = maintain_table(
-        spark.spark_session,
-        spark.catalog,
-        sync.books_iceberg_table,
-        snapshot_retention=sync.snapshot_retention,
-        retain_last=sync.snapshot_retain_last,
-        orphan_age=sync.orphan_file_age,
-        tombstone_retention=timedelta(days=sync.tombstone_retention_days),
-    )
-    record_maintained(spark.spark_session, sync.books_iceberg_table)
-    return result
 
 
 def maintenance_observation(result: MaintenanceResult) -> AssetObservation:
@@ -116,6 +102,8 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
     )
     recorded = {"at": None, "merges": 0}
     maintenance_interval = timedelta(minutes=sync.maintenance_interval_minutes)
+    # Read from the table once, at the run's first merge, then kept here: no catalog read or Spark job per cycle.
+    maintained = {"known": False, "at": None}
 
     def cycle(number: int) -> None:
         outcome = syncer.cycle(f"{context.run.run_id}-{number}", bootstrap=config.bootstrap and number == 1)
@@ -129,10 +117,16 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
             context.log_event(evaluation(result, name))
         recorded.update(at=time.monotonic(), merges=recorded["merges"] + (not outcome.idle))
         # One writer: upkeep runs inside the loop, between merges, never beside them. Idle tables need none.
-        if not outcome.idle and maintenance_due(spark.spark_session, sync.books_iceberg_table, maintenance_interval):
-            maintained = maintain_books(spark, sync)
-            context.log.info(f"Maintenance: {maintained.before} -> {maintained.after}")
-            context.log_event(maintenance_observation(maintained))
+        if outcome.idle:
+            return
+        if not maintained["known"]:
+            maintained.update(known=True, at=last_maintained_at(spark.spark_session, sync.books_iceberg_table))
+        now = datetime.now(timezone.utc)
+        if maintained["at"] is not None and now - maintained["at"] >= maintenance_interval:
+            result = maintain(spark, sync, sync.books_iceberg_table, with_tombstones=True, now=now)
+            maintained["at"] = now
+            context.log.info(f"Maintenance: {result.before} -> {result.after}")
+            context.log_event(maintenance_observation(result))
             context.log_event(evaluation(files_compact_result(spark, sync), "books_files_compact"))
 
     cycles = run_cycles(cycle, interval, run_minutes * 60)

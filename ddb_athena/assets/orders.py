@@ -16,6 +16,7 @@ from dagster import (
 )
 from pydantic import Field
 
+from ddb_athena.assets.upkeep import maintain
 from ddb_athena.capture.commit_manifests import write_commit_manifest
 from ddb_athena.exports.table_export import (
     COVERED,
@@ -30,7 +31,7 @@ from ddb_athena.exports.table_export import (
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.settings import Settings
 from ddb_athena.spark.export_load import ExportDataFile, load_export_files, loaded_full_export, record_loaded_full_export, table_loaded
-from ddb_athena.spark.maintenance import maintain_table, maintenance_due, record_maintained
+from ddb_athena.spark.maintenance import maintenance_due
 from ddb_athena.table_spec import ORDERS_SPEC
 
 # library.orders changes once a day: its upkeep (compaction, expiry, orphans) runs with the first load of a day.
@@ -155,15 +156,7 @@ def orders_athena(context: AssetExecutionContext, aws: AwsClientsResource, spark
     )
     maintenance, now = {}, utc_now()
     if maintenance_due(spark.spark_session, sync.orders_iceberg_table, ORDERS_MAINTENANCE_INTERVAL, now):
-        maintained = maintain_table(
-            spark.spark_session,
-            spark.catalog,
-            sync.orders_iceberg_table,
-            snapshot_retention=sync.snapshot_retention,
-            retain_last=sync.snapshot_retain_last,
-            orphan_age=sync.orphan_file_age,
-        )
-        record_maintained(spark.spark_session, sync.orders_iceberg_table, now)
+        maintained = maintain(spark, sync, sync.orders_iceberg_table, with_tombstones=False, now=now)
         maintenance = {f"maintenance_{name}": value for name, value in maintained.metadata().items()}
     if result.mutated_documents:
         context.log.warning(f"{result.mutated_documents} orders changed after they were loaded, e.g. {result.mutated_keys_sample}")

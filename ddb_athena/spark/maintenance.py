@@ -154,18 +154,19 @@ def maintain_table(
     )
 
 
-def maintenance_due(spark: SparkSession, target: str, interval: timedelta, now: datetime | None = None) -> bool:
-    """Whether the table's last maintenance (recorded on it) is `interval` ago or more; a table never maintained
-    counts from its oldest snapshot (a new table needs none yet)."""
+def last_maintained_at(spark: SparkSession, target: str) -> datetime | None:
+    """When the table was last maintained (recorded on it); a table never maintained counts from its oldest
+    snapshot (a new table needs no upkeep yet); None for a table without snapshots."""
     recorded = table_properties(spark, target).get(MAINTAINED_AT_PROPERTY)
     if recorded is not None:
-        since = datetime.fromisoformat(recorded)
-    else:
-        oldest = spark.sql(f"SELECT min(committed_at) FROM {dotted_name(target)}.snapshots").collect()[0][0]
-        if oldest is None:
-            return False
-        since = oldest.replace(tzinfo=timezone.utc)  # the session time zone is UTC
-    return (now or datetime.now(timezone.utc)) - since >= interval
+        return datetime.fromisoformat(recorded)
+    oldest = spark.sql(f"SELECT min(committed_at) FROM {dotted_name(target)}.snapshots").collect()[0][0]
+    return oldest.replace(tzinfo=timezone.utc) if oldest else None  # the session time zone is UTC
+
+
+def maintenance_due(spark: SparkSession, target: str, interval: timedelta, now: datetime | None = None) -> bool:
+    since = last_maintained_at(spark, target)
+    return since is not None and (now or datetime.now(timezone.utc)) - since >= interval
 
 
 def record_maintained(spark: SparkSession, target: str, now: datetime | None = None) -> None:
