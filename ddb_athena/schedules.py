@@ -2,6 +2,8 @@
 running, so a run that ended or crashed is replaced within a minute; the run maintains its table itself), orders
 daily at a configurable hour (UTC) for the day that just ended."""
 
+import time
+
 from dagster import (
     DagsterRunStatus,
     DefaultScheduleStatus,
@@ -20,18 +22,12 @@ from ddb_athena.settings import Settings
 # Run monitoring (dagster.yaml) ends a sync run that is still going this long after its planned end: it hangs.
 SYNC_RUN_SLACK_MINUTES = 10
 
-_UNFINISHED = [
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
-    DagsterRunStatus.CANCELING,
-]
+# A successor is queued this long before the running sync run's planned end: the writer tag holds it until
+# that run ends, then it starts at once instead of at the next tick.
+SUCCESSOR_LEAD_SECONDS = 90
 
-
-def books_run_in_flight(context: ScheduleEvaluationContext, job_name: str) -> bool:
-    runs = context.instance.get_runs(filters=RunsFilter(job_name=job_name, statuses=_UNFINISHED), limit=1)
-    return bool(runs)
+_WAITING = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING]
+_RUNNING = [DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 
 
 def sync_run_tags(sync: SyncSettings) -> dict[str, str]:
@@ -39,11 +35,21 @@ def sync_run_tags(sync: SyncSettings) -> dict[str, str]:
     return {**BOOKS_CONCURRENCY_TAG, "dagster/max_runtime": str(int(max_runtime))}
 
 
+def _seconds_left(record, run_seconds: float) -> float:
+    started = record.start_time or record.create_timestamp.timestamp()
+    return started + run_seconds - time.time()
+
+
 @schedule(job=books_sync_job, cron_schedule="* * * * *", default_status=DefaultScheduleStatus.RUNNING)
 def books_every_minute(context: ScheduleEvaluationContext, sync: SyncSettings):
-    # One sync run at a time: it loops for sync_run_minutes; this tick only replaces it once it has ended.
-    if books_run_in_flight(context, books_sync_job.name):
-        return SkipReason("a books_sync run is still queued or running")
+    # One sync run at a time, which loops for sync_run_minutes. A tick starts one when none runs (first start, or
+    # after a crash), or queues its successor in the running one's last minute and a half, never more than one.
+    job = books_sync_job.name
+    if context.instance.get_runs(filters=RunsFilter(job_name=job, statuses=_WAITING), limit=1):
+        return SkipReason("a books_sync run is already queued")
+    running = context.instance.get_run_records(filters=RunsFilter(job_name=job, statuses=_RUNNING), limit=1)
+    if running and _seconds_left(running[0], sync.sync_run_minutes * 60) > SUCCESSOR_LEAD_SECONDS:
+        return SkipReason("the books_sync run is running")
     return RunRequest(tags=sync_run_tags(sync))
 
 

@@ -5,11 +5,12 @@ from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG
 from ddb_athena.resources import SyncSettings
 from ddb_athena.schedules import books_every_minute
 
-SYNC = SyncSettings(bucket="b", books_table="books", sync_run_minutes=60, merge_interval_seconds=10)
+def sync_settings(sync_run_minutes: float = 60) -> SyncSettings:
+    return SyncSettings(bucket="b", books_table="books", sync_run_minutes=sync_run_minutes, merge_interval_seconds=10)
 
 
-def tick(instance):
-    with build_schedule_context(instance=instance, resources={"sync": SYNC}) as context:
+def tick(instance, sync_run_minutes: float = 60):
+    with build_schedule_context(instance=instance, resources={"sync": sync_settings(sync_run_minutes)}) as context:
         return books_every_minute(context)
 
 
@@ -23,12 +24,18 @@ def test_books_sync_is_launched_every_minute_with_the_concurrency_tag_and_a_max_
     assert int(request.tags["dagster/max_runtime"]) == 70 * 60 + 10
 
 
-def test_a_tick_is_skipped_while_a_books_run_is_queued_or_running():
+def test_a_tick_waits_while_the_sync_runs_and_queues_one_successor_in_its_last_minute_and_a_half():
     with instance_for_test() as instance:
         # (QUEUED runs need a full code-location origin to be created; NOT_STARTED stands in for a pending run.)
-        for status in (DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTED):
-            run = instance.add_run(DagsterRun(job_name="books_sync", status=status))
-            assert isinstance(tick(instance), SkipReason)
+        queued = instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.NOT_STARTED))
+        assert isinstance(tick(instance), SkipReason)
+        instance.delete_run(queued.run_id)
+        running = instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.STARTED))
+        assert isinstance(tick(instance), SkipReason)  # just started: an hour to go
+        assert isinstance(tick(instance, sync_run_minutes=1), RunRequest)  # ends within 90 s: queue the successor
+        successor = instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.NOT_STARTED))
+        assert isinstance(tick(instance, sync_run_minutes=1), SkipReason)  # never a second successor
+        for run in (running, successor):
             instance.delete_run(run.run_id)
         # A finished run, or another job's run, does not hold the schedule back.
         instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.SUCCESS))
