@@ -4,7 +4,7 @@ Books change files are deleted as soon as their merge committed; orders export f
 `export_retention_days` (0: at once). Removing them never affects readers: the Iceberg tables
 do not reference source files. One cleanup run per table and tick takes every manifest found
 since the last tick: a run is a process of its own, so one per 10-second sync cycle would cost
-more than the merges. Cleanup runs do not carry the writer tag: they never wait behind the sync.
+more than the merges. Books cleanup runs do not carry the writer tag: they never wait behind the sync.
 """
 
 import json
@@ -14,7 +14,7 @@ from dagster import AssetKey, AssetRecordsFilter, DefaultSensorStatus, RunReques
 
 from ddb_athena.assets.books import books_iceberg
 from ddb_athena.assets.orders import orders_athena
-from ddb_athena.jobs import CLEANUP_TAG, source_cleanup
+from ddb_athena.jobs import CLEANUP_TAG, ORDERS_CONCURRENCY_TAG, source_cleanup
 from ddb_athena.resources import SyncSettings
 
 SECONDS_PER_DAY = 86_400
@@ -23,7 +23,7 @@ CLEANUP_BATCH = 100
 
 
 def cleanup_requests(
-    context: SensorEvaluationContext, asset_key: AssetKey, bucket: str, after: int | None, retention_seconds: float = 0.0
+    context: SensorEvaluationContext, asset_key: AssetKey, bucket: str, tags: dict, after: int | None, retention_seconds: float = 0.0
 ):
     """At most one cleanup run for the materializations after `after` that consumed files, keyed by the
     events it covers so it never runs twice. A materialization younger than the retention stops the scan:
@@ -45,7 +45,7 @@ def cleanup_requests(
     request = RunRequest(
         run_key=f"cleanup-{table}-{after or 0}-{cursor}",
         run_config={"ops": {"delete_committed_source_files": {"config": {"bucket": bucket, "manifest_keys": manifests}}}},
-        tags={CLEANUP_TAG: table},
+        tags={**tags, CLEANUP_TAG: table},
     )
     return [request], cursor
 
@@ -62,9 +62,14 @@ def _cursors(cursor: str | None) -> dict[str, int]:
 def cleanup_after_materialization(context: SensorEvaluationContext, sync: SyncSettings):
     cursors = _cursors(context.cursor)
     requests = []
-    for asset_key, retention_days in ((books_iceberg.key, 0.0), (orders_athena.key, sync.export_retention_days)):
+    # Books cleanups never wait for the hour-long sync (it never reads a committed file again). Orders cleanups
+    # take the orders writer tag: a re-run of a partition re-uses its export's files, which must not vanish mid-load.
+    for asset_key, tags, retention_days in (
+        (books_iceberg.key, {}, 0.0),
+        (orders_athena.key, ORDERS_CONCURRENCY_TAG, sync.export_retention_days),
+    ):
         name = asset_key.to_user_string()
-        found, cursor = cleanup_requests(context, asset_key, sync.bucket, cursors.get(name), retention_days * SECONDS_PER_DAY)
+        found, cursor = cleanup_requests(context, asset_key, sync.bucket, tags, cursors.get(name), retention_days * SECONDS_PER_DAY)
         requests += found
         if cursor is not None:
             cursors[name] = cursor

@@ -86,7 +86,8 @@ def test_one_run_cycles_with_its_warm_session_and_records_every_cycle_with_its_c
     writer = threading.Thread(target=write_while_the_run_lasts)
     writer.start()
     try:
-        result = sync_books(instance, config={"run_minutes": 0.25, "merge_interval_seconds": 3})
+        # Long enough for three cycles even on a loaded machine, where one may take several seconds.
+        result = sync_books(instance, config={"run_minutes": 0.5, "merge_interval_seconds": 2})
     finally:
         writing.set()
         writer.join()
