@@ -52,10 +52,14 @@ def read_commit_manifest(s3, bucket: str, manifest_key: str) -> dict:
 
 
 def committed_files(s3, layout: SourceLayout) -> set[str]:
-    """Files committed by merges whose cleanup has not happened yet."""
+    """Files committed by merges whose cleanup has not happened yet. A manifest that a cleanup deletes between
+    the listing and the read is skipped: the cleanup deleted its files first, so they are gone too."""
     committed: set[str] = set()
     for obj in list_keys(s3, layout.bucket, layout.manifests_prefix):
-        committed.update(read_commit_manifest(s3, layout.bucket, obj["Key"])["files"])
+        try:
+            committed.update(read_commit_manifest(s3, layout.bucket, obj["Key"])["files"])
+        except s3.exceptions.NoSuchKey:
+            continue
     return committed
 
 

@@ -50,3 +50,27 @@ def test_a_manifest_never_leads_outside_the_source_prefix(settings, layout):
     with pytest.raises(ManifestError):
         delete_committed_files(s3, settings.bucket, layout.manifests_prefix + "forged.json")
     assert [obj["Key"] for obj in list_keys(s3, settings.bucket, "warehouse/")] == [victim]
+
+
+class CleanedUpMeanwhile:
+    """An S3 client under which a cleanup runs between the listing of the manifests and their reading."""
+
+    def __init__(self, s3, cleanup):
+        self._s3, self._cleanup = s3, cleanup
+
+    def __getattr__(self, name):
+        return getattr(self._s3, name)
+
+    def get_object(self, **arguments):
+        self._cleanup()
+        return self._s3.get_object(**arguments)
+
+
+def test_a_manifest_cleaned_up_while_it_is_read_is_skipped_with_its_files(settings, layout):
+    s3 = settings.client("s3")
+    kept = put(s3, settings.bucket, layout.changes_prefix + "20261122T030000.000000Z-stream-abc0.jsonl")
+    gone = put(s3, settings.bucket, layout.changes_prefix + "20261122T030001.000000Z-stream-abc1.jsonl")
+    manifest = write_commit_manifest(s3, layout, "run-1", [gone], "library.books", 7)
+    racing = CleanedUpMeanwhile(s3, lambda: delete_committed_files(s3, settings.bucket, manifest))
+    assert committed_files(racing, layout) == set()  # found, then deleted by the cleanup before it was read
+    assert list_change_files(s3, layout) == [kept]  # and its files went before it
