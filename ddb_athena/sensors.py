@@ -3,8 +3,8 @@
 Books change files are deleted as soon as their merge committed; orders export files after
 `export_retention_days` (0: at once). Removing them never affects readers: the Iceberg tables
 do not reference source files. One cleanup run per table and tick takes every manifest found
-since the last tick: a run is a process of its own, so one per 10-second sync cycle would cost
-more than the merges. Books cleanup runs do not carry the writer tag: they never wait behind the sync.
+since the last tick, every DDB_ATHENA_CLEANUP_INTERVAL_SECONDS (5 minutes by default): a run is a process
+of its own, so one per 10-second sync cycle would cost more than the merges. Books cleanup runs do not carry the writer tag: they never wait behind the sync.
 """
 
 import json
@@ -16,6 +16,7 @@ from ddb_athena.assets.books import books_iceberg
 from ddb_athena.assets.orders import orders_athena
 from ddb_athena.jobs import CLEANUP_TAG, ORDERS_CONCURRENCY_TAG, source_cleanup
 from ddb_athena.resources import SyncSettings
+from ddb_athena.settings import Settings
 
 SECONDS_PER_DAY = 86_400
 # Materializations one cleanup run covers at most (about a quarter of an hour of 10-second cycles).
@@ -58,7 +59,7 @@ def _cursors(cursor: str | None) -> dict[str, int]:
     return {books_iceberg.key.to_user_string(): parsed} if isinstance(parsed, int) else parsed
 
 
-@sensor(job=source_cleanup, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
+@sensor(job=source_cleanup, minimum_interval_seconds=Settings.from_env().cleanup_interval_seconds, default_status=DefaultSensorStatus.RUNNING)
 def cleanup_after_materialization(context: SensorEvaluationContext, sync: SyncSettings):
     cursors = _cursors(context.cursor)
     requests = []

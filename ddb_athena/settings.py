@@ -21,6 +21,10 @@ BOOKS_SOURCE_PREFIX = "books_source"
 ORDERS_EXPORT_PREFIX = "orders_export"
 DEFAULT_ORDERS_START_DATE = "2026-11-01"
 DEFAULT_ORDERS_SCHEDULE_HOUR = 2
+# Every cleanup run is a process of its own (a few CPU-seconds of imports): one every few minutes, not every
+# minute. Committed files waiting for it cost nothing: the sync skips them.
+DEFAULT_CLEANUP_INTERVAL_SECONDS = 300
+MIN_CLEANUP_INTERVAL_SECONDS = 30
 
 
 class SettingsError(ValueError):
@@ -37,6 +41,12 @@ def _start_date(text: str) -> str:
 def _hour(text: str) -> int:
     if not text.isdigit() or not 0 <= int(text) <= 23:
         raise SettingsError(f"DDB_ATHENA_ORDERS_SCHEDULE_HOUR={text!r}: expected an hour of the day, 0 to 23 (UTC)")
+    return int(text)
+
+
+def _cleanup_interval(text: str) -> int:
+    if not text.isdigit() or int(text) < MIN_CLEANUP_INTERVAL_SECONDS:
+        raise SettingsError(f"DDB_ATHENA_CLEANUP_INTERVAL_SECONDS={text!r}: expected whole seconds, at least {MIN_CLEANUP_INTERVAL_SECONDS}")
     return int(text)
 
 
@@ -58,6 +68,7 @@ class Settings:
     spark_packages: str | None = None
     orders_start_date: str = DEFAULT_ORDERS_START_DATE
     orders_schedule_hour: int = DEFAULT_ORDERS_SCHEDULE_HOUR
+    cleanup_interval_seconds: int = DEFAULT_CLEANUP_INTERVAL_SECONDS
 
     @property
     def is_local(self) -> bool:
@@ -98,6 +109,7 @@ class Settings:
             spark_packages=env.get("DDB_ATHENA_SPARK_PACKAGES") or None,
             orders_start_date=_start_date(env.get("DDB_ATHENA_ORDERS_START_DATE", DEFAULT_ORDERS_START_DATE)),
             orders_schedule_hour=_hour(env.get("DDB_ATHENA_ORDERS_SCHEDULE_HOUR", str(DEFAULT_ORDERS_SCHEDULE_HOUR))),
+            cleanup_interval_seconds=_cleanup_interval(env.get("DDB_ATHENA_CLEANUP_INTERVAL_SECONDS", str(DEFAULT_CLEANUP_INTERVAL_SECONDS))),
         )
 
     @property

@@ -32,6 +32,8 @@ from ddb_athena.settings import LOCAL_STATE_DIR, REPO_ROOT, Settings
 OUT = LOCAL_STATE_DIR / "bench"
 PROBE_EVERY_SECONDS = 11.0
 POLL_SECONDS = 1.0
+# File counts and CPU are also recorded this often: whether they level off shows only over time.
+SERIES_EVERY_SECONDS = 300.0
 
 
 def _free_port() -> int:
@@ -202,6 +204,7 @@ def run(minutes: float, rate: float) -> dict:
         seen: dict[str, float] = {}
         started = time.monotonic()
         next_probe = started
+        series = [{"minute": 0.0, **files_at_start, "stack_cpu": 0.0}]
         print(f"probing for {minutes:g} minutes ...", flush=True)
         while time.monotonic() - started < minutes * 60 or (set(written) - set(seen) and time.monotonic() - started < minutes * 60 + 180):
             now = time.monotonic()
@@ -215,6 +218,9 @@ def run(minutes: float, rate: float) -> dict:
                 for marker in _visible_ids(table_dir, pending):
                     seen[marker] = time.monotonic()
             meter.sample()
+            if time.monotonic() - started >= len(series) * SERIES_EVERY_SECONDS:
+                stack_cpu = sum(meter.used(name) for name in meter.roots)
+                series.append({"minute": (time.monotonic() - started) / 60, **_file_counts(table_dir), "stack_cpu": stack_cpu})
             time.sleep(POLL_SECONDS)
         elapsed_minutes = (time.monotonic() - started) / 60
         files_at_end = _file_counts(table_dir)
@@ -242,6 +248,7 @@ def run(minutes: float, rate: float) -> dict:
         "stack_cpu_per_minute": total / elapsed_minutes,
         "files_at_start": files_at_start,
         "files_at_end": files_at_end,
+        "series": series,
     }
 
 
@@ -268,6 +275,16 @@ def report(result: dict) -> str:
             f"| library.books metadata files, start → end | {result['files_at_start']['metadata_files']} → {result['files_at_end']['metadata_files']} | bounded |",
             "",
             "![lag distribution](freshness.png)",
+            "",
+            "Over time (whole-stack CPU over the preceding interval):",
+            "",
+            "| minute | data files | metadata files | whole stack, CPU-s per minute |",
+            "| --- | --- | --- | --- |",
+            *(
+                f"| {now['minute']:.0f} | {now['data_files']} | {now['metadata_files']} | "
+                + (f"{(now['stack_cpu'] - before['stack_cpu']) / (now['minute'] - before['minute']):.1f} |" if before else "|")
+                for before, now in zip([None, *result["series"]], result["series"])
+            ),
             "",
         ]
     )

@@ -11,6 +11,7 @@ def test_local_defaults_work_with_nothing_set():
     assert settings.endpoint_url == settings.default_endpoint_url == LOCAL_ENDPOINT_URL
     assert settings.credentials == {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
     assert settings.spark_master == "local[2]"
+    assert settings.cleanup_interval_seconds == 300
 
 
 def test_boto3_variables_keep_precedence_over_the_local_default():
@@ -34,11 +35,17 @@ def test_aws_profile():
         {"DDB_ATHENA_PROFILE": "prod"},
         {"DDB_ATHENA_PROFILE": "aws", "DDB_ATHENA_WAREHOUSE": "file:///tmp/x"},
         {"DDB_ATHENA_NAMESPACE": "library; drop"},
+        {"DDB_ATHENA_CLEANUP_INTERVAL_SECONDS": "10"},
+        {"DDB_ATHENA_CLEANUP_INTERVAL_SECONDS": "5m"},
     ],
 )
 def test_bad_configuration_is_refused(environ):
     with pytest.raises(ValueError):
         Settings.from_env(environ)
+
+
+def test_cleanup_interval_comes_from_the_environment():
+    assert Settings.from_env({"DDB_ATHENA_CLEANUP_INTERVAL_SECONDS": "60"}).cleanup_interval_seconds == 60
 
 
 def test_settings_error_is_a_value_error():

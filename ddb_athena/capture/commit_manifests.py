@@ -11,6 +11,9 @@ from datetime import datetime, timezone
 from ddb_athena.capture.change_files import SourceLayout, batched, list_keys
 
 DELETE_BATCH = 1000  # S3's DeleteObjects limit
+# Files listed by each manifest read so far, by (bucket, key, ETag): a manifest is never rewritten, so a sync
+# cycle reads only the manifests that are new since the last, however long their cleanup waits.
+_manifest_files: dict[tuple[str, str, str], list[str]] = {}
 
 
 class ManifestError(ValueError):
@@ -54,12 +57,19 @@ def read_commit_manifest(s3, bucket: str, manifest_key: str) -> dict:
 def committed_files(s3, layout: SourceLayout) -> set[str]:
     """Files committed by merges whose cleanup has not happened yet. A manifest that a cleanup deletes between
     the listing and the read is skipped: the cleanup deleted its files first, so they are gone too."""
+    listed = {(layout.bucket, obj["Key"], obj["ETag"]) for obj in list_keys(s3, layout.bucket, layout.manifests_prefix)}
+    # Manifests cleaned up since are forgotten, so the cache holds no more than the prefix does.
+    for bucket, key, etag in list(_manifest_files):
+        if bucket == layout.bucket and key.startswith(layout.manifests_prefix) and (bucket, key, etag) not in listed:
+            del _manifest_files[bucket, key, etag]
     committed: set[str] = set()
-    for obj in list_keys(s3, layout.bucket, layout.manifests_prefix):
-        try:
-            committed.update(read_commit_manifest(s3, layout.bucket, obj["Key"])["files"])
-        except s3.exceptions.NoSuchKey:
-            continue
+    for entry in sorted(listed):
+        if entry not in _manifest_files:
+            try:
+                _manifest_files[entry] = read_commit_manifest(s3, layout.bucket, entry[1])["files"]
+            except s3.exceptions.NoSuchKey:
+                continue
+        committed.update(_manifest_files[entry])
     return committed
 
 

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 from dagster import AssetCheckResult, AssetCheckSeverity, SupersessionWarning, asset_check, build_last_update_freshness_checks
 
 from ddb_athena.assets.books import books_iceberg
-from ddb_athena.capture.change_files import list_change_files, list_keys
+from ddb_athena.capture.change_files import is_change_file, list_keys
 from ddb_athena.capture.commit_manifests import committed_files
 from ddb_athena.capture.quarantine import quarantined_reasons
 from ddb_athena.checks.table_checks import unique_key_result
@@ -36,12 +36,8 @@ def backlog_result(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheckRes
     s3 = aws.client("s3")
     layout = sync.books_layout
     done = committed_files(s3, layout)
-    pending = set(list_change_files(s3, layout)) - done
-    ages = [
-        datetime.now(timezone.utc) - obj["LastModified"]
-        for obj in list_keys(s3, layout.bucket, layout.changes_prefix)
-        if obj["Key"] in pending
-    ]
+    pending = [obj for obj in list_keys(s3, layout.bucket, layout.changes_prefix) if is_change_file(obj["Key"]) and obj["Key"] not in done]
+    ages = [datetime.now(timezone.utc) - obj["LastModified"] for obj in pending]
     oldest = max(ages, default=timedelta(0))
     return AssetCheckResult(
         passed=oldest <= sync.backlog_limit,

@@ -32,7 +32,6 @@ from ddb_athena.table_spec import (
     image_schema_ddl,
     properties_sql,
     set_properties_sql,
-    timestamp_literal,
     typed_columns_sql,
     upsert_merge_sql,
 )
@@ -151,9 +150,13 @@ def _latest_per_key(changes: DataFrame) -> DataFrame:
     return changes.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
 
 
-def _typed(spec: TableSpec, changes: DataFrame, synced_at: datetime) -> DataFrame:
+def _typed(spark: SparkSession, spec: TableSpec, changes: DataFrame, synced_at: datetime) -> DataFrame:
+    # The merge time joins as data (a one-row relation), not as a literal: Spark inlines timestamp literals into
+    # the Java it generates, so a new literal every cycle meant new classes to compile and JIT every cycle (about
+    # a fifth of a warm sync run's CPU).
+    merged_at = spark.createDataFrame([(synced_at,)], f"{SYNCED_AT_COLUMN} timestamp")
     # The key comes from the record's Keys: a REMOVE has no image to take it from.
-    return changes.selectExpr(
+    typed = changes.selectExpr(
         "key",
         "event_name",
         "file_name",
@@ -162,8 +165,8 @@ def _typed(spec: TableSpec, changes: DataFrame, synced_at: datetime) -> DataFram
         f"new_image AS {ITEM_COLUMN}",
         f"lpad(sequence_number, {SEQUENCE_DIGITS}, '0') AS {SEQUENCE_COLUMN}",
         f"CAST(approximate_creation_time AS timestamp) AS {CHANGED_AT_COLUMN}",
-        f"{timestamp_literal(synced_at)} AS {SYNCED_AT_COLUMN}",
     )
+    return typed.crossJoin(F.broadcast(merged_at))
 
 
 def merge_change_files(
@@ -204,7 +207,7 @@ def merge_change_files(
         if not applicable:
             return _with_snapshot(spark, target, result)
 
-        good = _typed(spec, validated.where("reason IS NULL"), datetime.now(timezone.utc))
+        good = _typed(spark, spec, validated.where("reason IS NULL"), datetime.now(timezone.utc))
         good = good.where(F.col("file_name") > cutoff).where(F.col("file_name") >= first_file)
         latest = _latest_per_key(good)
         if result.bootstrap_file:

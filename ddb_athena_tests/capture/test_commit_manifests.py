@@ -74,3 +74,31 @@ def test_a_manifest_cleaned_up_while_it_is_read_is_skipped_with_its_files(settin
     racing = CleanedUpMeanwhile(s3, lambda: delete_committed_files(s3, settings.bucket, manifest))
     assert committed_files(racing, layout) == set()  # found, then deleted by the cleanup before it was read
     assert list_change_files(s3, layout) == [kept]  # and its files went before it
+
+
+class CountedReads:
+    """An S3 client that counts the objects read."""
+
+    def __init__(self, s3):
+        self._s3, self.reads = s3, []
+
+    def __getattr__(self, name):
+        return getattr(self._s3, name)
+
+    def get_object(self, **arguments):
+        self.reads.append(arguments["Key"])
+        return self._s3.get_object(**arguments)
+
+
+def test_each_manifest_is_read_once_until_it_changes_or_goes(settings, layout):
+    s3 = CountedReads(settings.client("s3"))
+    first, second = (put(s3, settings.bucket, layout.changes_prefix + f"20261122T03000{n}.000000Z-stream-abc{n}.jsonl") for n in (0, 1))
+    manifest = write_commit_manifest(s3, layout, "cycle-1", [first], "library.books", 7)
+    assert committed_files(s3, layout) == committed_files(s3, layout) == {first}
+    assert s3.reads == [manifest]  # the second cycle read no manifest
+    write_commit_manifest(s3, layout, "cycle-1", [second], "library.books", 8)  # same key, new content
+    assert committed_files(s3, layout) == {second}
+    delete_committed_files(s3, settings.bucket, manifest)
+    assert committed_files(s3, layout) == set()
+    write_commit_manifest(s3, layout, "cycle-1", [first], "library.books", 7)  # the key again, after its cleanup
+    assert committed_files(s3, layout) == {first}
