@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 from dagster import AssetKey, DagsterInstance
 
+from ddb_athena import books_cycle
 from ddb_athena.capture.change_files import SourceLayout, list_change_files
 from ddb_athena.capture.checkpoints import CheckpointStore
 from ddb_athena.capture.commit_manifests import committed_files
@@ -121,19 +122,22 @@ def test_an_idle_cycle_runs_no_spark_job_commits_no_snapshot_and_is_recorded_onc
     assert {e.check_name for e in result.get_asset_check_evaluations()} == {"books_backlog", "books_quarantine_empty"}
 
 
-def test_a_stop_during_a_run_ends_it_after_the_cycle_in_progress(spark, settings, instance):
+def test_a_stop_during_a_run_ends_it_after_the_cycle_in_progress(spark, settings, instance, monkeypatch):
     simulator = BookSimulator(settings.client("dynamodb"), settings.books_table)
     simulator.insert()
     sync_books(instance)
     simulator.insert()
 
-    # As a run launcher terminating the run does: SIGTERM, which Dagster turns into an interrupt of the step.
-    stopper = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM))
-    stopper.start()
-    try:
-        result = sync_books(instance, config={"run_minutes": 30, "merge_interval_seconds": 1}, raise_on_error=False)
-    finally:
-        stopper.cancel()
+    # As a run launcher terminating the run does: SIGTERM (which Dagster turns into an interrupt of the step),
+    # arriving while a cycle merges, whatever the machine's speed.
+    merge = books_cycle.merge_change_files
+
+    def merge_while_terminated(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return merge(*args, **kwargs)
+
+    monkeypatch.setattr(books_cycle, "merge_change_files", merge_while_terminated)
+    result = sync_books(instance, config={"run_minutes": 30, "merge_interval_seconds": 1}, raise_on_error=False)
     (failure,) = result.get_step_failure_events()
     assert failure.step_failure_data.error.cls_name == "DagsterExecutionInterruptedError"
     # A failed run's result holds no materializations; the instance has every cycle's, recorded as it ended.
