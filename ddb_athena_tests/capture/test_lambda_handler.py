@@ -85,7 +85,29 @@ def test_an_empty_batch_writes_nothing(settings):
     assert list_change_files(settings.client("s3"), layout) == []
 
 
-def test_a_failed_write_raises_so_lambda_retries_the_batch(settings):
+def test_a_failed_write_reports_the_whole_batch_for_retry(settings):
     layout = SourceLayout("no-such-bucket", "books_source")
-    with pytest.raises(Exception, match="NoSuchBucket"):
-        handle_stream_event(EVENT, settings.client("s3"), layout)
+    response = handle_stream_event(EVENT, settings.client("s3"), layout)
+    assert response == {"batchItemFailures": [{"itemIdentifier": "111"}], "changeFile": None}
+
+
+def unreadable(sequence_number: str) -> dict:
+    """A stream record without its Keys."""
+    record = json.loads(json.dumps(EVENT["Records"][1]))
+    del record["dynamodb"]["Keys"]
+    record["dynamodb"]["SequenceNumber"] = sequence_number
+    return record
+
+
+def test_an_unreadable_record_is_retried_from_and_the_records_before_it_are_kept(settings):
+    layout = SourceLayout(settings.bucket, "books_source")
+    first, _, last = EVENT["Records"]
+    response = handle_stream_event({"Records": [first, unreadable("150"), last]}, settings.client("s3"), layout)
+    assert response["batchItemFailures"] == [{"itemIdentifier": "150"}]
+    body = settings.client("s3").get_object(Bucket=settings.bucket, Key=response["changeFile"])["Body"].read().decode()
+    assert [json.loads(line)["sequence_number"] for line in body.splitlines()] == ["111"]
+    # Lambda retries from 150: while it stays unreadable, nothing is written and the failure is reported again.
+    assert handle_stream_event({"Records": [unreadable("150"), last]}, settings.client("s3"), layout) == {
+        "batchItemFailures": [{"itemIdentifier": "150"}],
+        "changeFile": None,
+    }
