@@ -8,6 +8,15 @@ from ddb_athena.identifiers import validate_identifier
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 LOCAL_JVM_OPTIONS = "-XX:+UseParallelGC"
+# Plain Spark in the Dagster run worker on AWS (no platform to provide them): Iceberg, its AWS bundle (Glue,
+# S3FileIO) and Hadoop's S3A for the change and export files, at the versions pyspark 3.5 and Iceberg 1.10 pair with.
+RUN_WORKER_AWS_PACKAGES = ",".join(
+    (
+        "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.0",
+        "org.apache.iceberg:iceberg-aws-bundle:1.10.0",
+        "org.apache.hadoop:hadoop-aws:3.3.4",
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -48,10 +57,13 @@ def iceberg_spark_config(options: SparkIcebergOptions) -> dict[str, str]:
         # where G1's concurrent threads cost a 2-core orders load ~20% (`make bench`). On a cluster
         # the platform's own JVM options stay.
         config["spark.driver.extraJavaOptions"] = LOCAL_JVM_OPTIONS
+    in_run_worker = bool(options.master and options.master.startswith("local"))
     if options.jars_packages:
         config["spark.jars.packages"] = options.jars_packages
     elif options.jars:
         config["spark.jars"] = ",".join(str(jar) for jar in options.jars)
+    elif options.profile == "aws" and in_run_worker:
+        config["spark.jars.packages"] = RUN_WORKER_AWS_PACKAGES
 
     if options.profile == "local":
         config[f"{prefix}.type"] = "hadoop"
@@ -60,7 +72,13 @@ def iceberg_spark_config(options: SparkIcebergOptions) -> dict[str, str]:
         config[f"{prefix}.catalog-impl"] = "org.apache.iceberg.aws.glue.GlueCatalog"
         config[f"{prefix}.io-impl"] = "org.apache.iceberg.aws.s3.S3FileIO"
         config[f"{prefix}.client.region"] = options.region
+        # A commit every few seconds would otherwise archive a Glue table version each time, up to Glue's quota.
+        config[f"{prefix}.glue.skip-archive"] = "true"
+        # The task role or instance profile, never keys in the configuration.
         config["spark.hadoop.fs.s3a.aws.credentials.provider"] = "com.amazonaws.auth.DefaultAWSCredentialsProviderChain"
+        if in_run_worker:
+            # s3:// change and export files through S3A; on EMR and Glue the platform's own file system owns s3://.
+            config["spark.hadoop.fs.s3.impl"] = "org.apache.hadoop.fs.s3a.S3AFileSystem"
     else:
         raise ValueError(f"unknown profile {options.profile!r}")
     config.update(options.extra)

@@ -1,7 +1,13 @@
 import pytest
 
 from ddb_athena.identifiers import InvalidIdentifierError
-from ddb_athena.spark.session_config import ICEBERG_EXTENSIONS, LOCAL_JVM_OPTIONS, SparkIcebergOptions, iceberg_spark_config
+from ddb_athena.spark.session_config import (
+    ICEBERG_EXTENSIONS,
+    LOCAL_JVM_OPTIONS,
+    RUN_WORKER_AWS_PACKAGES,
+    SparkIcebergOptions,
+    iceberg_spark_config,
+)
 
 LOCAL = SparkIcebergOptions(
     profile="local",
@@ -48,6 +54,34 @@ def test_aws_profile_uses_glue_and_s3fileio_and_no_emulator():
     assert not any(key.startswith("spark.hadoop.fs.s3a.endpoint") for key in config)
     assert config["spark.executor.memory"] == "4g"
     assert "spark.driver.extraJavaOptions" not in config  # the cluster's JVM options are not replaced
+
+
+LOCAL_ONLY = ("spark.hadoop.fs.s3a.endpoint", "spark.hadoop.fs.s3a.path.style", "spark.hadoop.fs.s3a.access.key", "spark.hadoop.fs.s3a.secret.key")
+
+
+@pytest.mark.parametrize("master", [None, "local[2]"])
+def test_the_aws_profile_is_complete_and_carries_nothing_local(master):
+    config = iceberg_spark_config(SparkIcebergOptions(profile="aws", warehouse="s3://prod/warehouse", master=master))
+    assert config["spark.sql.catalog.lake.glue.skip-archive"] == "true"
+    assert config["spark.hadoop.fs.s3a.aws.credentials.provider"] == "com.amazonaws.auth.DefaultAWSCredentialsProviderChain"
+    assert not [key for key in config if key.startswith(LOCAL_ONLY)] and "127.0.0.1" not in str(config)
+    assert "spark.jars" not in config and "spark.sql.catalog.lake.type" not in config  # no local JARs, no Hadoop catalog
+    if master is None:  # on EMR or Glue: the platform's Iceberg and its s3:// file system stay
+        assert "spark.jars.packages" not in config and "spark.hadoop.fs.s3.impl" not in config
+    else:  # plain Spark in the run worker: the runtime from Maven, s3:// through S3A
+        assert config["spark.jars.packages"] == RUN_WORKER_AWS_PACKAGES
+        assert config["spark.hadoop.fs.s3.impl"] == "org.apache.hadoop.fs.s3a.S3AFileSystem"
+
+
+def test_no_credential_reaches_the_aws_configuration(monkeypatch):
+    from ddb_athena.resources import resources_from_settings
+    from ddb_athena.settings import Settings
+
+    secret = "never-in-config/3e9a1c7b5d"
+    environ = {"DDB_ATHENA_PROFILE": "aws", "DDB_ATHENA_BUCKET": "prod", "DDB_ATHENA_SPARK_MASTER": "local[2]",
+               "AWS_ACCESS_KEY_ID": "AKIANEVERINCONFIG7", "AWS_SECRET_ACCESS_KEY": secret}
+    config = resources_from_settings(Settings.from_env(environ))["spark"].spark_config()
+    assert not [value for value in config.values() if secret in value or "AKIANEVERINCONFIG7" in value]
 
 
 def test_jvm_options_given_as_extra_settings_replace_the_local_default():
