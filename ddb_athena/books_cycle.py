@@ -2,7 +2,9 @@
 into Iceberg and write the commit manifest. No Dagster: the same object runs in a Dagster run or anywhere
 else a SparkSession can be had.
 
-A cycle that captured nothing and finds no change file is idle: it touches no Spark (the session is not
+Capture is the run's own (it reads the stream) or, deployed on AWS, the capture Lambda's (it writes the change
+files; the run only merges them and, to bootstrap, scans the table). A cycle that captured nothing and finds no
+change file is idle: it touches no Spark (the session is not
 even created until a cycle needs it) and commits no snapshot.
 """
 
@@ -50,10 +52,11 @@ class BooksSync:
         layout: SourceLayout,
         log: Callable[[str], None],
         warn: Callable[[str], None],
+        capture_stream: bool = True,
     ):
         self._dynamodb, self._s3, self._spark = dynamodb, s3, spark
         self._scheme, self._table_name, self._iceberg_table, self._layout = source_scheme, table_name, iceberg_table, layout
-        self._log, self._warn = log, warn
+        self._log, self._warn, self._capture_stream = log, warn, capture_stream
         self._namer = ChangeFileNamer()
         self._capture = StreamCapture(dynamodb, streams, s3, table_name, layout, namer=self._namer, log=log)
         self._bootstrap_checked = False
@@ -73,14 +76,20 @@ class BooksSync:
             self._bootstrap_checked = True
             if bootstrap or (missing and not pending_snapshot(self._s3, self._layout)):
                 reason = "requested" if bootstrap else f"{self._iceberg_table} does not exist yet"
-                self._log(f"Bootstrap ({reason}): scanning {self._table_name}, then replaying the stream from its start")
-                # The whole retained stream is replayed after the scan; that ordering is what makes the scan exact.
-                self._capture.reset_checkpoints()
+                self._log(f"Bootstrap ({reason}): scanning {self._table_name}; stream changes captured after its start apply on top")
+                if self._capture_stream:
+                    # The whole retained stream is replayed after the scan; that ordering is what makes the scan exact.
+                    self._capture.reset_checkpoints()
                 snapshot = bootstrap_snapshot(self._dynamodb, self._s3, self._table_name, BOOKS_SPEC.key.attribute, self._layout, self._namer)
                 metadata.update(bootstrap_items=snapshot.items, bootstrap_file=snapshot.change_file)
+        if not self._capture_stream:
+            # The capture Lambda (reading the stream from its start) names its files after the snapshot's.
+            metadata.update(capture="lambda", duration_seconds=time.monotonic() - started, source=self._layout.uri(self._layout.changes_prefix))
+            return metadata
         result = self._capture.capture()
         newest = datetime.fromisoformat(result.newest_change_at.replace("Z", "+00:00")) if result.newest_change_at else None
         metadata.update(
+            capture="stream",
             records_captured=result.records,
             inserts=result.events.get("INSERT", 0),
             modifies=result.events.get("MODIFY", 0),

@@ -1,6 +1,7 @@
 """Dagster resources: AWS clients, the Iceberg-configured SparkSession, and the sync settings."""
 
 from datetime import timedelta
+from typing import Literal
 
 import boto3
 from botocore.config import Config
@@ -108,6 +109,9 @@ class SyncSettings(ConfigurableResource):
     books_table: str = Field(description="DynamoDB table name of books")
     orders_table: str = Field(default="orders", description="DynamoDB table name of orders")
     namespace: str = "library"
+    books_capture: Literal["run", "lambda"] = Field(
+        default="run", description="who reads the books stream: the sync run itself, or the capture Lambda (deploy/ddb_athena.yaml)"
+    )
     backlog_limit_minutes: float = Field(default=2.0, description="oldest unmerged change file allowed, in minutes")
     sync_run_minutes: float = Field(
         default=60.0, ge=0, description="how long one books_sync run keeps syncing before it ends (the schedule starts the next); 0: one cycle"
@@ -186,6 +190,6 @@ def resources_from_settings(settings: Settings, **sync_options) -> dict:
             books_table=settings.books_table,
             orders_table=settings.orders_table,
             namespace=settings.namespace,
-            **sync_options,
+            **{"books_capture": settings.books_capture, **sync_options},
         ),
     }

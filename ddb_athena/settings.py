@@ -16,6 +16,7 @@ LOCAL_ENDPOINT_URL = f"http://127.0.0.1:{LOCAL_STACK_PORT}"
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 
 PROFILES = ("local", "aws")
+BOOKS_CAPTURES = ("run", "lambda")
 NAMESPACE = "library"
 BOOKS_SOURCE_PREFIX = "books_source"
 ORDERS_EXPORT_PREFIX = "orders_export"
@@ -69,6 +70,7 @@ class Settings:
     orders_start_date: str = DEFAULT_ORDERS_START_DATE
     orders_schedule_hour: int = DEFAULT_ORDERS_SCHEDULE_HOUR
     cleanup_interval_seconds: int = DEFAULT_CLEANUP_INTERVAL_SECONDS
+    books_capture: str = "run"
 
     @property
     def is_local(self) -> bool:
@@ -81,6 +83,9 @@ class Settings:
         if profile not in PROFILES:
             raise SettingsError(f"DDB_ATHENA_PROFILE={profile!r}: expected one of {', '.join(PROFILES)}")
         local = profile == "local"
+        books_capture = env.get("DDB_ATHENA_BOOKS_CAPTURE", "run")
+        if books_capture not in BOOKS_CAPTURES:
+            raise SettingsError(f"DDB_ATHENA_BOOKS_CAPTURE={books_capture!r}: expected run (the sync run reads the stream) or lambda")
         bucket = env.get("DDB_ATHENA_BUCKET", "ddb-athena-local")
         default_endpoint_url = LOCAL_ENDPOINT_URL if local and not env.get("AWS_ENDPOINT_URL") else None
         if local:
@@ -109,6 +114,7 @@ class Settings:
             spark_packages=env.get("DDB_ATHENA_SPARK_PACKAGES") or None,
             orders_start_date=_start_date(env.get("DDB_ATHENA_ORDERS_START_DATE", DEFAULT_ORDERS_START_DATE)),
             orders_schedule_hour=_hour(env.get("DDB_ATHENA_ORDERS_SCHEDULE_HOUR", str(DEFAULT_ORDERS_SCHEDULE_HOUR))),
+            books_capture=books_capture,
             cleanup_interval_seconds=_cleanup_interval(env.get("DDB_ATHENA_CLEANUP_INTERVAL_SECONDS", str(DEFAULT_CLEANUP_INTERVAL_SECONDS))),
         )
 

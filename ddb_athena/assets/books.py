@@ -99,6 +99,7 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
         sync.books_layout,
         log=context.log.info,
         warn=context.log.warning,
+        capture_stream=sync.books_capture == "run",
     )
     recorded = {"at": None, "merges": 0}
     maintenance_interval = timedelta(minutes=sync.maintenance_interval_minutes)

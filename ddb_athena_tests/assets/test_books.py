@@ -9,8 +9,9 @@ import pytest
 from dagster import AssetKey, DagsterInstance
 
 from ddb_athena import books_cycle
-from ddb_athena.capture.change_files import SourceLayout, list_change_files
+from ddb_athena.capture.change_files import SourceLayout, list_change_files, list_keys
 from ddb_athena.capture.checkpoints import CheckpointStore
+from ddb_athena.capture.lambda_handler import handle_stream_event
 from ddb_athena.capture.commit_manifests import committed_files
 from ddb_athena.checks.books import dynamodb_item_count
 from ddb_athena.simulate import BookSimulator
@@ -193,3 +194,37 @@ def test_the_sync_run_maintains_its_table_between_merges_and_checks_the_files_st
     again = sync_books(instance, maintenance_interval_minutes=15)
     assert materialization_metadata(again, "books_iceberg")["rows_inserted"] == 1
     assert not [e for e in again.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+
+
+def lambda_event(book_id: str, sequence_number: str, name: str) -> dict:
+    """A DynamoDB Streams event as Lambda delivers it: one INSERT."""
+    return {
+        "Records": [
+            {
+                "eventName": "INSERT",
+                "eventSource": "aws:dynamodb",
+                "dynamodb": {
+                    "ApproximateCreationDateTime": 1763780400,
+                    "Keys": {"id": {"S": book_id}},
+                    "NewImage": {"id": {"S": book_id}, "name": {"S": name}},
+                    "SequenceNumber": sequence_number,
+                    "StreamViewType": "NEW_AND_OLD_IMAGES",
+                },
+            }
+        ]
+    }
+
+
+def test_with_the_capture_lambda_the_run_merges_its_files_and_never_reads_the_stream(spark, settings, instance):
+    s3, layout = settings.client("s3"), SourceLayout(settings.bucket, "books_source")
+    BookSimulator(settings.client("dynamodb"), settings.books_table).insert("scanned")
+    # Written before the first run's scan: superseded by it (the scan sees the table as of then).
+    handle_stream_event(lambda_event("before-scan", "100", "only in a superseded file"), s3, layout)
+    first = materialization_metadata(sync_books(instance, books_capture="lambda"), "books_source")
+    assert first["capture"] == "lambda" and first["bootstrap_items"] == 1
+    handle_stream_event(lambda_event("after-scan", "200", "captured by the Lambda"), s3, layout)
+    merged = materialization_metadata(sync_books(instance, books_capture="lambda"), "books_iceberg")
+    assert merged["rows_inserted"] == 1
+    rows = {row["id"]: row["name"] for row in spark.table(f"{settings.namespace}.books").collect()}
+    assert set(rows) == {"scanned", "after-scan"} and rows["after-scan"] == "captured by the Lambda"
+    assert list(list_keys(s3, settings.bucket, layout.checkpoints_prefix)) == []  # the runs never read the stream
