@@ -20,6 +20,7 @@ from typing import Callable
 from botocore.exceptions import ClientError
 
 from ddb_athena.capture.change_files import SourceLayout, list_keys
+from ddb_athena.settings import ORDERS_EXPORT_PREFIX
 
 FULL_EXPORT = "FULL_EXPORT"
 INCREMENTAL_EXPORT = "INCREMENTAL_EXPORT"
@@ -184,7 +185,9 @@ def check_preconditions(dynamodb, s3, table_name: str, bucket: str, window: Expo
             "(incremental exports can then cover changes from that moment on)"
         )
     try:
-        s3.head_bucket(Bucket=bucket)
+        # A listing of the export prefix, not a HEAD of the bucket: IAM checks HeadBucket as s3:ListBucket with no
+        # prefix, which the runs' role (listing only its own prefixes) does not have.
+        s3.list_objects_v2(Bucket=bucket, Prefix=f"{ORDERS_EXPORT_PREFIX}/", MaxKeys=1)
     except ClientError as error:
         if _error_code(error) in ("404", "NoSuchBucket", "NotFound"):
             raise ExportError(_missing_bucket(bucket)) from None
