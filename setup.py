@@ -27,6 +27,9 @@ setup(
             "moto[server]==5.2.5",
             "snowpark-connect-deps-iceberg==1.0.3",
             "pytest>=8",
+            # deploy/ddb_athena.yaml is linted in the suite (and deployed into moto); its policies go through parliament.
+            "cfn-lint>=1.20,<2",
+            "parliament>=1.6",
         ],
         # `make bench`: DuckDB is the near-the-limit reference for the orders load; `make bench-freshness` reads
         # library.books with PyIceberg (not our Spark, as Athena reads it), measures CPU with psutil, draws with matplotlib.

@@ -11,6 +11,11 @@ import pytest
 
 from ddb_athena.local_stack import create_demo_resources, start_moto_server
 from ddb_athena.settings import Settings
+from ddb_athena_tests import aws_calls
+
+# Before any client exists: every AWS call of the suite is recorded for the IAM coverage test.
+aws_calls.install()
+IAM_COVERAGE_TEST = "test_iam_coverage.py"
 
 
 def pytest_configure(config):
@@ -18,6 +23,11 @@ def pytest_configure(config):
     # date. Set before any test module imports the assets, whose partitions are read at import.
     start = (datetime.now(timezone.utc) - timedelta(days=4)).date().isoformat()
     os.environ.setdefault("DDB_ATHENA_ORDERS_START_DATE", start)
+
+
+def pytest_collection_modifyitems(items):
+    # The IAM coverage test checks the calls of every test before it: it runs last.
+    items.sort(key=lambda item: item.path.name == IAM_COVERAGE_TEST)
 
 
 def _free_port() -> int:

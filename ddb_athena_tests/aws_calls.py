@@ -1,0 +1,71 @@
+"""Every AWS call the code makes while the suite runs, recorded through botocore's own event hooks.
+
+Each call is attributed to the principal that makes it in a deployment, from where in `ddb_athena` it
+comes: the capture Lambda's handler, the operator's tools (`ddb-athena init/seed/simulate`, run with a
+person's own credentials, never by a role of the stack), or else Dagster and its runs. A call whose nearest
+project frame is a test's (setting up or reading the emulator, also from inside a callback the code calls)
+is the tests' own and is not kept.
+"""
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import botocore.handlers
+
+import ddb_athena
+
+PACKAGE_DIR = Path(ddb_athena.__file__).resolve().parent
+TESTS_DIR = Path(__file__).resolve().parent
+CAPTURE_LAMBDA, DAGSTER_RUNS, SPARK_JOB, OPERATOR = "capture_lambda", "dagster_runs", "spark_job", "operator"
+LAMBDA_MODULE = PACKAGE_DIR / "capture" / "lambda_handler.py"
+OPERATOR_MODULES = {PACKAGE_DIR / name for name in ("local_stack.py", "simulate.py", "cli.py")}
+RESOURCE_PARAMETERS = ("Bucket", "Key", "Prefix", "TableName", "TableArn", "StreamArn", "ExportArn", "S3Bucket", "S3Prefix")
+
+
+@dataclass(frozen=True)
+class AwsCall:
+    principal: str
+    service: str  # the IAM prefix (botocore's signing name)
+    operation: str
+    region: str
+    params: tuple  # the parameters that name resources, as (name, value) pairs
+    origin: str  # the innermost ddb_athena frame, file:function
+
+    def param(self, name: str, default=None):
+        return dict(self.params).get(name, default)
+
+
+recorded: list[AwsCall] = []
+
+
+def _principal(package_frames: list[Path]) -> str:
+    if LAMBDA_MODULE in package_frames:
+        return CAPTURE_LAMBDA
+    return OPERATOR if package_frames[0] in OPERATOR_MODULES else DAGSTER_RUNS
+
+
+def _record(params, model, context=None, **_):
+    frame, package_frames, innermost = sys._getframe(1), [], None
+    while frame is not None:
+        path = Path(frame.f_code.co_filename)
+        if path.is_relative_to(TESTS_DIR) and innermost is None:
+            return  # the test's own call
+        if path.is_relative_to(PACKAGE_DIR):
+            package_frames.append(path.resolve())
+            innermost = innermost or f"{path.relative_to(PACKAGE_DIR)}:{frame.f_code.co_name}"
+        frame = frame.f_back
+    if not package_frames:
+        return
+    package_frames.reverse()  # outermost first
+    named = [(name, params[name]) for name in RESOURCE_PARAMETERS if name in params]
+    if model.name == "DeleteObjects":
+        named += [("Key", entry["Key"]) for entry in params["Delete"]["Objects"]]
+    region = (context or {}).get("client_region") or "us-east-1"
+    recorded.append(AwsCall(_principal(package_frames), model.service_model.signing_name, model.name, region, tuple(named), innermost))
+
+
+def install() -> None:
+    """Every botocore session created from now on records its calls (botocore registers BUILTIN_HANDLERS on each)."""
+    if ("before-parameter-build", _record) not in botocore.handlers.BUILTIN_HANDLERS:
+        botocore.handlers.BUILTIN_HANDLERS.append(("before-parameter-build", _record))

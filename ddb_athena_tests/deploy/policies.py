@@ -1,0 +1,229 @@
+"""The template's IAM policies, resolved for one deployment, and the question "does this role allow this call?".
+
+A small evaluator for the forms the template uses (Allow statements; `Ref`, `Fn::Sub`, `Fn::GetAtt`,
+`Fn::If`; resource patterns with `*`; `StringLike` on `s3:prefix`), strict about anything else, so a new
+form in the template fails the test instead of passing unchecked.
+"""
+
+import json
+import re
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from functools import lru_cache
+
+from cfnlint.decode import decode_str
+
+from ddb_athena.settings import REPO_ROOT
+from ddb_athena_tests.aws_calls import AwsCall
+
+TEMPLATE = REPO_ROOT / "deploy" / "ddb_athena.yaml"
+ACCOUNT = "123456789012"  # moto's account: the calls' ARNs carry it
+BOOKS_TABLE, ORDERS_TABLE = "books", "orders"
+STACK = "ddb-athena"
+# IAM actions whose names differ from the API operation (AWS Service Authorization Reference).
+S3_ACTIONS = {
+    "ListObjectsV2": ["s3:ListBucket"],
+    "ListObjects": ["s3:ListBucket"],
+    "HeadBucket": ["s3:ListBucket"],
+    "HeadObject": ["s3:GetObject"],
+    "DeleteObjects": ["s3:DeleteObject"],
+    "CopyObject": ["s3:GetObject", "s3:PutObject"],
+    "ListBuckets": ["s3:ListAllMyBuckets"],
+}
+
+
+def load_template() -> dict:
+    parsed, problems = decode_str(TEMPLATE.read_text())
+    assert not problems
+    return json.loads(json.dumps(parsed))
+
+
+def iam_actions(call: AwsCall) -> list[str]:
+    if call.service == "s3" and call.operation in S3_ACTIONS:
+        return S3_ACTIONS[call.operation]
+    return [f"{call.service}:{call.operation}"]
+
+
+# moto names an export `table/<table ARN>/import/<id>`; AWS names it `table/<table>/export/<id>`, which IAM checks.
+MOTO_EXPORT_ARN = re.compile(r"^(?P<prefix>arn:aws:dynamodb:[^:]+:\d+:)table/arn:aws:dynamodb:[^:]+:\d+:table/(?P<table>[^/]+)/import/(?P<id>.+)$")
+
+
+def call_resources(call: AwsCall) -> list[str]:
+    """The ARNs IAM checks the call against."""
+    region = call.region
+    if call.param("ExportArn"):
+        return [MOTO_EXPORT_ARN.sub(r"\g<prefix>table/\g<table>/export/\g<id>", call.param("ExportArn"))]
+    if call.service == "s3":
+        bucket = call.param("Bucket")
+        keys = [value for name, value in call.params if name == "Key"]
+        return [f"arn:aws:s3:::{bucket}/{key}" for key in keys] or [f"arn:aws:s3:::{bucket}"]
+    if call.operation == "GetRecords":
+        # Its stream is named only inside the shard iterator, which GetShardIterator (checked with its StreamArn)
+        # gave out; the code reads one stream, the books table's.
+        return [f"arn:aws:dynamodb:{region}:{ACCOUNT}:table/{BOOKS_TABLE}/stream/2026-01-01T00:00:00.000"]
+    for name in ("StreamArn", "ExportArn", "TableArn"):
+        if call.param(name):
+            return [call.param(name)]
+    table = call.param("TableName")
+    if table:
+        return [table if table.startswith("arn:") else f"arn:aws:dynamodb:{region}:{ACCOUNT}:table/{table}"]
+    return ["*"]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Parameter values of one deployment; the bucket is the one each call names (tests use several)."""
+
+    books_table: str = BOOKS_TABLE
+    orders_table: str = ORDERS_TABLE
+    region: str = "us-east-1"
+    emr_serverless: bool = True
+    dagster_principal: str = "ecs-task"
+    books_capture: str = "lambda"
+
+    @classmethod
+    def of(cls, call: AwsCall) -> "Deployment":
+        """The deployment the call belongs to: a test's table other than orders is that deployment's books table;
+        the sync run reads the stream only where it captures itself (BooksCapture=run)."""
+        table = (call.param("TableName") or "").rsplit("/", 1)[-1]
+        capture = "run" if call.origin.startswith("capture/stream_reader.py") else "lambda"
+        if not table or table in (BOOKS_TABLE, ORDERS_TABLE):
+            return cls(region=call.region, books_capture=capture)
+        # A test's own table: the export code's is that deployment's orders table, any other code's its books table.
+        if call.origin.startswith("exports/"):
+            return cls(orders_table=table, region=call.region, books_capture=capture)
+        return cls(books_table=table, region=call.region, books_capture=capture)
+
+    def parameters(self, bucket: str) -> dict:
+        return {
+            "BooksTableName": self.books_table,
+            "OrdersTableName": self.orders_table,
+            "BooksStreamArn": f"arn:aws:dynamodb:{self.region}:{ACCOUNT}:table/{self.books_table}/stream/*",
+            "ExistingBucketName": bucket,
+            "GlueDatabaseName": "library",
+            "DagsterPrincipal": self.dagster_principal,
+            "BooksCapture": self.books_capture,
+            "CaptureCodeBucket": "code-bucket",
+            "CaptureCodeKey": "ddb_athena/capture-lambda.zip",
+            "EnableEmrServerless": str(self.emr_serverless).lower(),
+            "EmrReleaseLabel": "emr-7.12.0",
+            "AWS::Partition": "aws",
+            "AWS::Region": self.region,
+            "AWS::AccountId": ACCOUNT,
+            "AWS::StackName": STACK,
+        }
+
+
+class Resolver:
+    def __init__(self, template: dict, parameters: dict):
+        self.template, self.parameters = template, parameters
+        self.conditions = {
+            "CreateBucket": parameters["ExistingBucketName"] == "",
+            "DagsterOnEc2": parameters["DagsterPrincipal"] == "ec2-instance",
+            "WithEmrServerless": parameters["EnableEmrServerless"] == "true",
+            "WithCaptureLambda": parameters["BooksCapture"] == "lambda",
+            "RunReadsStream": parameters["BooksCapture"] == "run",
+        }
+        assert set(self.conditions) == set(template["Conditions"]), "a new condition: teach the resolver"
+
+    def physical(self, name: str) -> str:
+        kind = self.template["Resources"][name]["Type"]
+        region, stack = self.parameters["AWS::Region"], STACK
+        return {
+            "AWS::S3::Bucket": self.parameters["ExistingBucketName"] or "created-bucket",
+            "AWS::SQS::Queue": f"arn:aws:sqs:{region}:{ACCOUNT}:{stack}-{name}",
+            "AWS::Logs::LogGroup": f"arn:aws:logs:{region}:{ACCOUNT}:log-group:{stack}-{name}:*",
+            "AWS::IAM::Role": f"arn:aws:iam::{ACCOUNT}:role/{stack}-{name}",
+            "AWS::EMRServerless::Application": f"arn:aws:emr-serverless:{region}:{ACCOUNT}:/applications/{name}",
+        }.get(kind, name)
+
+    def resolve(self, value):
+        if isinstance(value, list):
+            return [item for item in (self.resolve(v) for v in value) if item is not None]
+        if not isinstance(value, dict):
+            return value
+        if len(value) != 1 or not next(iter(value)).startswith(("Ref", "Fn::")):
+            return {key: self.resolve(item) for key, item in value.items()}
+        (function, argument), = value.items()
+        if function == "Ref":
+            if argument == "AWS::NoValue":
+                return None
+            return self.parameters[argument] if argument in self.parameters else self.physical(argument)
+        if function == "Fn::GetAtt":
+            return self.physical(argument[0])
+        if function == "Fn::If":
+            condition, when_true, when_false = argument
+            return self.resolve(when_true if self.conditions[condition] else when_false)
+        if function == "Fn::Sub":
+            text, names = (argument, {}) if isinstance(argument, str) else (argument[0], self.resolve(argument[1]))
+
+            def substitute(match):
+                name = match.group(1)
+                if name in names:
+                    return names[name]
+                if "." in name:
+                    return self.physical(name.split(".")[0])
+                return self.parameters[name] if name in self.parameters else self.physical(name)
+
+            return re.sub(r"\$\{([^}]+)\}", substitute, text)
+        raise AssertionError(f"the template uses {function}: teach the resolver")
+
+
+ROLES = {
+    "capture_lambda": ["CaptureFunctionRole"],
+    "dagster_runs": ["DagsterRunRole", "DagsterEmrServerlessPolicy", "DagsterStreamCapturePolicy"],
+    "spark_job": ["SparkJobRole"],
+}
+
+
+@lru_cache(maxsize=None)
+def statements(deployment: Deployment, principal: str, bucket: str) -> tuple[dict, ...]:
+    template = load_template()
+    resolver = Resolver(template, deployment.parameters(bucket))
+    found = []
+    for name in ROLES[principal]:
+        resource = template["Resources"][name]
+        if "Condition" in resource and not resolver.conditions[resource["Condition"]]:
+            continue
+        properties = resolver.resolve(resource["Properties"])
+        documents = [policy["PolicyDocument"] for policy in properties.get("Policies", [])]
+        if resource["Type"] == "AWS::IAM::ManagedPolicy":
+            documents.append(properties["PolicyDocument"])
+        for document in documents:
+            found += document["Statement"]
+    return tuple(found)
+
+
+def as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def granted_actions(deployment: Deployment, principal: str) -> set[str]:
+    return {action for statement in statements(deployment, principal, "bucket") for action in as_list(statement["Action"])}
+
+
+def _conditions_hold(statement: dict, call: AwsCall) -> bool:
+    for operator, tests in statement.get("Condition", {}).items():
+        for key, patterns in tests.items():
+            if (operator, key) != ("StringLike", "s3:prefix"):
+                raise AssertionError(f"condition {operator} {key}: teach the evaluator")
+            if not any(fnmatchcase(call.param("Prefix", ""), pattern) for pattern in as_list(patterns)):
+                return False
+    return True
+
+
+def allows(deployment: Deployment, principal: str, call: AwsCall) -> bool:
+    """Whether the role allows every IAM action of the call on every resource it names."""
+    bucket = call.param("Bucket") or call.param("S3Bucket") or "bucket"
+    role_statements = statements(deployment, principal, bucket)
+    for action in iam_actions(call):
+        for resource in call_resources(call):
+            if not any(
+                statement["Effect"] == "Allow"
+                and action in as_list(statement["Action"])
+                and any(fnmatchcase(resource, pattern) for pattern in as_list(statement["Resource"]))
+                and _conditions_hold(statement, call)
+                for statement in role_statements
+            ):
+                return False
+    return True

@@ -1,0 +1,167 @@
+"""deploy/ddb_athena.yaml: lint-clean, private and encrypted, nothing expires the warehouse, least privilege
+in its shape (no `*` action, `*` resources only where IAM has no resource scoping), the capture mapping as
+the handler expects it, and a deployment into the emulator of every resource type moto can create."""
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from cfnlint.api import ManualArgs, lint_file
+from cfnlint.decode import decode_str
+
+from ddb_athena.lambda_package import HANDLER_MODULE, build_zip
+from ddb_athena.settings import REPO_ROOT, Settings
+
+TEMPLATE = REPO_ROOT / "deploy" / "ddb_athena.yaml"
+# IAM actions without resource-level permissions: `Resource: "*"` is the only form they take.
+UNSCOPABLE_ACTIONS = {"dynamodb:ListStreams"}
+# What moto's CloudFormation cannot create (PLATFORM.md): left out of the emulator deployment. (With
+# EnableEmrServerless off, its roles and log group are not created either: the static tests cover them.)
+NOT_EMULATED = {"AWS::Glue::Database", "AWS::S3::BucketPolicy", "AWS::EMRServerless::Application"}
+
+
+def template() -> dict:
+    parsed, problems = decode_str(TEMPLATE.read_text())
+    assert not problems
+    return json.loads(json.dumps(parsed))
+
+
+def warehouse_prefix() -> str:
+    warehouse = Settings.from_env({"DDB_ATHENA_PROFILE": "aws", "DDB_ATHENA_BUCKET": "b"}).warehouse
+    return warehouse.removeprefix("s3://b/") + "/"
+
+
+def rules_deleting_under(prefix: str, rules: list[dict]) -> list[str]:
+    """Lifecycle rules that could delete or move a live object under `prefix` (aborting uploads never does)."""
+    found = []
+    for rule in rules:
+        scope = rule.get("Prefix", rule.get("Filter", {}).get("Prefix", rule.get("Filter", {}).get("And", {}).get("Prefix", "")))
+        overlaps = prefix.startswith(scope) or scope.startswith(prefix)
+        actions = set(rule) - {"Id", "Status", "Prefix", "Filter", "AbortIncompleteMultipartUpload"}
+        if overlaps and actions:
+            found.append(rule["Id"])
+    return found
+
+
+def policy_statements(resources: dict):
+    for name, resource in resources.items():
+        properties = resource.get("Properties", {})
+        documents = [policy["PolicyDocument"] for policy in properties.get("Policies", [])]
+        if resource["Type"] == "AWS::IAM::ManagedPolicy":
+            documents.append(properties["PolicyDocument"])
+        for document in documents:
+            for statement in document["Statement"]:
+                yield name, statement
+
+
+def as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def test_cfn_lint_finds_nothing_not_even_informational():
+    assert lint_file(TEMPLATE, config=ManualArgs(include_checks=["I"])) == []
+
+
+def test_no_lifecycle_rule_can_delete_a_warehouse_file():
+    rules = template()["Resources"]["DataBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert warehouse_prefix() == "warehouse/"
+    assert rules_deleting_under(warehouse_prefix(), rules) == []
+    # The check itself: a bucket-wide expiry, or one on the warehouse, is caught.
+    assert rules_deleting_under("warehouse/", [{"Id": "all", "Prefix": "", "ExpirationInDays": 30}]) == ["all"]
+    assert rules_deleting_under("warehouse/", [{"Id": "wh", "Filter": {"Prefix": "warehouse/data/"}, "Transitions": []}]) == ["wh"]
+    # The sources' leftovers do expire.
+    assert {rule["Prefix"] for rule in rules if "ExpirationInDays" in rule} == {"books_source/quarantine/", "orders_export/"}
+
+
+def test_the_bucket_is_encrypted_private_and_tls_only():
+    resources = template()["Resources"]
+    bucket = resources["DataBucket"]["Properties"]
+    assert bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]["SSEAlgorithm"]
+    assert all(bucket["PublicAccessBlockConfiguration"].values()) and len(bucket["PublicAccessBlockConfiguration"]) == 4
+    deny = resources["DataBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"][0]
+    assert deny["Effect"] == "Deny" and deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+
+
+def test_policies_name_their_actions_and_scope_their_resources():
+    statements = list(policy_statements(template()["Resources"]))
+    assert {name for name, _ in statements} == {
+        "CaptureFunctionRole",
+        "DagsterRunRole",
+        "DagsterEmrServerlessPolicy",
+        "DagsterStreamCapturePolicy",
+        "SparkJobRole",
+    }
+    for name, statement in statements:
+        actions = as_list(statement["Action"])
+        assert statement["Effect"] == "Allow" and "NotAction" not in statement and "NotResource" not in statement
+        assert not any("*" in action for action in actions), (name, actions)
+        if "*" in as_list(statement["Resource"]):
+            assert set(actions) <= UNSCOPABLE_ACTIONS, (name, actions)
+
+
+def test_the_capture_mapping_retries_boundedly_and_never_blocks_a_shard():
+    resources = template()["Resources"]
+    function = resources["CaptureFunction"]["Properties"]
+    assert f"{function['Handler']}" == f"{HANDLER_MODULE}.handler" and function["Runtime"] == "python3.11"
+    mapping = resources["CaptureEventSourceMapping"]["Properties"]
+    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]  # the handler's batchItemFailures
+    assert mapping["BisectBatchOnFunctionError"] is True
+    assert 0 < mapping["MaximumRetryAttempts"] <= 10
+    assert 0 < mapping["MaximumRecordAgeInSeconds"] < 24 * 3600  # replayable: inside the stream's retention
+    assert mapping["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": ["CaptureFailureQueue", "Arn"]}
+    assert mapping["StartingPosition"] == "TRIM_HORIZON" and mapping["ParallelizationFactor"] == 1
+
+
+def emulated(body: dict) -> dict:
+    """The template without what moto cannot create, nor what refers to it."""
+    left_out = {name for name, resource in body["Resources"].items() if resource["Type"] in NOT_EMULATED}
+    body["Resources"] = {name: resource for name, resource in body["Resources"].items() if name not in left_out}
+    body["Outputs"] = {name: output for name, output in body["Outputs"].items() if not set(json.dumps(output).split('"')) & left_out}
+    return body
+
+
+@pytest.mark.parametrize("principal, books_capture", [("ecs-task", "lambda"), ("ec2-instance", "run")])
+def test_the_stack_deploys_into_the_emulator(settings, tmp_path, principal, books_capture):
+    s3, cloudformation = settings.client("s3"), settings.client("cloudformation")
+    archive = tmp_path / "capture-lambda.zip"
+    build_zip(archive)
+    s3.create_bucket(Bucket="code-bucket")
+    s3.upload_file(str(archive), "code-bucket", "ddb_athena/capture-lambda.zip")
+    stream_arn = settings.client("dynamodb").describe_table(TableName=settings.books_table)["Table"]["LatestStreamArn"]
+    parameters = {
+        "BooksTableName": settings.books_table,
+        "BooksStreamArn": stream_arn,
+        "OrdersTableName": settings.orders_table,
+        "CaptureCodeBucket": "code-bucket",
+        "DagsterPrincipal": principal,
+        "BooksCapture": books_capture,
+    }
+    cloudformation.create_stack(
+        StackName="ddb-athena",
+        TemplateBody=json.dumps(emulated(template())),
+        Parameters=[{"ParameterKey": key, "ParameterValue": value} for key, value in parameters.items()],
+        Capabilities=["CAPABILITY_IAM"],
+    )
+    deadline = time.monotonic() + 60
+    while (stack := cloudformation.describe_stacks(StackName="ddb-athena")["Stacks"][0])["StackStatus"].endswith("IN_PROGRESS"):
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    assert stack["StackStatus"] == "CREATE_COMPLETE", stack.get("StackStatusReason")
+    outputs = {output["OutputKey"]: output["OutputValue"] for output in stack["Outputs"]}
+    bucket = outputs["BucketName"]
+    # moto's CloudFormation creates the bucket but applies neither its public access block nor its lifecycle
+    # rules (moto 5.2.5): the template tests above check those.
+    assert s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"]
+    lambda_client = settings.client("lambda")
+    if books_capture == "lambda":
+        function = lambda_client.get_function(FunctionName=outputs["CaptureFunctionName"])["Configuration"]
+        assert function["Environment"]["Variables"]["DDB_ATHENA_BUCKET"] == bucket
+        (mapping,) = lambda_client.list_event_source_mappings(FunctionName=outputs["CaptureFunctionName"])["EventSourceMappings"]
+        assert mapping["EventSourceArn"] == stream_arn
+    else:  # the sync run reads the stream: no Lambda, and its role may read the stream
+        assert lambda_client.list_functions()["Functions"] == [] and "CaptureFunctionName" not in outputs
+    role = settings.client("iam").get_role(RoleName=outputs["DagsterRunRoleArn"].rsplit("/", 1)[1])["Role"]
+    trusted = role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]["Service"]
+    assert trusted == {"ecs-task": "ecs-tasks.amazonaws.com", "ec2-instance": "ec2.amazonaws.com"}[principal]
+    assert ("DagsterInstanceProfileArn" in outputs) == (principal == "ec2-instance")
