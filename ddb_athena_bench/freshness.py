@@ -20,8 +20,10 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 
@@ -60,8 +62,8 @@ def _stop(process: subprocess.Popen) -> None:
             continue
 
 
-def _tree_cpu(root_pid: int) -> dict[int, tuple[float, str]]:
-    """CPU seconds (own and of reaped children) and command line of every live process in the tree."""
+def _tree(root_pid: int) -> dict[int, tuple[float, int]]:
+    """Own CPU seconds and parent of every live process in the tree."""
     try:
         root = psutil.Process(root_pid)
         processes = [root, *root.children(recursive=True)]
@@ -71,47 +73,52 @@ def _tree_cpu(root_pid: int) -> dict[int, tuple[float, str]]:
     for process in processes:
         try:
             times = process.cpu_times()
-            found[process.pid] = (times.user + times.system + times.children_user + times.children_system, " ".join(process.cmdline()))
+            found[process.pid] = (times.user + times.system, process.ppid())
         except psutil.NoSuchProcess:
             continue
     return found
 
 
 class CpuMeter:
-    """CPU of process trees over a window; processes that end in it count through their parents' children times."""
+    """CPU of process trees over a window, sampled often. A process that ends keeps the CPU of its last sample
+    (a run worker ends every hour: its parent need not reap it, so its children-times cannot be relied on)."""
 
     def __init__(self, roots: dict[str, int]):
         self.roots = roots
-        self.start = {name: _tree_cpu(pid) for name, pid in roots.items()}
-        self.last = dict(self.start)
+        self.start = {name: _tree(pid) for name, pid in roots.items()}
+        self.last = {name: dict(tree) for name, tree in self.start.items()}
 
     def sample(self) -> None:
         for name, pid in self.roots.items():
-            self.last[name] = _tree_cpu(pid)
+            self.last[name].update(_tree(pid))
 
     def used(self, name: str, pids: set[int] | None = None) -> float:
         """CPU seconds of the tree `name` since the start (`pids`: only those processes)."""
         start, end = self.start[name], self.last[name]
-        return sum(cpu - start.get(pid, (0.0, ""))[0] for pid, (cpu, _) in end.items() if pids is None or pid in pids)
+        return sum(cpu - start.get(pid, (0.0, 0))[0] for pid, (cpu, _) in end.items() if pids is None or pid in pids)
+
+    def descendants(self, name: str, pids: set[int]) -> set[int]:
+        """`pids` and every process seen below them, ended ones included."""
+        parents = {pid: parent for pid, (_, parent) in self.last[name].items()}
+        found = set(pids)
+        for pid in parents:
+            chain = pid
+            while chain in parents and chain not in found:
+                chain = parents[chain]
+            if chain in found:
+                found.add(pid)
+        return found
 
 
-def _sync_run_pids(dagster_home: Path) -> set[int]:
-    """The processes of the books_sync runs: their run workers (spawned processes, whose command lines say
-    nothing) and what those started (the JVM)."""
+def _sync_run_workers(dagster_home: Path) -> set[int]:
+    """The run workers of the books_sync runs (spawned processes, whose command lines say nothing)."""
     from dagster import DagsterEventType, DagsterInstance, RunsFilter
 
     with DagsterInstance.from_config(str(dagster_home)) as instance:
         runs = instance.get_runs(RunsFilter(job_name="books_sync"))
         # RUN_START is logged by the run worker itself (other events come from the code server that launched it).
         events = [event.dagster_event for run in runs for event in instance.all_logs(run.run_id)]
-        workers = {event.pid for event in events if event is not None and event.event_type == DagsterEventType.RUN_START and event.pid}
-    pids = set(workers)
-    for pid in workers:
-        try:
-            pids.update(child.pid for child in psutil.Process(pid).children(recursive=True))
-        except psutil.NoSuchProcess:
-            continue
-    return pids
+        return {event.pid for event in events if event is not None and event.event_type == DagsterEventType.RUN_START and event.pid}
 
 
 def _table_dir(warehouse: Path, namespace: str) -> Path:
@@ -157,8 +164,12 @@ def _chart(lags: list[float], path: Path) -> None:
     figure.savefig(path, dpi=110)
 
 
-def run(minutes: float, rate: float) -> dict:
-    scratch = OUT / "freshness-stack"
+@contextmanager
+def local_stack(scratch_name: str, rate: float = 1.0, with_dagster: bool = True) -> Iterator[tuple[dict, dict[str, subprocess.Popen]]]:
+    """The emulator (tables created, 50 books seeded), `dagster dev` on a fresh DAGSTER_HOME (unless not wanted)
+    and the simulator, in a scratch directory; yields the environment that points at them and the processes.
+    Everything is stopped on the way out."""
+    scratch = OUT / scratch_name
     shutil.rmtree(scratch, ignore_errors=True)
     (scratch / "dagster_home").mkdir(parents=True)
     shutil.copy(REPO_ROOT / "dagster.yaml", scratch / "dagster_home" / "dagster.yaml")
@@ -182,13 +193,23 @@ def run(minutes: float, rate: float) -> dict:
         wait_for_endpoint(endpoint)
         for command in (["init"], ["seed", "--books", "50", "--orders", "0"]):
             subprocess.run([str(bin_dir / "ddb-athena"), *command], env=env, cwd=REPO_ROOT, check=True, capture_output=True)
-        processes["dagster"] = _start(
-            [str(bin_dir / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(dagster_port)], env, scratch / "dagster.log"
-        )
+        if with_dagster:
+            processes["dagster"] = _start(
+                [str(bin_dir / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(dagster_port)], env, scratch / "dagster.log"
+            )
         processes["simulator"] = _start(
             [str(bin_dir / "ddb-athena"), "simulate", "--rate", str(rate), "--books-only"], env, scratch / "simulator.log"
         )
-        os.environ.update({key: env[key] for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")})
+        os.environ.update({key: env[key] for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "DDB_ATHENA_WAREHOUSE")})
+        yield env, processes
+    finally:
+        for process in reversed(list(processes.values())):
+            _stop(process)
+
+
+def run(minutes: float, rate: float) -> dict:
+    scratch = OUT / "freshness-stack"
+    with local_stack(scratch.name, rate) as (env, processes):
         settings = Settings.from_env(env)
         table_dir = _table_dir(scratch / "warehouse", settings.namespace)
         print("waiting for the first sync to bootstrap library.books ...", flush=True)
@@ -224,10 +245,7 @@ def run(minutes: float, rate: float) -> dict:
             time.sleep(POLL_SECONDS)
         elapsed_minutes = (time.monotonic() - started) / 60
         files_at_end = _file_counts(table_dir)
-        sync_pids = _sync_run_pids(scratch / "dagster_home")
-    finally:
-        for process in reversed(list(processes.values())):
-            _stop(process)
+        sync_pids = meter.descendants("dagster", _sync_run_workers(scratch / "dagster_home"))
     lags = [seen[marker] - written[marker] for marker in seen]
     if not lags:
         raise RuntimeError("no marker became visible; see " + str(scratch / "dagster.log"))
