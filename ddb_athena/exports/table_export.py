@@ -20,7 +20,6 @@ from typing import Callable
 from botocore.exceptions import ClientError
 
 from ddb_athena.capture.change_files import SourceLayout, list_keys
-from ddb_athena.settings import ORDERS_EXPORT_PREFIX
 
 FULL_EXPORT = "FULL_EXPORT"
 INCREMENTAL_EXPORT = "INCREMENTAL_EXPORT"
@@ -168,7 +167,7 @@ def point_in_time_recovery(dynamodb, table_name: str) -> dict:
     return backups.get("PointInTimeRecoveryDescription", {})
 
 
-def check_preconditions(dynamodb, s3, table_name: str, bucket: str, window: ExportWindow, now: datetime) -> str:
+def check_preconditions(dynamodb, s3, table_name: str, layout: SourceLayout, window: ExportWindow, now: datetime) -> str:
     """Raises ExportError with the fix for anything that would make the export fail; returns the table ARN."""
     try:
         table_arn = dynamodb.describe_table(TableName=table_name)["Table"]["TableArn"]
@@ -187,10 +186,10 @@ def check_preconditions(dynamodb, s3, table_name: str, bucket: str, window: Expo
     try:
         # A listing of the export prefix, not a HEAD of the bucket: IAM checks HeadBucket as s3:ListBucket with no
         # prefix, which the runs' role (listing only its own prefixes) does not have.
-        s3.list_objects_v2(Bucket=bucket, Prefix=f"{ORDERS_EXPORT_PREFIX}/", MaxKeys=1)
+        s3.list_objects_v2(Bucket=layout.bucket, Prefix=f"{layout.prefix}/", MaxKeys=1)
     except ClientError as error:
         if _error_code(error) in ("404", "NoSuchBucket", "NotFound"):
-            raise ExportError(_missing_bucket(bucket)) from None
+            raise ExportError(_missing_bucket(layout.bucket)) from None
         raise
     if window.export_type == INCREMENTAL_EXPORT:
         if not MIN_INCREMENTAL_WINDOW <= window.end - window.start <= MAX_INCREMENTAL_WINDOW:
@@ -396,7 +395,7 @@ def export_partition(
                 f"{widened.describe()}, within point-in-time recovery; the load skips the items it already has"
             )
             window = widened
-        table_arn = check_preconditions(dynamodb, s3, table_name, layout.bucket, window, now)
+        table_arn = check_preconditions(dynamodb, s3, table_name, layout, window, now)
         s3_prefix = f"{export_prefix(layout, partition)}attempt-{attempt}/"
         token = client_token(table_arn, partition, window.export_type, attempt)
         log(f"requesting a {window.export_type} of {table_name}: {window.describe()} into s3://{layout.bucket}/{s3_prefix}")

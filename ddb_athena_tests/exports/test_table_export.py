@@ -226,9 +226,9 @@ def test_preconditions_fail_clearly_before_anything_is_requested(settings, layou
     with pytest.raises(ExportError, match="has not closed yet"):
         export(settings, layout, False, day=today)
     with pytest.raises(ExportError, match="not between 15 minutes and 24 hours"):
-        check_preconditions(dynamodb, settings.client("s3"), settings.orders_table, settings.bucket, ExportWindow(INCREMENTAL_EXPORT, YESTERDAY, YESTERDAY + timedelta(minutes=10)), NOW)
+        check_preconditions(dynamodb, settings.client("s3"), settings.orders_table, layout, ExportWindow(INCREMENTAL_EXPORT, YESTERDAY, YESTERDAY + timedelta(minutes=10)), NOW)
     with pytest.raises(ExportError, match="not between 15 minutes and 24 hours"):
-        check_preconditions(dynamodb, settings.client("s3"), settings.orders_table, settings.bucket, ExportWindow(INCREMENTAL_EXPORT, YESTERDAY - timedelta(days=1), YESTERDAY + timedelta(minutes=1)), NOW)
+        check_preconditions(dynamodb, settings.client("s3"), settings.orders_table, layout, ExportWindow(INCREMENTAL_EXPORT, YESTERDAY - timedelta(days=1), YESTERDAY + timedelta(minutes=1)), NOW)
     dynamodb.update_continuous_backups(TableName=settings.orders_table, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": False})
     with pytest.raises(ExportError, match="Point-in-time recovery is off.*update-continuous-backups"):
         export(settings, layout, True)
