@@ -150,11 +150,11 @@ def _latest_per_key(changes: DataFrame) -> DataFrame:
     return changes.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
 
 
-def _typed(spark: SparkSession, spec: TableSpec, changes: DataFrame, synced_at: datetime) -> DataFrame:
+def _typed(spec: TableSpec, changes: DataFrame, synced_at: datetime) -> DataFrame:
     # The merge time joins as data (a one-row relation), not as a literal: Spark inlines timestamp literals into
     # the Java it generates, so a new literal every cycle meant new classes to compile and JIT every cycle (about
     # a fifth of a warm sync run's CPU).
-    merged_at = spark.createDataFrame([(synced_at,)], f"{SYNCED_AT_COLUMN} timestamp")
+    merged_at = changes.sparkSession.createDataFrame([(synced_at,)], f"{SYNCED_AT_COLUMN} timestamp")
     # The key comes from the record's Keys: a REMOVE has no image to take it from.
     typed = changes.selectExpr(
         "key",
@@ -207,7 +207,7 @@ def merge_change_files(
         if not applicable:
             return _with_snapshot(spark, target, result)
 
-        good = _typed(spark, spec, validated.where("reason IS NULL"), datetime.now(timezone.utc))
+        good = _typed(spec, validated.where("reason IS NULL"), datetime.now(timezone.utc))
         good = good.where(F.col("file_name") > cutoff).where(F.col("file_name") >= first_file)
         latest = _latest_per_key(good)
         if result.bootstrap_file:

@@ -4,12 +4,14 @@ import os
 import signal
 import threading
 from dataclasses import replace
+from datetime import datetime, timezone
 
 import pytest
 from dagster import AssetKey, DagsterInstance
 
 from ddb_athena import books_cycle
 from ddb_athena.capture.change_files import SourceLayout, list_change_files, list_keys
+from ddb_athena.capture import bootstrap
 from ddb_athena.capture.checkpoints import CheckpointStore
 from ddb_athena.capture.lambda_handler import handle_stream_event
 from ddb_athena.capture.commit_manifests import committed_files
@@ -228,3 +230,23 @@ def test_with_the_capture_lambda_the_run_merges_its_files_and_never_reads_the_st
     rows = {row["id"]: row["name"] for row in spark.table(f"{settings.namespace}.books").collect()}
     assert set(rows) == {"scanned", "after-scan"} and rows["after-scan"] == "captured by the Lambda"
     assert list(list_keys(s3, settings.bucket, layout.checkpoints_prefix)) == []  # the runs never read the stream
+
+
+def test_with_the_capture_lambda_a_change_written_during_the_bootstrap_scan_applies_on_top(spark, settings, instance, monkeypatch):
+    s3, layout = settings.client("s3"), SourceLayout(settings.bucket, "books_source")
+    BookSimulator(settings.client("dynamodb"), settings.books_table).insert("scanned")
+    scan = bootstrap.scan_table
+
+    def scan_while_the_lambda_writes(dynamodb, table_name):
+        # The scan has read the item; the Lambda then writes a newer change of it (the table moved on meanwhile).
+        for item in scan(dynamodb, table_name):
+            yield item
+            handle_stream_event(lambda_event("scanned", "300", "changed during the scan"), s3, layout)
+
+    monkeypatch.setattr(bootstrap, "scan_table", scan_while_the_lambda_writes)
+    before = datetime.now(timezone.utc)
+    sync_books(instance, books_capture="lambda")
+    (row,) = spark.table(f"{settings.namespace}.books").collect()
+    assert (row["id"], row["name"]) == ("scanned", "changed during the scan")
+    # The merge time reaches the row (it joins the changes as data, no longer as a literal).
+    assert before <= row["_synced_at"].replace(tzinfo=timezone.utc) <= datetime.now(timezone.utc)
