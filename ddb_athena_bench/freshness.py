@@ -165,11 +165,9 @@ def _chart(lags: list[float], path: Path) -> None:
 
 
 @contextmanager
-def local_stack(scratch_name: str, rate: float = 1.0, with_dagster: bool = True) -> Iterator[tuple[dict, dict[str, subprocess.Popen]]]:
-    """The emulator (tables created, 50 books seeded), `dagster dev` on a fresh DAGSTER_HOME (unless not wanted)
-    and the simulator, in a scratch directory; yields the environment that points at them and the processes.
-    Everything is stopped on the way out."""
-    scratch = OUT / scratch_name
+def local_stack(scratch: Path, rate: float) -> Iterator[tuple[dict, dict[str, subprocess.Popen]]]:
+    """The emulator (tables created, 50 books seeded), `dagster dev` on a fresh DAGSTER_HOME and the simulator,
+    in a scratch directory; yields the environment that points at them and the processes, and stops them."""
     shutil.rmtree(scratch, ignore_errors=True)
     (scratch / "dagster_home").mkdir(parents=True)
     shutil.copy(REPO_ROOT / "dagster.yaml", scratch / "dagster_home" / "dagster.yaml")
@@ -193,14 +191,13 @@ def local_stack(scratch_name: str, rate: float = 1.0, with_dagster: bool = True)
         wait_for_endpoint(endpoint)
         for command in (["init"], ["seed", "--books", "50", "--orders", "0"]):
             subprocess.run([str(bin_dir / "ddb-athena"), *command], env=env, cwd=REPO_ROOT, check=True, capture_output=True)
-        if with_dagster:
-            processes["dagster"] = _start(
-                [str(bin_dir / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(dagster_port)], env, scratch / "dagster.log"
-            )
+        processes["dagster"] = _start(
+            [str(bin_dir / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(dagster_port)], env, scratch / "dagster.log"
+        )
         processes["simulator"] = _start(
             [str(bin_dir / "ddb-athena"), "simulate", "--rate", str(rate), "--books-only"], env, scratch / "simulator.log"
         )
-        os.environ.update({key: env[key] for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "DDB_ATHENA_WAREHOUSE")})
+        os.environ.update({key: env[key] for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")})
         yield env, processes
     finally:
         for process in reversed(list(processes.values())):
@@ -209,7 +206,7 @@ def local_stack(scratch_name: str, rate: float = 1.0, with_dagster: bool = True)
 
 def run(minutes: float, rate: float) -> dict:
     scratch = OUT / "freshness-stack"
-    with local_stack(scratch.name, rate) as (env, processes):
+    with local_stack(scratch, rate) as (env, processes):
         settings = Settings.from_env(env)
         table_dir = _table_dir(scratch / "warehouse", settings.namespace)
         print("waiting for the first sync to bootstrap library.books ...", flush=True)
