@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import pytest
 
-from ddb_athena_tests.aws_calls import CAPTURE_LAMBDA, DAGSTER_RUNS, SPARK_JOB, recorded
+from ddb_athena_tests.aws_calls import CAPTURE_LAMBDA, DAGSTER_RUNS, SPARK_JOB, AwsCall, recorded
 from ddb_athena_tests.deploy.policies import ROLES, Deployment, allows, call_resources, granted_actions, iam_actions, statements
 
 LAMBDA_SERVICE = "made by AWS Lambda with the function's role, not by the handler"
@@ -72,6 +72,28 @@ def test_every_call_is_allowed_to_the_role_that_makes_it(calls):
         if call.principal in UNSEEN_BY_BOTOCORE and not allows(Deployment.of(call), call.principal, call):
             denied[call.principal].add((", ".join(iam_actions(call)), ", ".join(call_resources(call)), call.origin))
     assert not denied, "\n".join(f"{principal}: {entry}" for principal, entries in denied.items() for entry in sorted(entries))
+
+
+def call(principal: str, service: str, operation: str, **params) -> AwsCall:
+    return AwsCall(principal, service, operation, "us-east-1", tuple(params.items()), "test")
+
+
+def test_the_evaluator_refuses_what_the_roles_do_not_grant():
+    """The coverage test's control: calls the roles must not allow are refused, their neighbours allowed."""
+    lambda_mode, run_mode = Deployment(), Deployment(books_capture="run")
+    put = dict(Bucket="b", Key="books_source/changes/x.jsonl")
+    assert allows(lambda_mode, CAPTURE_LAMBDA, call(CAPTURE_LAMBDA, "s3", "PutObject", **put))
+    assert not allows(lambda_mode, CAPTURE_LAMBDA, call(CAPTURE_LAMBDA, "s3", "PutObject", Bucket="b", Key="warehouse/x.parquet"))
+    assert not allows(lambda_mode, CAPTURE_LAMBDA, call(CAPTURE_LAMBDA, "s3", "GetObject", **put))
+    assert allows(lambda_mode, DAGSTER_RUNS, call(DAGSTER_RUNS, "dynamodb", "Scan", TableName="books"))
+    assert not allows(lambda_mode, DAGSTER_RUNS, call(DAGSTER_RUNS, "dynamodb", "Scan", TableName="orders"))
+    assert not allows(lambda_mode, DAGSTER_RUNS, call(DAGSTER_RUNS, "dynamodb", "PutItem", TableName="books"))
+    assert allows(lambda_mode, DAGSTER_RUNS, call(DAGSTER_RUNS, "s3", "ListObjectsV2", Bucket="b", Prefix="orders_export/"))
+    assert not allows(lambda_mode, DAGSTER_RUNS, call(DAGSTER_RUNS, "s3", "ListObjectsV2", Bucket="b", Prefix=""))
+    assert not allows(lambda_mode, DAGSTER_RUNS, call(DAGSTER_RUNS, "s3", "HeadBucket", Bucket="b"))
+    stream = "arn:aws:dynamodb:us-east-1:123456789012:table/books/stream/2026-01-01T00:00:00.000"
+    assert not allows(lambda_mode, DAGSTER_RUNS, call(DAGSTER_RUNS, "dynamodb", "DescribeStream", StreamArn=stream))
+    assert allows(run_mode, DAGSTER_RUNS, call(DAGSTER_RUNS, "dynamodb", "DescribeStream", StreamArn=stream))
 
 
 @pytest.mark.parametrize("books_capture", ["lambda", "run"])

@@ -4,27 +4,19 @@ the handler expects it, and a deployment into the emulator of every resource typ
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 from cfnlint.api import ManualArgs, lint_file
-from cfnlint.decode import decode_str
 
 from ddb_athena.lambda_package import HANDLER_MODULE, build_zip
-from ddb_athena.settings import REPO_ROOT, Settings
-
-TEMPLATE = REPO_ROOT / "deploy" / "ddb_athena.yaml"
+from ddb_athena.settings import Settings
+from ddb_athena_tests.deploy.policies import TEMPLATE, as_list
+from ddb_athena_tests.deploy.policies import load_template as template
 # IAM actions without resource-level permissions: `Resource: "*"` is the only form they take.
 UNSCOPABLE_ACTIONS = {"dynamodb:ListStreams"}
 # What moto's CloudFormation cannot create (PLATFORM.md): left out of the emulator deployment. (With
 # EnableEmrServerless off, its roles and log group are not created either: the static tests cover them.)
 NOT_EMULATED = {"AWS::Glue::Database", "AWS::S3::BucketPolicy", "AWS::EMRServerless::Application"}
-
-
-def template() -> dict:
-    parsed, problems = decode_str(TEMPLATE.read_text())
-    assert not problems
-    return json.loads(json.dumps(parsed))
 
 
 def warehouse_prefix() -> str:
@@ -53,10 +45,6 @@ def policy_statements(resources: dict):
         for document in documents:
             for statement in document["Statement"]:
                 yield name, statement
-
-
-def as_list(value) -> list:
-    return value if isinstance(value, list) else [value]
 
 
 def test_cfn_lint_finds_nothing_not_even_informational():
