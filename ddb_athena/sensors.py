@@ -4,7 +4,8 @@ Books change files are deleted as soon as their merge committed; orders export f
 `export_retention_days` (0: at once). Removing them never affects readers: the Iceberg tables
 do not reference source files. One cleanup run per table and tick takes every manifest found
 since the last tick, every DDB_ATHENA_CLEANUP_INTERVAL_SECONDS (5 minutes by default): a run is a process
-of its own, so one per 10-second sync cycle would cost more than the merges. Books cleanup runs do not carry the writer tag: they never wait behind the sync.
+of its own, so one per 10-second sync cycle would cost more than the merges. Books cleanup runs do not
+carry the writer tag: they never wait behind the sync.
 """
 
 import json
