@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test dev bench bench-freshness lambda lint clean
+.PHONY: install test dev bench bench-freshness lambda emr-job lint clean
 
 install: $(INSTALLED)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing.
@@ -33,7 +33,12 @@ bench-freshness: install
 
 # The capture Lambda's deployment zip (.ddb_athena/dist/capture-lambda.zip): the handler and what it imports.
 lambda: $(INSTALLED)
-	$(BIN)/python -m ddb_athena.lambda_package
+	$(BIN)/python -m ddb_athena.packaging lambda
+
+# The orders load job for EMR Serverless (.ddb_athena/dist/emr/): its entry point and a --py-files archive of the
+# modules it imports (the package's and dagster-pipes); upload both to DDB_ATHENA_EMR_CODE_URI (README).
+emr-job: $(INSTALLED)
+	$(BIN)/python -m ddb_athena.packaging emr-job
 
 clean:
 	rm -rf $(VENV) .ddb_athena .dagster_home *.egg-info

@@ -17,6 +17,18 @@ LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "t
 
 PROFILES = ("local", "aws")
 BOOKS_CAPTURES = ("run", "lambda")
+ORDERS_LOAD_MODES = ("in_process", "spark_submit", "emr_serverless")
+# The EMR Serverless job's settings (the stack's outputs), by the name the orders load runner gives them.
+EMR_SETTINGS = {
+    "emr_application_id": "DDB_ATHENA_EMR_APPLICATION_ID",
+    "emr_execution_role_arn": "DDB_ATHENA_EMR_EXECUTION_ROLE_ARN",
+    "emr_code_uri": "DDB_ATHENA_EMR_CODE_URI",
+    "emr_log_group": "DDB_ATHENA_EMR_LOG_GROUP",
+    "emr_release_label": "DDB_ATHENA_EMR_RELEASE_LABEL",
+    "emr_python": "DDB_ATHENA_EMR_PYTHON",
+    "emr_timeout_minutes": "DDB_ATHENA_EMR_TIMEOUT_MINUTES",
+}
+EMR_REQUIRED = ("emr_application_id", "emr_execution_role_arn", "emr_code_uri", "emr_log_group")
 NAMESPACE = "library"
 BOOKS_SOURCE_PREFIX = "books_source"
 ORDERS_EXPORT_PREFIX = "orders_export"
@@ -71,6 +83,9 @@ class Settings:
     orders_schedule_hour: int = DEFAULT_ORDERS_SCHEDULE_HOUR
     cleanup_interval_seconds: int = DEFAULT_CLEANUP_INTERVAL_SECONDS
     books_capture: str = "run"
+    orders_load: str = "in_process"
+    # Only the EMR settings the environment sets; the runner's defaults stand for the rest.
+    emr: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def is_local(self) -> bool:
@@ -86,6 +101,17 @@ class Settings:
         books_capture = env.get("DDB_ATHENA_BOOKS_CAPTURE", "run")
         if books_capture not in BOOKS_CAPTURES:
             raise SettingsError(f"DDB_ATHENA_BOOKS_CAPTURE={books_capture!r}: expected run (the sync run reads the stream) or lambda")
+        orders_load = env.get("DDB_ATHENA_ORDERS_LOAD", "in_process")
+        if orders_load not in ORDERS_LOAD_MODES:
+            raise SettingsError(f"DDB_ATHENA_ORDERS_LOAD={orders_load!r}: expected one of {', '.join(ORDERS_LOAD_MODES)}")
+        emr = {name: env[variable] for name, variable in EMR_SETTINGS.items() if env.get(variable)}
+        missing = [EMR_SETTINGS[name] for name in EMR_REQUIRED if name not in emr]
+        if orders_load == "emr_serverless" and local:
+            raise SettingsError("DDB_ATHENA_ORDERS_LOAD=emr_serverless needs DDB_ATHENA_PROFILE=aws: a job on EMR cannot reach the local emulator")
+        if orders_load == "emr_serverless" and missing:
+            raise SettingsError(
+                f"DDB_ATHENA_ORDERS_LOAD=emr_serverless needs {', '.join(missing)}: the stack's outputs (README, 'Orders on EMR Serverless')"
+            )
         bucket = env.get("DDB_ATHENA_BUCKET", "ddb-athena-local")
         default_endpoint_url = LOCAL_ENDPOINT_URL if local and not env.get("AWS_ENDPOINT_URL") else None
         if local:
@@ -115,6 +141,8 @@ class Settings:
             orders_start_date=_start_date(env.get("DDB_ATHENA_ORDERS_START_DATE", DEFAULT_ORDERS_START_DATE)),
             orders_schedule_hour=_hour(env.get("DDB_ATHENA_ORDERS_SCHEDULE_HOUR", str(DEFAULT_ORDERS_SCHEDULE_HOUR))),
             books_capture=books_capture,
+            orders_load=orders_load,
+            emr=emr,
             cleanup_interval_seconds=_cleanup_interval(env.get("DDB_ATHENA_CLEANUP_INTERVAL_SECONDS", str(DEFAULT_CLEANUP_INTERVAL_SECONDS))),
         )
 

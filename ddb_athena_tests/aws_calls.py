@@ -2,7 +2,8 @@
 
 Each call is attributed to the principal that makes it in a deployment, from where in `ddb_athena` it
 comes: the capture Lambda's handler, the operator's tools (`ddb-athena init/seed/simulate`, run with a
-person's own credentials, never by a role of the stack), or else Dagster and its runs. A call whose nearest
+person's own credentials, never by a role of the stack), or else Dagster and its runs (also from the threads
+in which dagster-aws's Pipes readers poll CloudWatch Logs). A call whose nearest
 project frame is a test's (setting up or reading the emulator, also from inside a callback the code calls)
 is the tests' own and is not kept.
 """
@@ -12,15 +13,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import botocore.handlers
+import dagster_aws
 
 import ddb_athena
 
 PACKAGE_DIR = Path(ddb_athena.__file__).resolve().parent
 TESTS_DIR = Path(__file__).resolve().parent
+DAGSTER_AWS_DIR = Path(dagster_aws.__file__).resolve().parent
 CAPTURE_LAMBDA, DAGSTER_RUNS, SPARK_JOB, OPERATOR = "capture_lambda", "dagster_runs", "spark_job", "operator"
 LAMBDA_MODULE = PACKAGE_DIR / "capture" / "lambda_handler.py"
 OPERATOR_MODULES = {PACKAGE_DIR / name for name in ("local_stack.py", "simulate.py", "cli.py")}
-RESOURCE_PARAMETERS = ("Bucket", "Key", "Prefix", "TableName", "TableArn", "StreamArn", "ExportArn", "S3Bucket", "S3Prefix")
+RESOURCE_PARAMETERS = (
+    "Bucket", "Key", "Prefix", "TableName", "TableArn", "StreamArn", "ExportArn", "S3Bucket", "S3Prefix",
+    "applicationId", "jobRunId", "executionRoleArn", "logGroupName", "logStreamName",
+)
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,7 @@ def _principal(package_frames: list[Path]) -> str:
 
 
 def _record(params, model, context=None, **_):
-    frame, package_frames, innermost = sys._getframe(1), [], None
+    frame, package_frames, innermost, pipes_thread = sys._getframe(1), [], None, None
     while frame is not None:
         path = Path(frame.f_code.co_filename)
         if path.is_relative_to(TESTS_DIR) and innermost is None:
@@ -54,11 +60,18 @@ def _record(params, model, context=None, **_):
         if path.is_relative_to(PACKAGE_DIR):
             package_frames.append(path.resolve())
             innermost = innermost or f"{path.relative_to(PACKAGE_DIR)}:{frame.f_code.co_name}"
+        elif path.is_relative_to(DAGSTER_AWS_DIR):
+            pipes_thread = pipes_thread or f"dagster_aws/{path.relative_to(DAGSTER_AWS_DIR)}:{frame.f_code.co_name}"
         frame = frame.f_back
+    if not package_frames and pipes_thread:
+        # dagster-aws's Pipes message readers poll in threads of their own, started by the run's Pipes client.
+        package_frames, innermost = [DAGSTER_AWS_DIR], pipes_thread
     if not package_frames:
         return
     package_frames.reverse()  # outermost first
     named = [(name, params[name]) for name in RESOURCE_PARAMETERS if name in params]
+    if params.get("tags"):
+        named.append(("tags", ",".join(sorted(params["tags"]))))
     if model.name == "DeleteObjects":
         named += [("Key", entry["Key"]) for entry in params["Delete"]["Objects"]]
     region = (context or {}).get("client_region") or "us-east-1"

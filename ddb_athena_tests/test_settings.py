@@ -59,3 +59,44 @@ def test_clients_use_the_endpoints_of_the_environment_the_settings_were_read_fro
     assert settings.client("s3").meta.endpoint_url == "http://127.0.0.1:7001"
     assert settings.client("dynamodbstreams").meta.endpoint_url == "http://127.0.0.1:7002"
     assert Settings.from_env({}).client("dynamodb").meta.endpoint_url == LOCAL_ENDPOINT_URL
+
+
+EMR_STACK_OUTPUTS = {
+    "DDB_ATHENA_EMR_APPLICATION_ID": "00fabcdefghij000",
+    "DDB_ATHENA_EMR_EXECUTION_ROLE_ARN": "arn:aws:iam::123456789012:role/ddb-athena-SparkJobRole",
+    "DDB_ATHENA_EMR_CODE_URI": "s3://code-bucket/ddb_athena/emr",
+    "DDB_ATHENA_EMR_LOG_GROUP": "/ddb_athena/ddb-athena/spark",
+}
+AWS = {"DDB_ATHENA_PROFILE": "aws", "DDB_ATHENA_BUCKET": "prod"}
+
+
+def test_the_orders_load_runs_in_process_unless_told_otherwise():
+    from ddb_athena.resources import resources_from_settings
+
+    assert resources_from_settings(Settings.from_env({}))["orders_load"].mode == "in_process"
+    runner = resources_from_settings(Settings.from_env({**AWS, "DDB_ATHENA_ORDERS_LOAD": "emr_serverless", **EMR_STACK_OUTPUTS}))["orders_load"]
+    assert runner.mode == "emr_serverless" and runner.emr_job().code("x.py") == "s3://code-bucket/ddb_athena/emr/x.py"
+    assert runner.emr_release_label == "emr-7.12.0" and runner.emr_timeout_minutes == 180
+
+
+@pytest.mark.parametrize(
+    "environ, named",
+    [
+        ({"DDB_ATHENA_ORDERS_LOAD": "lambda"}, "expected one of in_process, spark_submit, emr_serverless"),
+        ({"DDB_ATHENA_ORDERS_LOAD": "emr_serverless", **EMR_STACK_OUTPUTS}, "needs DDB_ATHENA_PROFILE=aws"),
+        ({**AWS, "DDB_ATHENA_ORDERS_LOAD": "emr_serverless"}, "DDB_ATHENA_EMR_APPLICATION_ID, DDB_ATHENA_EMR_EXECUTION_ROLE_ARN"),
+        ({**AWS, "DDB_ATHENA_ORDERS_LOAD": "emr_serverless", **EMR_STACK_OUTPUTS, "DDB_ATHENA_EMR_LOG_GROUP": ""}, "DDB_ATHENA_EMR_LOG_GROUP"),
+    ],
+)
+def test_an_orders_load_that_cannot_run_is_refused_with_what_is_missing(environ, named):
+    with pytest.raises(SettingsError, match=named):
+        Settings.from_env(environ)
+
+
+def test_a_malformed_emr_setting_fails_when_the_code_location_loads():
+    from ddb_athena.resources import resources_from_settings
+    from ddb_athena.spark.job_submission import JobSubmissionError
+
+    environ = {**AWS, "DDB_ATHENA_ORDERS_LOAD": "emr_serverless", **EMR_STACK_OUTPUTS, "DDB_ATHENA_EMR_CODE_URI": "/home/me/emr"}
+    with pytest.raises(JobSubmissionError, match="code location '/home/me/emr'"):
+        resources_from_settings(Settings.from_env(environ))

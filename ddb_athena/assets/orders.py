@@ -16,7 +16,6 @@ from dagster import (
 )
 from pydantic import Field
 
-from ddb_athena.assets.upkeep import maintain
 from ddb_athena.capture.commit_manifests import write_commit_manifest
 from ddb_athena.exports.table_export import (
     COVERED,
@@ -28,14 +27,10 @@ from ddb_athena.exports.table_export import (
     load_record,
     utc_now,
 )
-from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
+from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, OrdersLoadRunner, SyncSettings
 from ddb_athena.settings import Settings
-from ddb_athena.spark.export_load import ExportDataFile, load_export_files, loaded_full_export, record_loaded_full_export, table_loaded
-from ddb_athena.spark.maintenance import maintenance_due
-from ddb_athena.table_spec import ORDERS_SPEC
-
-# library.orders changes once a day: its upkeep (compaction, expiry, orphans) runs with the first load of a day.
-ORDERS_MAINTENANCE_INTERVAL = timedelta(hours=20)
+from ddb_athena.spark.export_load import ExportDataFile, loaded_full_export, table_loaded
+from ddb_athena.spark.orders_partition import OrdersLoadRequest, OrdersUpkeep
 
 # Partitions are part of the definitions, so their start is read when the code location loads.
 orders_partitions = DailyPartitionsDefinition(start_date=Settings.from_env().orders_start_date, timezone="UTC")
@@ -123,7 +118,9 @@ ORDERS_LOAD_CHECKS = [
     check_specs=ORDERS_LOAD_CHECKS,
     description="library.orders: orders in Iceberg, partitioned by day of created_at, loaded with an insert-only MERGE INTO.",
 )
-def orders_athena(context: AssetExecutionContext, aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings):
+def orders_athena(
+    context: AssetExecutionContext, aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, orders_load: OrdersLoadRunner
+):
     started = time.monotonic()
     s3, layout, partition = aws.client("s3"), sync.orders_layout, context.partition_key
     record = load_record(s3, layout, partition)
@@ -132,21 +129,23 @@ def orders_athena(context: AssetExecutionContext, aws: AwsClientsResource, spark
     if record.export_type == COVERED:
         context.log.info(f"Nothing to load: the day is covered by full export {record.export_arn}, loaded into {sync.orders_iceberg_table}")
     else:
-        context.log.info(f"Loading {len(record.data_files)} files of export {record.export_arn} into {sync.orders_iceberg_table}")
-    result = load_export_files(
-        spark.spark_session,
-        ORDERS_SPEC,
-        sync.orders_iceberg_table,
-        [
+        where = {"in_process": "in this run", "spark_submit": "as a spark-submit job", "emr_serverless": "on EMR Serverless"}[orders_load.mode]
+        context.log.info(f"Loading {len(record.data_files)} files of export {record.export_arn} into {sync.orders_iceberg_table} {where}")
+    request = OrdersLoadRequest(
+        target=sync.orders_iceberg_table,
+        catalog=spark.catalog,
+        files=[
             ExportDataFile(layout.uri(key, spark.source_scheme), items)
             for key, items in zip(record.data_files, record.data_file_items or [None] * len(record.data_files), strict=True)
         ],
-        layout.uri(f"{layout.quarantine_prefix}{partition}/{context.run.run_id}", spark.source_scheme),
+        quarantine_uri=layout.uri(f"{layout.quarantine_prefix}{partition}/{context.run.run_id}", spark.source_scheme),
         exported_at=datetime.fromisoformat(record.export_time),
+        upkeep=OrdersUpkeep(sync.snapshot_retention_hours, sync.snapshot_retain_last, sync.orphan_file_age_days),
+        now=utc_now(),
+        full_export_arn=record.export_arn if record.export_type == FULL_EXPORT else None,
     )
-    if record.export_type == FULL_EXPORT:
-        # Days that end by the export's time need no export of their own from now on.
-        record_loaded_full_export(spark.spark_session, sync.orders_iceberg_table, record.export_arn, datetime.fromisoformat(record.export_time))
+    outcome, job_metadata = orders_load.load(context, request, spark, aws)
+    result = outcome.load
     manifest = (
         write_commit_manifest(
             s3, layout, context.run.run_id, record.all_files, sync.orders_iceberg_table, result.snapshot_id, files_prefix=record.s3_prefix
@@ -154,10 +153,7 @@ def orders_athena(context: AssetExecutionContext, aws: AwsClientsResource, spark
         if record.all_files
         else None
     )
-    maintenance, now = {}, utc_now()
-    if maintenance_due(spark.spark_session, sync.orders_iceberg_table, ORDERS_MAINTENANCE_INTERVAL, now):
-        maintained = maintain(spark, sync, sync.orders_iceberg_table, with_tombstones=False, now=now)
-        maintenance = {f"maintenance_{name}": value for name, value in maintained.metadata().items()}
+    maintenance = {f"maintenance_{name}": value for name, value in outcome.maintenance.items()}
     if result.mutated_documents:
         context.log.warning(f"{result.mutated_documents} orders changed after they were loaded, e.g. {result.mutated_keys_sample}")
     if result.records_quarantined or result.corrupt_files:
@@ -179,6 +175,8 @@ def orders_athena(context: AssetExecutionContext, aws: AwsClientsResource, spark
             "snapshot_id": result.snapshot_id,
             "export_arn": record.export_arn,
             "commit_manifest": manifest,
+            "load_ran": orders_load.mode,
+            **job_metadata,
             **_coverage_metadata(record),
             **maintenance,
         },

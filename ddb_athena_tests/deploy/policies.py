@@ -20,6 +20,10 @@ TEMPLATE = REPO_ROOT / "deploy" / "ddb_athena.yaml"
 ACCOUNT = "123456789012"  # moto's account: the calls' ARNs carry it
 BOOKS_TABLE, ORDERS_TABLE = "books", "orders"
 STACK = "ddb-athena"
+# The stack's EMR Serverless application, the Spark job's role and its log group, as this deployment names them.
+EMR_APPLICATION_ID = "00fabcdefghij000"
+EMR_ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/{STACK}-SparkJobRole"
+EMR_LOG_GROUP = f"/ddb_athena/{STACK}/spark"
 # IAM actions whose names differ from the API operation (AWS Service Authorization Reference).
 S3_ACTIONS = {
     "ListObjectsV2": ["s3:ListBucket"],
@@ -68,6 +72,25 @@ def call_resources(call: AwsCall) -> list[str]:
     if table:
         return [table if table.startswith("arn:") else f"arn:aws:dynamodb:{region}:{ACCOUNT}:table/{table}"]
     return ["*"]
+
+
+def iam_requests(call: AwsCall) -> list[tuple[str, list[str]]]:
+    """Each authorization the call needs: (IAM action, the ARNs IAM checks it against)."""
+    region = call.region
+    if call.service == "emr-serverless":
+        application = f"arn:aws:emr-serverless:{region}:{ACCOUNT}:/applications/{call.param('applicationId')}"
+        if call.operation == "GetApplication":
+            return [("emr-serverless:GetApplication", [application])]
+        if call.operation == "StartJobRun":
+            requests = [("emr-serverless:StartJobRun", [application]), ("iam:PassRole", [call.param("executionRoleArn")])]
+            # Tags given at creation are authorized as tagging the new job run.
+            return requests + ([("emr-serverless:TagResource", [f"{application}/jobruns/*"])] if call.param("tags") else [])
+        return [(f"emr-serverless:{call.operation}", [f"{application}/jobruns/{call.param('jobRunId')}"])]
+    if call.service == "logs":
+        group = f"arn:aws:logs:{region}:{ACCOUNT}:log-group:{call.param('logGroupName')}"
+        stream = call.param("logStreamName")
+        return [(f"logs:{call.operation}", [f"{group}:log-stream:{stream}" if stream else f"{group}:*"])]
+    return [(action, call_resources(call)) for action in iam_actions(call)]
 
 
 @dataclass(frozen=True)
@@ -132,10 +155,14 @@ class Resolver:
         return {
             "AWS::S3::Bucket": self.parameters["ExistingBucketName"] or "created-bucket",
             "AWS::SQS::Queue": f"arn:aws:sqs:{region}:{ACCOUNT}:{stack}-{name}",
-            "AWS::Logs::LogGroup": f"arn:aws:logs:{region}:{ACCOUNT}:log-group:{stack}-{name}:*",
+            "AWS::Logs::LogGroup": f"arn:aws:logs:{region}:{ACCOUNT}:log-group:{self._log_group_name(name)}:*",
             "AWS::IAM::Role": f"arn:aws:iam::{ACCOUNT}:role/{stack}-{name}",
-            "AWS::EMRServerless::Application": f"arn:aws:emr-serverless:{region}:{ACCOUNT}:/applications/{name}",
+            "AWS::EMRServerless::Application": f"arn:aws:emr-serverless:{region}:{ACCOUNT}:/applications/{EMR_APPLICATION_ID}",
         }.get(kind, name)
+
+    def _log_group_name(self, name: str) -> str:
+        given = self.template["Resources"][name]["Properties"].get("LogGroupName")
+        return self.resolve(given) if given else f"{STACK}-{name}"
 
     def resolve(self, value):
         if isinstance(value, list):
@@ -205,9 +232,13 @@ def granted_actions(deployment: Deployment, principal: str) -> set[str]:
 def _conditions_hold(statement: dict, call: AwsCall) -> bool:
     for operator, tests in statement.get("Condition", {}).items():
         for key, patterns in tests.items():
-            if (operator, key) != ("StringLike", "s3:prefix"):
+            if (operator, key) == ("StringLike", "s3:prefix"):
+                holds = any(fnmatchcase(call.param("Prefix", ""), pattern) for pattern in as_list(patterns))
+            elif (operator, key) == ("StringEquals", "iam:PassedToService"):
+                holds = f"{call.service}.amazonaws.com" in as_list(patterns)  # the service the call passes the role to
+            else:
                 raise AssertionError(f"condition {operator} {key}: teach the evaluator")
-            if not any(fnmatchcase(call.param("Prefix", ""), pattern) for pattern in as_list(patterns)):
+            if not holds:
                 return False
     return True
 
@@ -216,8 +247,8 @@ def allows(deployment: Deployment, principal: str, call: AwsCall) -> bool:
     """Whether the role allows every IAM action of the call on every resource it names."""
     bucket = call.param("Bucket") or call.param("S3Bucket") or "bucket"
     role_statements = statements(deployment, principal, bucket)
-    for action in iam_actions(call):
-        for resource in call_resources(call):
+    for action, resources in iam_requests(call):
+        for resource in resources:
             if not any(
                 statement["Effect"] == "Allow"
                 and action in as_list(statement["Action"])

@@ -8,7 +8,7 @@ import time
 import pytest
 from cfnlint.api import ManualArgs, lint_file
 
-from ddb_athena.lambda_package import HANDLER_MODULE, build_zip
+from ddb_athena.packaging import CAPTURE_LAMBDA, build_zip
 from ddb_athena.settings import Settings
 from ddb_athena_tests.deploy.policies import TEMPLATE, as_list
 from ddb_athena_tests.deploy.policies import load_template as template
@@ -91,7 +91,7 @@ def test_policies_name_their_actions_and_scope_their_resources():
 def test_the_capture_mapping_retries_boundedly_and_never_blocks_a_shard():
     resources = template()["Resources"]
     function = resources["CaptureFunction"]["Properties"]
-    assert f"{function['Handler']}" == f"{HANDLER_MODULE}.handler" and function["Runtime"] == "python3.11"
+    assert f"{function['Handler']}" == f"{CAPTURE_LAMBDA.module}.handler" and function["Runtime"] == "python3.11"
     mapping = resources["CaptureEventSourceMapping"]["Properties"]
     assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]  # the handler's batchItemFailures
     assert mapping["BisectBatchOnFunctionError"] is True

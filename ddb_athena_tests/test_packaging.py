@@ -1,4 +1,5 @@
-"""`make lambda`: the deployment zip, unpacked into a clean directory, handles a real stream event against the emulator."""
+"""`make lambda`: the deployment zip, unpacked into a clean directory, handles a real stream event against the emulator.
+`make emr-job`: the orders load job's entry point and archive, which carries everything it imports but PySpark."""
 
 import json
 import os
@@ -9,7 +10,9 @@ import zipfile
 import pytest
 
 from ddb_athena.capture.change_files import SourceLayout, list_change_files
-from ddb_athena.lambda_package import PackagingError, build_zip, package_files
+from dataclasses import replace
+
+from ddb_athena.packaging import CAPTURE_LAMBDA, JOB_ARCHIVE_NAME, PackagingError, build_emr_job, build_zip, package_files
 from ddb_athena_tests.capture.test_lambda_handler import EVENT, unreadable
 
 # Runs in the unpacked zip's directory, as the Lambda runtime would: the handler and nothing from this checkout.
@@ -75,4 +78,26 @@ def test_the_unpacked_handler_reports_failures_for_retry(unpacked, settings):
 
 def test_a_handler_importing_what_lambda_lacks_is_refused():
     with pytest.raises(PackagingError, match="pyspark"):
-        package_files("ddb_athena.spark.change_merge")
+        package_files(replace(CAPTURE_LAMBDA, module="ddb_athena.spark.change_merge"))
+
+
+# Imports the entry point from the archive alone (put first on the path, as --py-files puts it on EMR).
+IMPORT_FROM_ARCHIVE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import dagster_pipes, ddb_athena.spark.orders_load_job as job
+print(job.__file__, dagster_pipes.__file__, "dagster" in sys.modules, "boto3" in sys.modules)
+"""
+
+
+def test_the_emr_job_archive_holds_what_its_entry_point_imports_and_nothing_of_dagster(tmp_path):
+    entry_point, archive = build_emr_job(tmp_path)
+    assert (entry_point.name, archive.name) == ("orders_load_job.py", JOB_ARCHIVE_NAME)
+    assert entry_point.read_text().startswith('"""The orders load as a Spark job')
+    names = zipfile.ZipFile(archive).namelist()
+    assert "dagster_pipes/__init__.py" in names and "ddb_athena/spark/orders_partition.py" in names
+    assert not [name for name in names if name.startswith("dagster/") or "assets" in name or "resources" in name]
+    imported = subprocess.run([sys.executable, "-I", "-c", IMPORT_FROM_ARCHIVE, str(archive)], capture_output=True, text=True, check=True)
+    job_file, pipes_file, dagster_loaded, boto3_loaded = imported.stdout.split()
+    assert job_file.startswith(str(archive)) and pipes_file.startswith(str(archive))
+    assert (dagster_loaded, boto3_loaded) == ("False", "False")
