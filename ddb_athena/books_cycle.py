@@ -60,6 +60,8 @@ class BooksSync:
         self._namer = ChangeFileNamer()
         self._capture = StreamCapture(dynamodb, streams, s3, table_name, layout, namer=self._namer, log=log)
         self._bootstrap_checked = False
+        # The tables are created (or brought up to the spec) by the run's first merge; later ones skip that.
+        self._tables_ensured = False
 
     def cycle(self, batch: str, bootstrap: bool = False) -> CycleOutcome:
         """Captures, then merges what is present; `batch` names this cycle's manifest and quarantine."""
@@ -123,7 +125,9 @@ class BooksSync:
             self._iceberg_table,
             [self._layout.uri(key, self._scheme) for key in files],
             self._layout.uri(f"{self._layout.quarantine_prefix}{batch}", self._scheme),
+            ensure=not self._tables_ensured,
         )
+        self._tables_ensured = True
         manifest = write_commit_manifest(self._s3, self._layout, batch, files, self._iceberg_table, result.snapshot_id)
         if result.records_quarantined:
             self._warn(f"Quarantined {result.records_quarantined} records: {result.quarantine_reasons}")

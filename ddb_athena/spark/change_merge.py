@@ -88,8 +88,13 @@ def table_exists(spark: SparkSession, target: str) -> bool:
 
 
 def current_snapshot_id(spark: SparkSession, target: str) -> int | None:
-    rows = spark.sql(f"SELECT snapshot_id FROM {dotted_name(target)}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
-    return rows[0][0] if rows else None
+    return snapshot_id_of(table_properties(spark, target))
+
+
+def snapshot_id_of(properties: dict[str, str]) -> int | None:
+    # Iceberg's Spark table lists its current snapshot among its properties: no scan of the snapshots table.
+    value = properties.get("current-snapshot-id", "none")
+    return None if value == "none" else int(value)
 
 
 def table_properties(spark: SparkSession, target: str) -> dict[str, str]:
@@ -175,9 +180,14 @@ def merge_change_files(
     target: str,
     change_file_uris: list[str],
     quarantine_uri: str,
+    ensure: bool = True,
 ) -> MergeResult:
-    """Applies exactly the given change files to `target` (a `namespace.table` in the default catalog)."""
-    ensure_tables(spark, spec, target)
+    """Applies exactly the given change files to `target` (a `namespace.table` in the default catalog).
+
+    `ensure=False` skips creating the tables and updating their properties: a caller that merges every few
+    seconds does that once."""
+    if ensure:
+        ensure_tables(spark, spec, target)
     result = MergeResult(change_files=list(change_file_uris))
     if not change_file_uris:
         return _with_snapshot(spark, target, result)
@@ -228,7 +238,8 @@ def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame
     key = spec.key.name
     target_sql = dotted_name(target)
     tombstones_sql = dotted_name(tombstone_table(target))
-    tombstones = spark.table(tombstones_sql).select(F.col(key).alias("key"), F.col(SEQUENCE_COLUMN).alias("_tombstone"))
+    # Tombstones are appended (one row per delete applied): a key's newest delete is its highest sequence number.
+    tombstones = spark.table(tombstones_sql).groupBy(F.col(key).alias("key")).agg(F.max(SEQUENCE_COLUMN).alias("_tombstone"))
     current = spark.table(target_sql).select(F.col(key).alias("key"), F.col(SEQUENCE_COLUMN).alias("_current"))
     # Classify each change against the table as it is now (runs never overlap, so it stays so).
     classified = (
@@ -255,17 +266,11 @@ def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame
     result.stale_skipped = counts.get("stale", 0)
 
     applicable = classified.where("_action <> 'stale'")
-    removes = _tombstones_of(applicable, key)
     view = validate_identifier(f"{spec.table}_changes")
-    tombstone_view = validate_identifier(f"{spec.table}_removes")
-    # Tombstones first: if the run dies between the two commits, the retry still knows the delete.
+    # Tombstones first: if the run dies between the two commits, the retry still knows the delete (and appends
+    # it again, which changes no key's newest delete). An append, not a MERGE: no join, a third of the jobs.
     if counts.get("delete", 0) + counts.get("tombstone", 0):
-        removes.createOrReplaceTempView(tombstone_view)
-        spark.sql(
-            f"MERGE INTO {tombstones_sql} t USING {tombstone_view} s ON t.{key} = s.{key} "
-            f"WHEN MATCHED AND t.{SEQUENCE_COLUMN} < s.{SEQUENCE_COLUMN} THEN UPDATE SET * "
-            "WHEN NOT MATCHED THEN INSERT *"
-        )
+        _tombstones_of(applicable, key).writeTo(tombstones_sql).append()
     if result.inserted + result.updated + result.deleted:
         applicable.where("_action <> 'tombstone'").createOrReplaceTempView(view)
         spark.sql(upsert_merge_sql(spec, target, view))

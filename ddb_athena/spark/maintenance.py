@@ -126,32 +126,47 @@ def maintain_table(
     before = table_files(spark, target)
     compaction = compact(spark, catalog, target)
     snapshots_before = spark.table(f"{table_sql}.snapshots").count()
-    expire = spark.sql(
-        f"CALL {catalog}.system.expire_snapshots(table => '{table_sql}', "
-        f"older_than => {timestamp_literal(now - snapshot_retention)}, retain_last => {int(retain_last)})"
-    ).collect()[0]
-    # Files carry real modification times (and Iceberg refuses anything under 24 hours from the real now).
-    orphans_before = datetime.now(timezone.utc) - orphan_age
-    orphans = spark.sql(
-        f"CALL {catalog}.system.remove_orphan_files(table => '{table_sql}', older_than => {timestamp_literal(orphans_before)})"
-    ).count()
+    expired = _expire(spark, catalog, target, now - snapshot_retention, retain_last)
+    orphans = _remove_orphans(spark, catalog, target, orphan_age)
     pruned = 0
     if tombstone_retention is not None:
-        tombstones_sql = dotted_name(tombstone_table(target))
+        tombstones = tombstone_table(target)
+        tombstones_sql = dotted_name(tombstones)
         # A tombstone guards against replays of older changes; past the retention no such file may remain.
         count_before = spark.table(tombstones_sql).count()
         spark.sql(f"DELETE FROM {tombstones_sql} WHERE deleted_at < {timestamp_literal(now - tombstone_retention)}")
         pruned = count_before - spark.table(tombstones_sql).count()
+        # Deletes append tombstones every few seconds: the tombstone table needs the same upkeep to stay bounded.
+        compact(spark, catalog, tombstones)
+        _expire(spark, catalog, tombstones, now - snapshot_retention, retain_last)
+        _remove_orphans(spark, catalog, tombstones, orphan_age)
     return MaintenanceResult(
         before=before,
         after=table_files(spark, target),
         rewritten_data_files=compaction.rewritten_data_files,
         added_data_files=compaction.added_data_files,
         expired_snapshots=snapshots_before - spark.table(f"{table_sql}.snapshots").count(),
-        deleted_data_files=expire["deleted_data_files_count"] + expire["deleted_position_delete_files_count"],
+        deleted_data_files=expired,
         orphan_files_removed=orphans,
         pruned_tombstones=pruned,
     )
+
+
+def _expire(spark: SparkSession, catalog: str, target: str, older_than: datetime, retain_last: int) -> int:
+    """Expires snapshots older than `older_than` beyond the last `retain_last`; the data and delete files deleted."""
+    expire = spark.sql(
+        f"CALL {catalog}.system.expire_snapshots(table => '{dotted_name(target)}', "
+        f"older_than => {timestamp_literal(older_than)}, retain_last => {int(retain_last)})"
+    ).collect()[0]
+    return expire["deleted_data_files_count"] + expire["deleted_position_delete_files_count"]
+
+
+def _remove_orphans(spark: SparkSession, catalog: str, target: str, orphan_age: timedelta) -> int:
+    # Files carry real modification times (and Iceberg refuses anything under 24 hours from the real now).
+    older_than = datetime.now(timezone.utc) - orphan_age
+    return spark.sql(
+        f"CALL {catalog}.system.remove_orphan_files(table => '{dotted_name(target)}', older_than => {timestamp_literal(older_than)})"
+    ).count()
 
 
 def last_maintained_at(spark: SparkSession, target: str) -> datetime | None:

@@ -52,6 +52,19 @@ def test_a_deleted_item_is_never_resurrected_by_replaying_an_older_insert(files)
     assert files.names() == {"a": "back"}
 
 
+def test_a_key_deleted_twice_is_guarded_by_its_newest_delete(files):
+    """Tombstones are appended, one per delete: what guards a key is the highest of its deletes."""
+    files.merge([files.write(change(1, "a", "INSERT"))])
+    files.merge([files.write(change(2, "a", "REMOVE"))])
+    files.merge([files.write(change(3, "a", "INSERT", name="back"))])
+    files.merge([files.write(change(5, "a", "REMOVE"))])
+    assert files.spark.table(f"{files.table}_tombstones").where("id = 'a'").count() == 2
+    replay = files.merge([files.write(change(4, "a", "MODIFY", name="between the deletes"))])
+    assert files.names() == {} and replay.stale_skipped == 1
+    files.merge([files.write(change(6, "a", "INSERT", name="after both"))])
+    assert files.names() == {"a": "after both"}
+
+
 def test_a_crash_between_commit_and_cleanup_then_a_retry_leaves_the_table_right(files):
     first = [files.write(change(1, "a", "INSERT"), change(2, "b", "INSERT")), files.write(change(3, "a", "REMOVE"))]
     files.merge(first)  # committed; the run dies before its cleanup

@@ -27,6 +27,20 @@ def test_maintenance_compacts_keeps_recent_snapshots_and_prunes_only_old_tombsto
     assert spark.table(tombstone_table(files.table)).count() == 0 and len(files.names()) == 8
 
 
+def test_the_tombstone_table_is_compacted_and_expired_with_its_table(spark, settings):
+    """Every delete appends a tombstone file and a snapshot: upkeep keeps the tombstone table bounded too."""
+    files = ChangeFiles(spark, settings)
+    files.merge([files.write(*[change(i, f"k{i}", "INSERT") for i in range(4)])])
+    for i in range(4):
+        files.merge([files.write(change(10 + i, f"k{i}", "REMOVE"))])
+    tombstones = tombstone_table(files.table)
+    assert spark.table(f"{tombstones}.files").count() == 4 and spark.table(f"{tombstones}.snapshots").count() == 4
+    later = datetime.now(timezone.utc) + timedelta(days=1)
+    maintain_table(spark, "lake", files.table, timedelta(hours=6), 1, timedelta(days=3), timedelta(days=30), now=later)
+    assert spark.table(f"{tombstones}.files").count() == 1 and spark.table(f"{tombstones}.snapshots").count() == 1
+    assert spark.table(tombstones).count() == 4  # none past the 30-day tombstone retention
+
+
 def test_the_maintenance_job_records_what_it_did_on_the_asset(spark, settings):
     files = ChangeFiles(spark, settings)
     for batch in range(2):
