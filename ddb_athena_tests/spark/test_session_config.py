@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from ddb_athena.identifiers import InvalidIdentifierError
@@ -113,3 +115,16 @@ def test_the_resource_builds_the_same_config_from_the_environment(monkeypatch):
     config = resources_from_settings(settings)["spark"].spark_config()
     assert config["spark.sql.catalog.lake.warehouse"] == "s3://prod/warehouse"
     assert config["spark.jars.packages"] == "g:a:1"
+
+
+def test_a_submitted_job_gets_the_keys_in_its_environment_never_on_its_command_line():
+    from ddb_athena.resources import IcebergSparkResource
+    from ddb_athena.spark.job_submission import spark_submit_command
+
+    resource = IcebergSparkResource(
+        profile="local", warehouse="file:///tmp/w", s3_endpoint_url="http://127.0.0.1:1", access_key_id="AKIAJOBKEY", secret_access_key="job/secret"
+    )
+    command = spark_submit_command(resource.spark_config(with_credentials=False), Path("/job.py"))
+    assert not [argument for argument in command if "AKIAJOBKEY" in argument or "job/secret" in argument]
+    assert resource.credential_environment() == {"AWS_ACCESS_KEY_ID": "AKIAJOBKEY", "AWS_SECRET_ACCESS_KEY": "job/secret"}
+    assert resource.spark_config()["spark.hadoop.fs.s3a.secret.key"] == "job/secret"  # the run's own session keeps them
