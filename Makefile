@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test dev bench bench-freshness lambda emr-job lint clean
+.PHONY: install test dev bench bench-freshness bench-sync-cpu lambda emr-job lint clean
 
 install: $(INSTALLED)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing.
@@ -30,6 +30,10 @@ bench: install
 # in .ddb_athena/bench/). On an otherwise idle machine: it measures CPU.
 bench-freshness: install
 	$(BIN)/python -m ddb_athena_bench.freshness --minutes $${MINUTES:-10}
+
+# Where a warm sync cycle's CPU goes (no Dagster; per minute, by JVM thread kind, Spark jobs per cycle).
+bench-sync-cpu: install
+	$(BIN)/python -m ddb_athena_bench.sync_cpu --minutes $${MINUTES:-5} --interval $${INTERVAL:-10}
 
 # The capture Lambda's deployment zip (.ddb_athena/dist/capture-lambda.zip): the handler and what it imports.
 lambda: $(INSTALLED)

@@ -165,9 +165,10 @@ def _chart(lags: list[float], path: Path) -> None:
 
 
 @contextmanager
-def local_stack(scratch: Path, rate: float) -> Iterator[tuple[dict, dict[str, subprocess.Popen]]]:
-    """The emulator (tables created, 50 books seeded), `dagster dev` on a fresh DAGSTER_HOME and the simulator,
-    in a scratch directory; yields the environment that points at them and the processes, and stops them."""
+def local_stack(scratch: Path, rate: float, with_dagster: bool = True) -> Iterator[tuple[dict, dict[str, subprocess.Popen]]]:
+    """The emulator (tables created, 50 books seeded), `dagster dev` on a fresh DAGSTER_HOME (unless
+    `with_dagster` is false) and the simulator, in a scratch directory; yields the environment that points at
+    them and the processes, and stops them."""
     shutil.rmtree(scratch, ignore_errors=True)
     (scratch / "dagster_home").mkdir(parents=True)
     shutil.copy(REPO_ROOT / "dagster.yaml", scratch / "dagster_home" / "dagster.yaml")
@@ -191,9 +192,10 @@ def local_stack(scratch: Path, rate: float) -> Iterator[tuple[dict, dict[str, su
         wait_for_endpoint(endpoint)
         for command in (["init"], ["seed", "--books", "50", "--orders", "0"]):
             subprocess.run([str(bin_dir / "ddb-athena"), *command], env=env, cwd=REPO_ROOT, check=True, capture_output=True)
-        processes["dagster"] = _start(
-            [str(bin_dir / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(dagster_port)], env, scratch / "dagster.log"
-        )
+        if with_dagster:
+            processes["dagster"] = _start(
+                [str(bin_dir / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(dagster_port)], env, scratch / "dagster.log"
+            )
         processes["simulator"] = _start(
             [str(bin_dir / "ddb-athena"), "simulate", "--rate", str(rate), "--books-only"], env, scratch / "simulator.log"
         )

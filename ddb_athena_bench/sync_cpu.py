@@ -1,0 +1,129 @@
+"""Where a warm books sync cycle spends its CPU: the cycle code without Dagster (BooksSync and the per-cycle
+checks), against the emulator and the simulator at 1 write/s, one cycle every `--interval` seconds after a
+few warm-up cycles.
+
+Prints, per minute, the CPU-seconds of this Python process and of its children (the JVM and Spark's Python
+workers; the emulator and simulator excluded) and the JVM's loaded classes and JIT compilations; then the
+JVM's CPU by thread kind (the JIT compilers, the py4j threads that plan queries, the task threads) and the
+Spark jobs per cycle. `make bench-sync-cpu` (MINUTES=5 INTERVAL=10).
+"""
+
+import argparse
+import collections
+import re
+import subprocess
+import sys
+import time
+
+import psutil
+
+from ddb_athena.books_cycle import BooksSync
+from ddb_athena.checks.books import cycle_check_results
+from ddb_athena.resources import resources_from_settings
+from ddb_athena.settings import Settings
+from ddb_athena_bench.freshness import OUT, local_stack
+
+WARM_UP_CYCLES = 4
+TABLE_CHECKS_EVERY = 6
+
+
+def _cpu(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+def _children_cpu(me: psutil.Process, excluded: set[int]) -> float:
+    total = 0.0
+    for child in me.children(recursive=True):
+        if child.pid not in excluded:
+            try:
+                total += _cpu(child)
+            except psutil.NoSuchProcess:
+                continue
+    return total
+
+
+def _jvm_threads(pid: int) -> dict[str, float]:
+    """CPU seconds by thread kind (names with their numbers dropped), matched through jstack's native ids."""
+    dump = subprocess.run(["jstack", str(pid)], capture_output=True, text=True).stdout
+    names = {int(nid, 16): re.sub(r"\d+", "N", name) for name, nid in re.findall(r'^"([^"]+)".*? nid=(0x[0-9a-f]+)', dump, re.M)}
+    kinds: dict[str, float] = collections.Counter()
+    for thread in psutil.Process(pid).threads():
+        kinds[names.get(thread.id, "other")] += thread.user_time + thread.system_time
+    return kinds
+
+
+def _jstat(option: str, pid: int) -> int:
+    """The first column of `jstat -class` (classes loaded) or `jstat -compiler` (compilations)."""
+    return int(subprocess.run(["jstat", option, str(pid)], capture_output=True, text=True).stdout.split("\n")[1].split()[0])
+
+
+def run(minutes: float, interval: float) -> None:
+    with local_stack(OUT / "sync-cpu-stack", rate=1.0, with_dagster=False) as (env, processes):
+        resources = resources_from_settings(Settings.from_env(env))
+        aws, spark, sync = resources["aws"], resources["spark"], resources["sync"]
+        syncer = BooksSync(
+            aws.client("dynamodb"),
+            aws.client("dynamodbstreams"),
+            aws.client("s3"),
+            lambda: spark.spark_session,
+            spark.source_scheme,
+            sync.books_table,
+            sync.books_iceberg_table,
+            sync.books_layout,
+            log=lambda _: None,
+            warn=print,
+        )
+        for number in range(WARM_UP_CYCLES):
+            syncer.cycle(f"warm-up-{number}")
+            time.sleep(interval)
+        me = psutil.Process()
+        excluded = {process.pid for process in processes.values()}
+        excluded |= {child.pid for pid in list(excluded) for child in psutil.Process(pid).children(recursive=True)}
+        jvm = next(child.pid for child in me.children(recursive=True) if child.name() == "java")
+        tracker = spark.spark_session.sparkContext.statusTracker()
+        jobs_before = max(tracker.getJobIdsForGroup(None) or [0])
+        threads_before = _jvm_threads(jvm)
+        started = time.monotonic()
+        python_before, children_before = _cpu(me), _children_cpu(me, excluded)
+        minute_start, minute_at, number = (python_before, children_before), started, 0
+        while time.monotonic() - started < minutes * 60:
+            number += 1
+            cycle_started = time.monotonic()
+            syncer.cycle(f"cycle-{number}")
+            cycle_check_results(aws, spark, sync, with_table=number % TABLE_CHECKS_EVERY == 0)
+            if time.monotonic() - minute_at >= 60:
+                python, children, now = _cpu(me), _children_cpu(me, excluded), time.monotonic()
+                per_minute = 60 / (now - minute_at)
+                print(
+                    f"minute {(now - started) / 60:.1f}: Python {(python - minute_start[0]) * per_minute:.1f}, JVM and Spark workers "
+                    f"{(children - minute_start[1]) * per_minute:.1f} CPU-s per minute; JVM classes loaded {_jstat('-class', jvm)}, "
+                    f"JIT compilations {_jstat('-compiler', jvm)}",
+                    flush=True,
+                )
+                minute_start, minute_at = (python, children), now
+            time.sleep(max(0.0, cycle_started + interval - time.monotonic()))
+        elapsed = (time.monotonic() - started) / 60
+        python, children = _cpu(me) - python_before, _children_cpu(me, excluded) - children_before
+        jobs = max(tracker.getJobIdsForGroup(None) or [0]) - jobs_before
+        print(
+            f"{number} cycles of {interval:g} s in {elapsed:.1f} minutes: Python {python / elapsed:.1f}, JVM and Spark workers "
+            f"{children / elapsed:.1f}, together {(python + children) / elapsed:.1f} CPU-s per minute; {jobs / number:.1f} Spark jobs per cycle"
+        )
+        used = {kind: seconds - threads_before.get(kind, 0.0) for kind, seconds in _jvm_threads(jvm).items()}
+        print("JVM CPU by thread kind, CPU-s per minute:")
+        for kind, seconds in sorted(used.items(), key=lambda item: -item[1])[:6]:
+            print(f"  {seconds / elapsed:5.1f}  {kind}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=5.0)
+    parser.add_argument("--interval", type=float, default=10.0, help="seconds from one cycle's start to the next")
+    arguments = parser.parse_args(argv)
+    run(arguments.minutes, arguments.interval)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
