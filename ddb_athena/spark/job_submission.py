@@ -10,8 +10,9 @@ from typing import Mapping
 # (docs.aws.amazon.com/emr/latest/EMR-Serverless-UserGuide/using-iceberg.html).
 EMR_ICEBERG_RUNTIME = "/usr/share/aws/iceberg/lib/iceberg-spark3-runtime.jar"
 EMR_GLUE_METASTORE_FACTORY = "com.amazonaws.glue.catalog.metastore.AWSGlueDataCatalogHiveClientFactory"
-# Settings that belong to the process that builds the configuration, not to a job elsewhere.
-_SUBMITTER_ONLY = ("spark.master", "spark.pyspark.python", "spark.driver.extraJavaOptions", "spark.jars.packages")
+# Settings that belong to the process that builds the configuration, not to a job elsewhere (the shuffle
+# partitions are sized for a 2-core machine; on a cluster Spark's default and AQE's coalescing apply).
+_SUBMITTER_ONLY = ("spark.master", "spark.pyspark.python", "spark.driver.extraJavaOptions", "spark.jars.packages", "spark.sql.shuffle.partitions")
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
 _APPLICATION_ID = re.compile(r"^[0-9a-z]+$")
 

@@ -45,7 +45,7 @@ def test_the_emr_configuration_uses_the_platform_iceberg_and_the_image_python():
     assert config["spark.sql.catalog.lake.warehouse"] == "s3://prod/warehouse"
     assert config["spark.emr-serverless.driverEnv.PYSPARK_PYTHON"] == config["spark.executorEnv.PYSPARK_PYTHON"] == "/usr/bin/python3.11"
     # What belongs to the machine that built the configuration stays there.
-    for name in ("spark.master", "spark.pyspark.python", "spark.jars.packages", "spark.driver.extraJavaOptions"):
+    for name in ("spark.master", "spark.pyspark.python", "spark.jars.packages", "spark.driver.extraJavaOptions", "spark.sql.shuffle.partitions"):
         assert name not in config
 
 
