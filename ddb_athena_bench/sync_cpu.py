@@ -17,7 +17,7 @@ import time
 
 import psutil
 
-from ddb_athena.books_cycle import BooksSync
+from ddb_athena.assets.books import books_syncer
 from ddb_athena.checks.books import cycle_check_results
 from ddb_athena.resources import resources_from_settings
 from ddb_athena.settings import Settings
@@ -62,18 +62,7 @@ def run(minutes: float, interval: float) -> None:
     with local_stack(OUT / "sync-cpu-stack", rate=1.0, with_dagster=False) as (env, processes):
         resources = resources_from_settings(Settings.from_env(env))
         aws, spark, sync = resources["aws"], resources["spark"], resources["sync"]
-        syncer = BooksSync(
-            aws.client("dynamodb"),
-            aws.client("dynamodbstreams"),
-            aws.client("s3"),
-            lambda: spark.spark_session,
-            spark.source_scheme,
-            sync.books_table,
-            sync.books_iceberg_table,
-            sync.books_layout,
-            log=lambda _: None,
-            warn=print,
-        )
+        syncer = books_syncer(aws, spark, sync, log=lambda _: None, warn=print)
         for number in range(WARM_UP_CYCLES):
             syncer.cycle(f"warm-up-{number}")
             time.sleep(interval)

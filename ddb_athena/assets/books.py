@@ -8,6 +8,7 @@ backlog and quarantine every time, the checks that read the table or DynamoDB ev
 
 import time
 from datetime import datetime, timedelta, timezone
+from typing import Callable
 
 from dagster import (
     AssetCheckEvaluation,
@@ -60,6 +61,25 @@ class BooksSyncConfig(Config):
     )
 
 
+def books_syncer(
+    aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, log: Callable[[str], None], warn: Callable[[str], None]
+) -> BooksSync:
+    """The sync cycle's state, from the resources (its SparkSession is created by the first cycle that needs it)."""
+    return BooksSync(
+        aws.client("dynamodb"),
+        aws.client("dynamodbstreams"),
+        aws.client("s3"),
+        lambda: spark.spark_session,
+        spark.source_scheme,
+        sync.books_table,
+        sync.books_iceberg_table,
+        sync.books_layout,
+        log=log,
+        warn=warn,
+        capture_stream=sync.books_capture == "run",
+    )
+
+
 def maintenance_observation(result: MaintenanceResult) -> AssetObservation:
     """What maintenance did, shown on the books_iceberg asset page beside the materializations."""
     return AssetObservation(asset_key=books_iceberg.key, metadata={f"maintenance_{k}": v for k, v in result.metadata().items()})
@@ -88,19 +108,7 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
 
     run_minutes = sync.sync_run_minutes if config.run_minutes is None else config.run_minutes
     interval = sync.merge_interval_seconds if config.merge_interval_seconds is None else config.merge_interval_seconds
-    syncer = BooksSync(
-        aws.client("dynamodb"),
-        aws.client("dynamodbstreams"),
-        aws.client("s3"),
-        lambda: spark.spark_session,
-        spark.source_scheme,
-        sync.books_table,
-        sync.books_iceberg_table,
-        sync.books_layout,
-        log=context.log.info,
-        warn=context.log.warning,
-        capture_stream=sync.books_capture == "run",
-    )
+    syncer = books_syncer(aws, spark, sync, log=context.log.info, warn=context.log.warning)
     recorded = {"at": None, "merges": 0}
     maintenance_interval = timedelta(minutes=sync.maintenance_interval_minutes)
     # Read from the table once, at the run's first merge, then kept here: no catalog read or Spark job per cycle.
