@@ -16,8 +16,11 @@ $(INSTALLED): setup.py
 	$(BIN)/python -m pip install --quiet -e '.[dev,test,bench]'
 	touch $@
 
-test: install
+test: install lint
 	$(BIN)/python -m pytest ddb_athena_tests
+
+lint: install
+	$(BIN)/ruff check ddb_athena ddb_athena_tests ddb_athena_bench
 
 dev: install
 	bash scripts/dev.sh

@@ -30,6 +30,8 @@ setup(
             # deploy/ddb_athena.yaml is linted in the suite (and deployed into moto); its policies go through parliament.
             "cfn-lint>=1.20,<2",
             "parliament>=1.6",
+            # `make lint` (part of `make test`): unused imports and names, import order.
+            "ruff==0.17.6",
         ],
         # `make bench`: DuckDB is the near-the-limit reference for the orders load; `make bench-freshness` reads
         # library.books with PyIceberg (not our Spark, as Athena reads it), measures CPU with psutil, draws with matplotlib.

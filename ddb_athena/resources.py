@@ -12,9 +12,9 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 from pyspark.sql import SparkSession
 
+import ddb_athena.spark.orders_load_job as orders_load_job
 from ddb_athena.capture.change_files import SourceLayout
 from ddb_athena.identifiers import qualified_name
-import ddb_athena.spark.orders_load_job as orders_load_job
 from ddb_athena.packaging import JOB_ARCHIVE_NAME, ORDERS_LOAD_JOB, entry_point_file
 from ddb_athena.settings import BOOKS_SOURCE_PREFIX, ORDERS_EXPORT_PREFIX, Settings
 from ddb_athena.spark.job_submission import (

@@ -6,12 +6,11 @@ import os
 import subprocess
 import sys
 import zipfile
+from dataclasses import replace
 
 import pytest
 
 from ddb_athena.capture.change_files import SourceLayout, list_change_files
-from dataclasses import replace
-
 from ddb_athena.packaging import CAPTURE_LAMBDA, JOB_ARCHIVE_NAME, PackagingError, build_emr_job, build_zip, package_files
 from ddb_athena_tests.capture.test_lambda_handler import EVENT, unreadable
 

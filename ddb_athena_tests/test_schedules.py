@@ -5,6 +5,7 @@ from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG
 from ddb_athena.resources import SyncSettings
 from ddb_athena.schedules import books_every_minute
 
+
 def sync_settings(sync_run_minutes: float = 60) -> SyncSettings:
     return SyncSettings(bucket="b", books_table="books", sync_run_minutes=sync_run_minutes, merge_interval_seconds=10)
 

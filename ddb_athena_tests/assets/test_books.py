@@ -10,11 +10,11 @@ import pytest
 from dagster import AssetKey, DagsterInstance
 
 from ddb_athena import books_cycle
-from ddb_athena.capture.change_files import SourceLayout, list_change_files, list_keys
 from ddb_athena.capture import bootstrap
+from ddb_athena.capture.change_files import SourceLayout, list_change_files, list_keys
 from ddb_athena.capture.checkpoints import CheckpointStore
-from ddb_athena.capture.lambda_handler import handle_stream_event
 from ddb_athena.capture.commit_manifests import committed_files
+from ddb_athena.capture.lambda_handler import handle_stream_event
 from ddb_athena.checks.books import dynamodb_item_count
 from ddb_athena.simulate import BookSimulator
 from ddb_athena_tests.dagster_helpers import materialization_metadata, materializations_metadata, sync_books

@@ -12,8 +12,8 @@ from ddb_athena.assets.orders import orders_athena, orders_export, orders_partit
 from ddb_athena.checks.orders import orders_unique_order_id
 from ddb_athena.exports.table_export import COVERED, FULL_EXPORT, INCREMENTAL_EXPORT
 from ddb_athena.simulate import order_item
-from ddb_athena.spark.export_load import FULL_EXPORT_TIME_PROPERTY
 from ddb_athena.spark.change_merge import table_properties
+from ddb_athena.spark.export_load import FULL_EXPORT_TIME_PROPERTY
 from ddb_athena_tests.dagster_helpers import check_results, clock_at, local_resources, materialization_metadata
 
 TODAY = datetime.now(timezone.utc).date()

@@ -1,7 +1,5 @@
 import json
 
-import pytest
-
 from ddb_athena.capture.change_files import SourceLayout, list_change_files
 from ddb_athena.capture.lambda_handler import handle_stream_event, handler
 

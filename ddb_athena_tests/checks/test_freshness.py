@@ -4,7 +4,7 @@ import os
 import time
 
 import pytest
-from dagster import AssetKey, AssetMaterialization, AssetSelection, Definitions, define_asset_job, instance_for_test
+from dagster import AssetMaterialization, AssetSelection, Definitions, define_asset_job, instance_for_test
 from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
 from dagster._core.events.log import EventLogEntry
 

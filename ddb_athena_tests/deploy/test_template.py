@@ -12,6 +12,7 @@ from ddb_athena.packaging import CAPTURE_LAMBDA, build_zip
 from ddb_athena.settings import Settings
 from ddb_athena_tests.deploy.policies import TEMPLATE, as_list
 from ddb_athena_tests.deploy.policies import load_template as template
+
 # IAM actions without resource-level permissions: `Resource: "*"` is the only form they take.
 UNSCOPABLE_ACTIONS = {"dynamodb:ListStreams"}
 # What moto's CloudFormation cannot create (PLATFORM.md): left out of the emulator deployment. (With

@@ -7,10 +7,10 @@ import pytest
 
 from ddb_athena.capture.change_files import SourceLayout
 from ddb_athena.exports.table_export import (
+    COVERED,
     FULL_EXPORT,
     INCREMENTAL_EXPORT,
     ExportError,
-    COVERED,
     ExportWindow,
     FullExportCoverage,
     check_preconditions,
