@@ -52,6 +52,14 @@ def test_a_deleted_item_is_never_resurrected_by_replaying_an_older_insert(files)
     assert files.names() == {"a": "back"}
 
 
+def test_the_snapshot_id_reported_is_the_commit_just_made(files):
+    """Read from the table's properties, not its snapshots: it must still be the newest commit, every time."""
+    for sequence in (1, 2, 3):
+        result = files.merge([files.write(change(sequence, "a", "INSERT" if sequence == 1 else "MODIFY"))])
+        newest = files.spark.sql(f"SELECT snapshot_id FROM {files.table}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()[0][0]
+        assert result.snapshot_id == newest
+
+
 def test_a_key_deleted_twice_is_guarded_by_its_newest_delete(files):
     """Tombstones are appended, one per delete: what guards a key is the highest of its deletes."""
     files.merge([files.write(change(1, "a", "INSERT"))])
