@@ -170,3 +170,25 @@ def test_a_file_that_lands_while_a_merge_runs_survives_its_cleanup_and_is_merged
     assert files.present() == [during] and set(files.names()) == {"a"}
     files.merge()
     assert set(files.names()) == {"a", "b"}
+
+
+def test_a_run_that_dies_between_the_tombstone_and_the_merge_never_applies_a_change_older_than_the_delete(files, monkeypatch):
+    """The delete's tombstone is committed, its MERGE is not: the row is still there, older than the delete."""
+    from ddb_athena.spark import change_merge
+
+    files.merge([files.write(change(1, "a", "INSERT"))])
+    delete = files.write(change(3, "a", "REMOVE"))
+
+    def dies(*_):
+        raise RuntimeError("the run dies before its MERGE")
+
+    monkeypatch.setattr(change_merge, "upsert_merge_sql", dies)
+    with pytest.raises(RuntimeError):
+        files.merge([delete])
+    monkeypatch.undo()
+    assert files.names() == {"a": "a@1"}
+    # With a change that does apply, so that the MERGE runs.
+    late = files.merge([files.write(change(2, "a", "MODIFY", name="before the delete"), change(4, "b", "INSERT"))])
+    assert files.names() == {"a": "a@1", "b": "b@4"} and (late.stale_skipped, late.updated, late.inserted) == (1, 0, 1)
+    retry = files.merge([delete])
+    assert files.names() == {"b": "b@4"} and retry.deleted == 1

@@ -100,3 +100,13 @@ def test_old_metadata_files_are_deleted_at_commit_so_their_count_stays_bounded(s
     location = spark.sql(f"DESCRIBE TABLE EXTENDED {files.table}").where("col_name = 'Location'").collect()[0]["data_type"]
     versions = list((Path(location.removeprefix("file:")) / "metadata").glob("*.metadata.json"))
     assert 30 > len(versions) <= 21  # previous-versions-max (20) and the current one
+
+
+def test_manifests_are_merged_at_commit_so_a_query_reads_few_of_them(spark, settings):
+    """Without merging, each of these commits would add a manifest that every later query reads."""
+    files = ChangeFiles(spark, settings)
+    for sequence in range(1, 13):
+        files.merge([files.write(change(sequence, f"k{sequence % 3}", "INSERT" if sequence <= 3 else "MODIFY"))])
+    manifests = spark.sql(f"SELECT content FROM {files.table}.manifests").collect()
+    assert len(manifests) <= 2, manifests  # one of data files, one of delete files
+    assert files.names() == {"k0": "k0@12", "k1": "k1@10", "k2": "k2@11"}
