@@ -285,7 +285,7 @@ def resources_from_settings(settings: Settings, **sync_options) -> dict:
             books_table=settings.books_table,
             orders_table=settings.orders_table,
             namespace=settings.namespace,
-            **{"books_capture": settings.books_capture, **sync_options},
+            **{"books_capture": settings.books_capture, "merge_interval_seconds": settings.merge_interval_seconds, **sync_options},
         ),
     }
 

@@ -38,6 +38,10 @@ DEFAULT_ORDERS_SCHEDULE_HOUR = 2
 # minute. Committed files waiting for it cost nothing: the sync skips them.
 DEFAULT_CLEANUP_INTERVAL_SECONDS = 300
 MIN_CLEANUP_INTERVAL_SECONDS = 30
+# The books sync cycle: each costs CPU (README, "CPU of a sync cycle"); above a minute the promise of changes in
+# Athena within a minute or two, and the 2-minute backlog check, no longer hold.
+DEFAULT_MERGE_INTERVAL_SECONDS = 10.0
+MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS = 1.0, 60.0
 
 
 class SettingsError(ValueError):
@@ -63,6 +67,18 @@ def _cleanup_interval(text: str) -> int:
     return int(text)
 
 
+def _merge_interval(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not MIN_MERGE_INTERVAL_SECONDS <= seconds <= MAX_MERGE_INTERVAL_SECONDS:
+        raise SettingsError(
+            f"DDB_ATHENA_MERGE_INTERVAL_SECONDS={text!r}: expected seconds from {MIN_MERGE_INTERVAL_SECONDS:g} to {MAX_MERGE_INTERVAL_SECONDS:g}"
+        )
+    return seconds
+
+
 @dataclass(frozen=True)
 class Settings:
     profile: str
@@ -82,6 +98,7 @@ class Settings:
     orders_start_date: str = DEFAULT_ORDERS_START_DATE
     orders_schedule_hour: int = DEFAULT_ORDERS_SCHEDULE_HOUR
     cleanup_interval_seconds: int = DEFAULT_CLEANUP_INTERVAL_SECONDS
+    merge_interval_seconds: float = DEFAULT_MERGE_INTERVAL_SECONDS
     books_capture: str = "run"
     orders_load: str = "in_process"
     # Only the EMR settings the environment sets; the runner's defaults stand for the rest.
@@ -144,6 +161,7 @@ class Settings:
             orders_load=orders_load,
             emr=emr,
             cleanup_interval_seconds=_cleanup_interval(env.get("DDB_ATHENA_CLEANUP_INTERVAL_SECONDS", str(DEFAULT_CLEANUP_INTERVAL_SECONDS))),
+            merge_interval_seconds=_merge_interval(env.get("DDB_ATHENA_MERGE_INTERVAL_SECONDS", str(DEFAULT_MERGE_INTERVAL_SECONDS))),
         )
 
     @property

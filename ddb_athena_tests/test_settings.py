@@ -37,6 +37,9 @@ def test_aws_profile():
         {"DDB_ATHENA_NAMESPACE": "library; drop"},
         {"DDB_ATHENA_CLEANUP_INTERVAL_SECONDS": "10"},
         {"DDB_ATHENA_CLEANUP_INTERVAL_SECONDS": "5m"},
+        {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "0"},
+        {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "90"},
+        {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "20s"},
     ],
 )
 def test_bad_configuration_is_refused(environ):
@@ -46,6 +49,14 @@ def test_bad_configuration_is_refused(environ):
 
 def test_cleanup_interval_comes_from_the_environment():
     assert Settings.from_env({"DDB_ATHENA_CLEANUP_INTERVAL_SECONDS": "60"}).cleanup_interval_seconds == 60
+
+
+def test_merge_interval_comes_from_the_environment_into_the_sync_resource():
+    from ddb_athena.resources import resources_from_settings
+
+    assert resources_from_settings(Settings.from_env({}))["sync"].merge_interval_seconds == 10.0
+    settings = Settings.from_env({"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "20"})
+    assert resources_from_settings(settings)["sync"].merge_interval_seconds == 20.0
 
 
 def test_settings_error_is_a_value_error():
