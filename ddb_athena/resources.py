@@ -16,7 +16,14 @@ import ddb_athena.spark.orders_load_job as orders_load_job
 from ddb_athena.capture.change_files import SourceLayout
 from ddb_athena.identifiers import qualified_name
 from ddb_athena.packaging import JOB_ARCHIVE_NAME, ORDERS_LOAD_JOB, entry_point_file
-from ddb_athena.settings import BOOKS_SOURCE_PREFIX, ORDERS_EXPORT_PREFIX, Settings
+from ddb_athena.settings import (
+    BOOKS_SOURCE_PREFIX,
+    DEFAULT_MERGE_INTERVAL_SECONDS,
+    MAX_MERGE_INTERVAL_SECONDS,
+    MIN_MERGE_INTERVAL_SECONDS,
+    ORDERS_EXPORT_PREFIX,
+    Settings,
+)
 from ddb_athena.spark.job_submission import (
     EmrServerlessJob,
     JobSubmissionError,
@@ -131,7 +138,12 @@ class SyncSettings(ConfigurableResource):
     sync_run_minutes: float = Field(
         default=60.0, ge=0, description="how long one books_sync run keeps syncing before it ends (the schedule starts the next); 0: one cycle"
     )
-    merge_interval_seconds: float = Field(default=10.0, gt=0, description="seconds from one sync cycle's start to the next")
+    merge_interval_seconds: float = Field(
+        default=DEFAULT_MERGE_INTERVAL_SECONDS,
+        ge=MIN_MERGE_INTERVAL_SECONDS,
+        le=MAX_MERGE_INTERVAL_SECONDS,
+        description="seconds from one sync cycle's start to the next",
+    )
     table_checks_every_cycles: int = Field(
         default=6, ge=1, description="the checks that read the table and DynamoDB run on every n-th recorded cycle"
     )

@@ -262,8 +262,8 @@ def insert_only_merge_sql(spec: TableSpec, catalog_table: str, source_view: str)
 
 # Every commit writes a new metadata.json; without these each one stays forever (a commit every few seconds).
 # Every commit also writes a manifest, and every query reads them all: by default they are merged only once 100
-# pile up, which made a 10-s sync cycle read up to ~200 between compactions (its CPU per cycle nearly doubled,
-# `make bench-sync-cpu`). Merging at 2 keeps one small data and one delete manifest, rewritten at each commit.
+# pile up, so a 10-s sync cycle read up to ~180 between compactions. Merging at 2 keeps one small data and one
+# delete manifest, rewritten at each commit (README, "CPU of a sync cycle").
 METADATA_UPKEEP_PROPERTIES = (
     ("write.metadata.delete-after-commit.enabled", "true"),
     ("write.metadata.previous-versions-max", "20"),

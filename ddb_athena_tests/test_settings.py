@@ -59,6 +59,18 @@ def test_merge_interval_comes_from_the_environment_into_the_sync_resource():
     assert resources_from_settings(settings)["sync"].merge_interval_seconds == 20.0
 
 
+@pytest.mark.parametrize("seconds", [0.5, 61])
+def test_a_merge_interval_out_of_range_is_refused_in_the_resource_and_in_run_config(seconds):
+    """The same bounds as the environment variable, however the interval is set."""
+    from ddb_athena.assets.books import BooksSyncConfig
+    from ddb_athena.resources import SyncSettings
+
+    with pytest.raises(ValueError):
+        SyncSettings(bucket="b", books_table="books", merge_interval_seconds=seconds)
+    with pytest.raises(ValueError):
+        BooksSyncConfig(merge_interval_seconds=seconds)
+
+
 def test_settings_error_is_a_value_error():
     assert issubclass(SettingsError, ValueError)
 

@@ -26,6 +26,7 @@ from ddb_athena.assets.upkeep import maintain
 from ddb_athena.books_cycle import BooksSync
 from ddb_athena.cycle_loop import run_cycles
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
+from ddb_athena.settings import MAX_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS
 from ddb_athena.spark.maintenance import MaintenanceResult, last_maintained_at
 
 # The specs are skippable: each cycle's materializations are logged as events, no output is returned.
@@ -57,7 +58,10 @@ class BooksSyncConfig(Config):
         default=None, description="How long this run keeps syncing; 0: one cycle. Default: the sync resource's sync_run_minutes."
     )
     merge_interval_seconds: float | None = Field(
-        default=None, description="Seconds from one cycle's start to the next. Default: the sync resource's merge_interval_seconds."
+        default=None,
+        ge=MIN_MERGE_INTERVAL_SECONDS,
+        le=MAX_MERGE_INTERVAL_SECONDS,
+        description="Seconds from one cycle's start to the next. Default: the sync resource's merge_interval_seconds."
     )
 
 
