@@ -66,9 +66,13 @@ def ensure_table(spark: SparkSession, spec: TableSpec, target: str) -> None:
     namespace = qualified_name(*target.split(".")[:-1])
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
     spark.sql(create_table_sql(spec, target))
-    # A table created by an earlier version takes the spec's current properties (write tuning).
+    _bring_properties_up_to(spark, target, dict(spec.properties))
+
+
+def _bring_properties_up_to(spark: SparkSession, target: str, properties: dict[str, str]) -> None:
+    # A table created by an earlier version takes the current properties (write tuning, metadata upkeep).
     current = table_properties(spark, target)
-    stale = {name: value for name, value in spec.properties if current.get(name) != value}
+    stale = {name: value for name, value in properties.items() if current.get(name) != value}
     if stale:
         spark.sql(set_properties_sql(target, stale))
 
@@ -76,11 +80,13 @@ def ensure_table(spark: SparkSession, spec: TableSpec, target: str) -> None:
 def ensure_tables(spark: SparkSession, spec: TableSpec, target: str) -> None:
     """The table and its tombstones."""
     ensure_table(spark, spec, target)
+    tombstone_properties = {"format-version": "2", "write.merge.mode": "merge-on-read", **dict(METADATA_UPKEEP_PROPERTIES)}
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {dotted_name(tombstone_table(target))} "
         f"({spec.key.name} string, {SEQUENCE_COLUMN} string, deleted_at timestamp) USING iceberg "
-        f"TBLPROPERTIES ({properties_sql({'format-version': '2', 'write.merge.mode': 'merge-on-read', **dict(METADATA_UPKEEP_PROPERTIES)})})"
+        f"TBLPROPERTIES ({properties_sql(tombstone_properties)})"
     )
+    _bring_properties_up_to(spark, tombstone_table(target), dict(METADATA_UPKEEP_PROPERTIES))
 
 
 def table_exists(spark: SparkSession, target: str) -> bool:

@@ -110,3 +110,15 @@ def test_manifests_are_merged_at_commit_so_a_query_reads_few_of_them(spark, sett
     manifests = spark.sql(f"SELECT content FROM {files.table}.manifests").collect()
     assert len(manifests) <= 2, manifests  # one of data files, one of delete files
     assert files.names() == {"k0": "k0@12", "k1": "k1@10", "k2": "k2@11"}
+
+
+def test_a_tombstone_table_created_before_the_upkeep_properties_takes_them_at_the_next_run(spark, settings):
+    from ddb_athena.spark.change_merge import ensure_tables, table_properties
+    from ddb_athena.table_spec import BOOKS_SPEC, METADATA_UPKEEP_PROPERTIES
+
+    files = ChangeFiles(spark, settings)
+    files.merge([files.write(change(1, "k", "INSERT"))])
+    tombstones = tombstone_table(files.table)
+    spark.sql(f"ALTER TABLE {tombstones} UNSET TBLPROPERTIES ('commit.manifest.min-count-to-merge')")
+    ensure_tables(spark, BOOKS_SPEC, files.table)
+    assert all(table_properties(spark, tombstones).get(name) == value for name, value in METADATA_UPKEEP_PROPERTIES)
