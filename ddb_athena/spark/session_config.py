@@ -8,6 +8,7 @@ from ddb_athena.identifiers import validate_identifier
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 LOCAL_JVM_OPTIONS = "-XX:+UseParallelGC"
+GENERATED_CLASSES_KEPT = 2000
 # Plain Spark in the Dagster run worker on AWS (no platform to provide them): Iceberg, its AWS bundle (Glue,
 # S3FileIO) and Hadoop's S3A for the change and export files, at the versions pyspark 3.5 and Iceberg 1.10 pair with.
 RUN_WORKER_AWS_PACKAGES = ",".join(
@@ -49,6 +50,10 @@ def iceberg_spark_config(options: SparkIcebergOptions) -> dict[str, str]:
         # Python UDF workers must run the interpreter that has this package installed.
         "spark.pyspark.python": sys.executable,
         "spark.ui.showConsoleProgress": "false",
+        # A sync run repeats the same few dozen queries every few seconds; Spark keeps only 100 generated classes,
+        # fewer than one cycle's queries need, so it compiled ~8 of them again every cycle, and the JVM then
+        # JIT-compiled the new classes (`bench-sync-cpu`).
+        "spark.sql.codegen.cache.maxEntries": str(GENERATED_CLASSES_KEPT),
     }
     if options.master:
         config["spark.master"] = options.master

@@ -192,3 +192,18 @@ def test_a_run_that_dies_between_the_tombstone_and_the_merge_never_applies_a_cha
     assert files.names() == {"a": "a@1", "b": "b@4"} and (late.stale_skipped, late.updated, late.inserted) == (1, 0, 1)
     retry = files.merge([delete])
     assert files.names() == {"b": "b@4"} and retry.deleted == 1
+
+
+def test_a_warm_session_merges_without_generating_code_again(files):
+    """A sync run repeats one cycle's queries every few seconds: once warm, none is compiled to Java again."""
+    compilations = files.spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+
+    def cycle(sequence: int) -> None:
+        # An insert, an update and a delete: every query a cycle can run.
+        files.merge([files.write(change(sequence, f"new-{sequence}", "INSERT"), change(sequence, f"new-{sequence - 1}"), change(sequence, f"new-{sequence - 2}", "REMOVE"))])
+
+    for sequence in range(1, 5):
+        cycle(sequence)
+    before = compilations.getCount()
+    cycle(5)
+    assert compilations.getCount() == before
