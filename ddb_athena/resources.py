@@ -147,6 +147,12 @@ class SyncSettings(ConfigurableResource):
     table_checks_every_cycles: int = Field(
         default=6, ge=1, description="the checks that read the table and DynamoDB run on every n-th recorded cycle"
     )
+    parity_settle_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="a key that differs between library.books and DynamoDB this long is divergence, not a change in flight "
+        "(it must exceed a merge interval plus the capture delay)",
+    )
     snapshot_retention_hours: float = Field(
         default=1.0, ge=1.0, description="expire snapshots older than this; at least 1 hour, longer than the longest query"
     )

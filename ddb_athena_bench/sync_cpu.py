@@ -19,6 +19,7 @@ import psutil
 
 from ddb_athena.assets.books import books_syncer
 from ddb_athena.checks.books import cycle_check_results
+from ddb_athena.key_parity import ParityTracker
 from ddb_athena.resources import resources_from_settings
 from ddb_athena.settings import Settings
 from ddb_athena_bench.freshness import OUT, local_stack
@@ -63,6 +64,7 @@ def run(minutes: float, interval: float) -> None:
         resources = resources_from_settings(Settings.from_env(env))
         aws, spark, sync = resources["aws"], resources["spark"], resources["sync"]
         syncer = books_syncer(aws, spark, sync, log=lambda _: None, warn=print)
+        parity = ParityTracker(sync.parity_settle_seconds)
         for number in range(WARM_UP_CYCLES):
             syncer.cycle(f"warm-up-{number}")
             time.sleep(interval)
@@ -80,7 +82,7 @@ def run(minutes: float, interval: float) -> None:
             number += 1
             cycle_started = time.monotonic()
             syncer.cycle(f"cycle-{number}")
-            cycle_check_results(aws, spark, sync, with_table=number % TABLE_CHECKS_EVERY == 0)
+            cycle_check_results(aws, spark, sync, parity if number % TABLE_CHECKS_EVERY == 0 else None)
             if time.monotonic() - minute_at >= 60:
                 python, children, now = _cpu(me), _children_cpu(me, excluded), time.monotonic()
                 per_minute = 60 / (now - minute_at)

@@ -25,6 +25,7 @@ from pydantic import Field
 from ddb_athena.assets.upkeep import maintain
 from ddb_athena.books_cycle import BooksSync
 from ddb_athena.cycle_loop import run_cycles
+from ddb_athena.key_parity import ParityTracker
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.settings import MAX_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS
 from ddb_athena.spark.maintenance import MaintenanceResult, last_maintained_at
@@ -117,6 +118,8 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
     maintenance_interval = timedelta(minutes=sync.maintenance_interval_minutes)
     # Read from the table once, at the run's first merge, then kept here: no catalog read or Spark job per cycle.
     maintained = {"known": False, "at": None}
+    # Remembers the keys that differed from DynamoDB, so a later cycle tells a change in flight from divergence.
+    parity = ParityTracker(sync.parity_settle_seconds)
 
     def cycle(number: int) -> None:
         outcome = syncer.cycle(f"{context.run.run_id}-{number}", bootstrap=config.bootstrap and number == 1)
@@ -126,7 +129,7 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
         context.log_event(AssetMaterialization(asset_key=books_iceberg.key, metadata={**outcome.merged, "cycle": number}))
         # The checks that read the table or DynamoDB: after the run's first merge, then every few, never when idle.
         with_table = not outcome.idle and recorded["merges"] % sync.table_checks_every_cycles == 0
-        for name, result in cycle_check_results(aws, spark, sync, with_table).items():
+        for name, result in cycle_check_results(aws, spark, sync, parity if with_table else None).items():
             context.log_event(evaluation(result, name))
         recorded.update(at=time.monotonic(), merges=recorded["merges"] + (not outcome.idle))
         # One writer: upkeep runs inside the loop, between merges, never beside them. Idle tables need none.

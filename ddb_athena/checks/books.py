@@ -15,7 +15,8 @@ from ddb_athena.capture.change_files import is_change_file, list_keys
 from ddb_athena.capture.commit_manifests import committed_files
 from ddb_athena.capture.quarantine import quarantined_reasons
 from ddb_athena.checks.table_checks import unique_key_result
-from ddb_athena.identifiers import dotted_name
+from ddb_athena.identifiers import dotted_name, validate_identifier
+from ddb_athena.key_parity import KeyParity, ParityTracker, dynamodb_keys
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.spark.maintenance import table_files
 from ddb_athena.table_spec import BOOKS_SPEC
@@ -24,6 +25,8 @@ BOOKS_FRESHNESS = timedelta(minutes=2)
 # Compaction keeps the average data file at least this big, or the table in at most this many files.
 MIN_AVERAGE_DATA_FILE_BYTES = 1024 * 1024
 SMALL_TABLE_MAX_FILES = 50
+# How often a parity check run on its own looks again while keys are in flight.
+PARITY_POLL_SECONDS = 5.0
 
 # Superseded in 1.13 by FreshnessPolicy, which is not an asset check; this one is, and its sensor
 # evaluates it even when the pipeline has stalled and no run would.
@@ -59,22 +62,31 @@ def quarantine_result(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheck
     )
 
 
-
-
-def dynamodb_item_count(dynamodb, table_name: str) -> int:
-    """An exact count (DescribeTable's ItemCount is refreshed only every few hours)."""
-    pages = dynamodb.get_paginator("scan").paginate(TableName=table_name, Select="COUNT", ConsistentRead=True)
-    return sum(page["Count"] for page in pages)
-
-
-def row_count_parity_result(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:
-    iceberg_rows = spark.spark_session.table(dotted_name(sync.books_iceberg_table)).count()
-    dynamodb_items = dynamodb_item_count(aws.client("dynamodb"), sync.books_table)
+def key_parity_result(parity: KeyParity) -> AssetCheckResult:
     return AssetCheckResult(
-        passed=iceberg_rows == dynamodb_items,
+        passed=parity.passed,
         severity=AssetCheckSeverity.WARN,
-        metadata={"iceberg_rows": iceberg_rows, "dynamodb_items": dynamodb_items, "difference": iceberg_rows - dynamodb_items},
+        metadata=parity.metadata(),
+        description=None if parity.passed else "Keys differ from DynamoDB for longer than a change takes to merge: a lost change or a "
+        "hand-made edit of the table. A bootstrap run (config bootstrap: true) rebuilds the table from DynamoDB.",
     )
+
+
+def observe_key_parity(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, tracker: ParityTracker, wait: bool) -> KeyParity:
+    """Compares the keys of library.books and DynamoDB; `wait`: until what was in flight at the first look has settled."""
+    key = BOOKS_SPEC.key
+    column = validate_identifier(key.name, "key column")
+    dynamodb = aws.client("dynamodb")
+
+    def iceberg_keys():
+        return (row[0] for row in spark.spark_session.table(dotted_name(sync.books_iceberg_table)).select(column).collect())
+
+    def table_keys():
+        return dynamodb_keys(dynamodb, sync.books_table, key.attribute, key.type_tag)
+
+    if wait:
+        return tracker.observe_until_settled(iceberg_keys, table_keys, poll_seconds=min(PARITY_POLL_SECONDS, sync.parity_settle_seconds))
+    return tracker.observe(iceberg_keys, table_keys)
 
 
 @asset_check(asset=books_iceberg.key, description="No change file waits to be merged longer than the backlog limit (2 minutes).")
@@ -94,10 +106,11 @@ def books_unique_id(spark: IcebergSparkResource, sync: SyncSettings) -> AssetChe
 
 @asset_check(
     asset=books_iceberg.key,
-    description="library.books has as many rows as the DynamoDB table (warns: changes in flight differ briefly).",
+    description="library.books holds the same keys as the DynamoDB table; a key may differ while its change is in flight "
+    "(up to parity_settle_seconds, 60 by default), and warns if it differs longer.",
 )
 def books_row_count_parity(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:
-    return row_count_parity_result(aws, spark, sync)
+    return key_parity_result(observe_key_parity(aws, spark, sync, ParityTracker(sync.parity_settle_seconds), wait=True))
 
 
 def files_compact_result(spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:
@@ -124,11 +137,13 @@ def books_files_compact(spark: IcebergSparkResource, sync: SyncSettings) -> Asse
     return files_compact_result(spark, sync)
 
 
-def cycle_check_results(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, with_table: bool) -> dict[str, AssetCheckResult]:
+def cycle_check_results(
+    aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, parity: ParityTracker | None
+) -> dict[str, AssetCheckResult]:
     """The checks a sync cycle evaluates, by check name: those reading S3 always, those reading the table and
-    DynamoDB (a Spark job, a scan) only when `with_table`."""
+    DynamoDB (a Spark job, a scan) only when given the run's `parity` tracker (it remembers what was in flight)."""
     results = {"books_backlog": backlog_result(aws, sync), "books_quarantine_empty": quarantine_result(aws, sync)}
-    if with_table:
+    if parity is not None:
         results["books_unique_id"] = unique_key_result(spark.spark_session, sync.books_iceberg_table, BOOKS_SPEC.key.name)
-        results["books_row_count_parity"] = row_count_parity_result(aws, spark, sync)
+        results["books_row_count_parity"] = key_parity_result(observe_key_parity(aws, spark, sync, parity, wait=False))
     return results

@@ -4,7 +4,8 @@ import pytest
 from dagster import AssetCheckSeverity, DagsterInstance
 
 from ddb_athena.capture.change_files import SourceLayout, change_file_name
-from ddb_athena.checks.books import books_backlog, books_row_count_parity
+from ddb_athena.checks.books import books_backlog, books_row_count_parity, observe_key_parity
+from ddb_athena.key_parity import MISSING, ParityTracker
 from ddb_athena.simulate import BookSimulator
 from ddb_athena_tests.dagster_helpers import check_results, local_resources, materialization_metadata, sync_books
 from ddb_athena_tests.spark.helpers import T0
@@ -35,14 +36,41 @@ def test_checks_pass_on_a_healthy_sync_and_fail_on_bad_input_backlog_and_drift(s
     assert "not valid JSON" in after_bad_file["books_quarantine_empty"].metadata["reasons"].value
     assert after_bad_file["books_row_count_parity"].passed  # the good change was merged
 
-    # Drift from DynamoDB (an item Iceberg never heard of) warns; a backlog past the bound fails.
+    # An item no sync merges (none runs) differs longer than the settle time: the check, run on its own, waits
+    # that long for it and then warns. A backlog past the bound fails.
     dynamodb.put_item(TableName=settings.books_table, Item={"id": {"S": "sneaky"}})
     s3.put_object(Bucket=settings.bucket, Key=layout.changes_prefix + change_file_name(T0, "lambda"), Body=b"")
-    resources = local_resources(backlog_limit_minutes=0)
+    resources = local_resources(backlog_limit_minutes=0, parity_settle_seconds=2)
     backlog = books_backlog(aws=resources["aws"], sync=resources["sync"])
     assert not backlog.passed and backlog.metadata["unmerged_files"].value == 1
     parity = books_row_count_parity(aws=resources["aws"], spark=resources["spark"], sync=resources["sync"])
-    assert not parity.passed and parity.severity == AssetCheckSeverity.WARN and parity.metadata["difference"].value == -1
+    assert not parity.passed and parity.severity == AssetCheckSeverity.WARN
+    assert parity.metadata["difference"].value == -1 and parity.metadata["unexplained_keys"].value == 1
+    assert parity.metadata["unexplained_examples"].value == "sneaky (missing from Iceberg)"
+
+
+def test_parity_tells_a_change_in_flight_from_a_row_deleted_by_hand(spark, settings, instance):
+    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table)
+    for _ in range(4):
+        simulator.insert()
+    sync_books(instance)
+    resources = local_resources(parity_settle_seconds=1)
+    aws, spark_resource, sync = resources["aws"], resources["spark"], resources["sync"]
+    tracker = ParityTracker(settle_seconds=30)
+
+    # Written after the merge, before the check's scan: in flight, and merged by the next cycle.
+    simulator.insert("book-in-flight")
+    first = observe_key_parity(aws, spark_resource, sync, tracker, wait=False)
+    assert first.passed and first.in_flight == {"book-in-flight": MISSING}
+    sync_books(instance)
+    assert observe_key_parity(aws, spark_resource, sync, tracker, wait=False).in_flight == {}
+
+    # A row deleted from the table by hand (as with a DELETE in Athena): no change will ever bring it back.
+    (victim,) = spark.sql(f"SELECT id FROM {settings.namespace}.books LIMIT 1").collect()[0]
+    spark.sql(f"DELETE FROM {settings.namespace}.books WHERE id = '{victim}'")
+    check = books_row_count_parity(aws=aws, spark=spark_resource, sync=sync)
+    assert not check.passed and check.metadata["unexplained_keys"].value == 1
+    assert check.metadata["unexplained_examples"].value == f"{victim} (missing from Iceberg)"
 
 
 def test_a_foreign_file_in_the_change_prefix_is_quarantined_turns_the_check_red_and_the_rest_flows(spark, settings, instance):

@@ -1,0 +1,91 @@
+"""Whether an Iceberg table holds the same keys as its DynamoDB table, told apart from changes in flight.
+
+Under live writes the two never match at one instant: an item written after the last capture is in
+DynamoDB and not yet in Iceberg (or still in Iceberg after a delete). Such a key differs once and is
+merged within a cycle or two. A key that still differs in the same way `settle_seconds` after it was
+first seen is a real divergence (a lost change, a row deleted from the table by hand): only those fail.
+"""
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+# Keys quoted in a result: enough to start an investigation, few enough for the UI.
+EXAMPLE_KEYS = 5
+MISSING = "missing from Iceberg"
+EXTRA = "only in Iceberg"
+
+
+@dataclass(frozen=True)
+class KeyParity:
+    iceberg_rows: int
+    dynamodb_items: int
+    in_flight: dict[str, str]
+    unexplained: dict[str, str]
+
+    @property
+    def passed(self) -> bool:
+        return not self.unexplained
+
+    def metadata(self) -> dict:
+        examples = {key: self.unexplained[key] for key in sorted(self.unexplained)[:EXAMPLE_KEYS]}
+        return {
+            "iceberg_rows": self.iceberg_rows,
+            "dynamodb_items": self.dynamodb_items,
+            "difference": self.iceberg_rows - self.dynamodb_items,
+            "keys_in_flight": len(self.in_flight),
+            "unexplained_keys": len(self.unexplained),
+            "unexplained_examples": ", ".join(f"{key} ({where})" for key, where in examples.items()) or "none",
+        }
+
+
+@dataclass
+class ParityTracker:
+    """Compares key sets over successive observations; a key must differ the same way for `settle_seconds`
+    (longer than a change takes to reach the table) before it counts as divergence."""
+
+    settle_seconds: float
+    clock: Callable[[], float] = time.monotonic
+    # key -> (how it differs, when it was first seen differing that way)
+    _differing_since: dict[str, tuple[str, float]] = field(default_factory=dict)
+
+    def observe(self, read_iceberg_keys: Callable[[], Iterable[str]], read_dynamodb_keys: Callable[[], Iterable[str]]) -> KeyParity:
+        # Iceberg first: an item written between the two reads is then always "missing", i.e. in flight.
+        read_at = self.clock()
+        iceberg = set(read_iceberg_keys())
+        dynamodb = set(read_dynamodb_keys())
+        differing = {key: MISSING for key in dynamodb - iceberg} | {key: EXTRA for key in iceberg - dynamodb}
+        # The change behind a difference was made before the scan ended; the settle time counts from there.
+        seen_at = self.clock()
+        previous, self._differing_since = self._differing_since, {}
+        for key, where in differing.items():
+            earlier = previous.get(key)
+            # A key that stopped differing, or flipped, starts over: each change gets its own settle time.
+            self._differing_since[key] = earlier if earlier and earlier[0] == where else (where, seen_at)
+        unexplained = {key: where for key, (where, since) in self._differing_since.items() if read_at - since >= self.settle_seconds}
+        in_flight = {key: where for key, where in differing.items() if key not in unexplained}
+        return KeyParity(len(iceberg), len(dynamodb), in_flight, unexplained)
+
+    def observe_until_settled(
+        self,
+        read_iceberg_keys: Callable[[], Iterable[str]],
+        read_dynamodb_keys: Callable[[], Iterable[str]],
+        poll_seconds: float,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> KeyParity:
+        """Observes until every key that differed at the first look is merged or has settled as divergence: for a
+        check run on its own, beside a sync run that merges what is in flight (at most `settle_seconds` more)."""
+        parity = self.observe(read_iceberg_keys, read_dynamodb_keys)
+        awaited = set(parity.in_flight)
+        while awaited & parity.in_flight.keys():
+            sleep(poll_seconds)
+            parity = self.observe(read_iceberg_keys, read_dynamodb_keys)
+        return parity
+
+
+def dynamodb_keys(dynamodb, table_name: str, attribute: str, type_tag: str) -> list[str]:
+    """Every item's key, read consistently (a scan that reads only the key attribute)."""
+    pages = dynamodb.get_paginator("scan").paginate(
+        TableName=table_name, ProjectionExpression="#key", ExpressionAttributeNames={"#key": attribute}, ConsistentRead=True
+    )
+    return [item[attribute][type_tag] for page in pages for item in page["Items"]]
