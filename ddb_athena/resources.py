@@ -163,6 +163,12 @@ class SyncSettings(ConfigurableResource):
     maintenance_interval_minutes: float = Field(
         default=15.0, gt=0, description="the sync run compacts library.books, expires snapshots and removes orphans this often"
     )
+    compaction_interval_minutes: float = Field(
+        default=2.0,
+        gt=0,
+        description="between maintenances, the sync run compacts library.books and its tombstones this often: every cycle "
+        "reads the table, and its cost grows with each commit's small files",
+    )
     tombstone_retention_days: float = 7.0
     export_timeout_minutes: float = Field(default=180.0, description="how long to wait for a DynamoDB export")
     export_poll_seconds: float = Field(default=30.0, description="how often to ask DynamoDB about a running export")

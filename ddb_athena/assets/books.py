@@ -22,7 +22,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from ddb_athena.assets.upkeep import maintain
+from ddb_athena.assets.upkeep import compact_with_tombstones, maintain
 from ddb_athena.books_cycle import BooksSync
 from ddb_athena.cycle_loop import run_cycles
 from ddb_athena.key_parity import ParityTracker
@@ -118,6 +118,8 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
     maintenance_interval = timedelta(minutes=sync.maintenance_interval_minutes)
     # Read from the table once, at the run's first merge, then kept here: no catalog read or Spark job per cycle.
     maintained = {"known": False, "at": None}
+    # Compaction alone, more often than maintenance: counted from the run's start.
+    compaction_interval, compacted = timedelta(minutes=sync.compaction_interval_minutes), {"at": datetime.now(timezone.utc)}
     # Remembers the keys that differed from DynamoDB, so a later cycle tells a change in flight from divergence.
     parity = ParityTracker(sync.parity_settle_seconds)
 
@@ -140,10 +142,14 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
         now = datetime.now(timezone.utc)
         if maintained["at"] is not None and now - maintained["at"] >= maintenance_interval:
             result = maintain(spark, sync, sync.books_iceberg_table, with_tombstones=True, now=now)
-            maintained["at"] = now
+            maintained["at"] = compacted["at"] = now
             context.log.info(f"Maintenance: {result.before} -> {result.after}")
             context.log_event(maintenance_observation(result))
             context.log_event(evaluation(files_compact_result(spark, sync), "books_files_compact"))
+        elif now - compacted["at"] >= compaction_interval:
+            compaction = compact_with_tombstones(spark, sync.books_iceberg_table)
+            compacted["at"] = now
+            context.log.info(f"Compaction: {compaction.rewritten_data_files} files rewritten into {compaction.added_data_files}")
 
     cycles = run_cycles(cycle, interval, run_minutes * 60)
     context.log.info(f"Sync run done after {cycles} cycles ({run_minutes:g} minutes, one every {interval:g} s)")

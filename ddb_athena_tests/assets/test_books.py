@@ -209,6 +209,31 @@ def test_the_sync_run_maintains_its_table_between_merges_and_checks_the_files_st
     assert not [e for e in again.all_events if e.event_type_value == "ASSET_OBSERVATION"]
 
 
+def data_files(spark, table: str) -> int:
+    return spark.sql(f"SELECT count(*) FROM {table}.files WHERE content = 0").collect()[0][0]
+
+
+def test_between_maintenances_the_sync_run_compacts_the_table_and_its_tombstones(spark, settings, instance):
+    dynamodb = settings.client("dynamodb")
+    simulator = BookSimulator(dynamodb, settings.books_table)
+    for _ in range(4):
+        simulator.insert()
+    sync_books(instance)
+    for _ in range(2):  # each run commits a data file, a delete file and a tombstone file
+        simulator.insert()
+        dynamodb.delete_item(TableName=settings.books_table, Key={"id": {"S": simulator.live.pop(0)}})
+        sync_books(instance)
+    books, tombstones = f"{settings.namespace}.books", f"{settings.namespace}.books_tombstones"
+    assert data_files(spark, books) >= 3 and data_files(spark, tombstones) == 2
+
+    simulator.insert()
+    result = sync_books(instance, compaction_interval_minutes=0.001)  # due right after the run's first merge
+    assert data_files(spark, books) == 1 and data_files(spark, tombstones) == 1
+    assert not spark.sql(f"SELECT * FROM {books}.files WHERE content <> 0").count()  # the deletes are applied
+    assert not [e for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]  # no expiry, no orphans
+    assert_same_keys(spark, settings, dynamodb)
+
+
 def lambda_event(book_id: str, sequence_number: str, name: str) -> dict:
     """A DynamoDB Streams event as Lambda delivers it: one INSERT."""
     return {
