@@ -74,10 +74,12 @@ class ParityTracker:
         sleep: Callable[[float], None] = time.sleep,
     ) -> KeyParity:
         """Observes until every key that differed at the first look is merged or has settled as divergence: for a
-        check run on its own, beside a sync run that merges what is in flight (at most `settle_seconds` more)."""
+        check run on its own, beside a sync run that merges what is in flight (at most `settle_seconds` more, or twice
+        that for a key that keeps changing, which stays in flight)."""
+        deadline = self.clock() + 2 * self.settle_seconds
         parity = self.observe(read_iceberg_keys, read_dynamodb_keys)
         awaited = set(parity.in_flight)
-        while awaited & parity.in_flight.keys():
+        while awaited & parity.in_flight.keys() and self.clock() < deadline:
             sleep(poll_seconds)
             parity = self.observe(read_iceberg_keys, read_dynamodb_keys)
         return parity

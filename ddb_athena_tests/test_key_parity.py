@@ -69,3 +69,21 @@ def test_waiting_ends_with_divergence_once_the_settle_time_has_passed():
     tracker = ParityTracker(settle_seconds=12, clock=clock)
     parity = tracker.observe_until_settled(lambda: {"a", "ghost"}, lambda: {"a"}, poll_seconds=5, sleep=clock.sleep)
     assert not parity.passed and parity.unexplained == {"ghost": EXTRA} and clock.now == 15
+
+
+def test_waiting_is_bounded_for_a_key_that_keeps_changing():
+    clock = Clock()
+    tracker = ParityTracker(settle_seconds=10, clock=clock)
+    looks = iter(range(1000))
+    # Deleted, then inserted again, between every two looks: it flips from only in Iceberg to missing and back.
+    phase = {"even": True}
+
+    def iceberg():
+        phase["even"] = next(looks) % 2 == 0
+        return {"a", "busy"} if phase["even"] else {"a"}
+
+    def dynamodb():
+        return {"a"} if phase["even"] else {"a", "busy"}
+
+    parity = tracker.observe_until_settled(iceberg, dynamodb, poll_seconds=5, sleep=clock.sleep)
+    assert parity.passed and "busy" in parity.in_flight and clock.now == 20
