@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 import ddb_athena.spark.orders_load_job as orders_load_job
 from ddb_athena.capture.change_files import SourceLayout
+from ddb_athena.cycle_loop import sigint_handler_kept
 from ddb_athena.identifiers import qualified_name
 from ddb_athena.packaging import JOB_ARCHIVE_NAME, ORDERS_LOAD_JOB, entry_point_file
 from ddb_athena.settings import (
@@ -116,7 +117,8 @@ class IcebergSparkResource(ConfigurableResource):
     def spark_session(self) -> SparkSession:
         if self._pyspark is None:
             self._pyspark = LazyPySparkResource(spark_config=self.spark_config())
-        return self._pyspark.spark_session
+        with sigint_handler_kept():
+            return self._pyspark.spark_session
 
     @property
     def source_scheme(self) -> str:
