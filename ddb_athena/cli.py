@@ -1,4 +1,4 @@
-"""The `ddb-athena` command: local stack, init, seed, simulate, query, launch."""
+"""The `ddb-athena` command: local stack, init, seed, simulate, query, launch, and the runs `make dev` leaves behind."""
 
 import argparse
 import random
@@ -12,10 +12,11 @@ from ddb_athena.settings import LOCAL_STACK_PORT, Settings
 def _local_stack(args, settings: Settings) -> int:
     from ddb_athena.local_stack import start_moto_server
 
-    server = start_moto_server(args.port)
-    print(f"AWS emulator (moto) listening on http://127.0.0.1:{args.port} — Ctrl-C to stop", flush=True)
+    # The handler before the banner: a SIGTERM right after it (make dev stopping early, a test) stops cleanly.
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    server = start_moto_server(args.port)
+    print(f"AWS emulator (moto) listening on http://127.0.0.1:{args.port} — Ctrl-C to stop", flush=True)
     try:
         stop.wait()
     except KeyboardInterrupt:
@@ -142,7 +143,47 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--ready-timeout", type=float, default=600, help="seconds to wait for the webserver and its code location")
     launch.add_argument("--follow", action="store_true", help="log the run's status until it finishes; exit 1 unless it succeeds")
     launch.set_defaults(handler=_launch)
+
+    wait = commands.add_parser("wait-for-runs", help="wait until no run of the Dagster instance ($DAGSTER_HOME) is in progress")
+    wait.add_argument("--timeout", type=float, default=60, help="seconds; exit 1 if runs are still in progress then")
+    wait.set_defaults(handler=_wait_for_runs)
+
+    end = commands.add_parser(
+        "end-runs-left-in-progress",
+        help="mark the runs an earlier `make dev` left in progress, their process gone, as failed",
+    )
+    end.set_defaults(handler=_end_runs_left_in_progress)
     return parser
+
+
+def _wait_for_runs(args, settings: Settings) -> int:
+    from dagster import DagsterInstance
+
+    from ddb_athena.local_runs import runs_in_progress, wait_for_runs_to_end
+
+    with DagsterInstance.get() as instance:
+        running = runs_in_progress(instance)
+        if running:
+            names = ", ".join(f"{run.job_name} {run.run_id[:8]}" for run in running)
+            print(f"Waiting up to {args.timeout:g} s for runs to record their end ({names}); Ctrl-C again to stop at once", flush=True)
+            running = wait_for_runs_to_end(instance, args.timeout)
+        for run in running:
+            print(f"Run {run.job_name} {run.run_id} is still in progress; the next `make dev` ends it", file=sys.stderr)
+    return 1 if running else 0
+
+
+def _end_runs_left_in_progress(args, settings: Settings) -> int:
+    from dagster import DagsterInstance
+
+    from ddb_athena.local_runs import end_runs_left_in_progress
+
+    with DagsterInstance.get() as instance:
+        ended, alive = end_runs_left_in_progress(instance)
+    for run in ended:
+        print(f"Ended run {run.job_name} {run.run_id}: an earlier stack stopped before it recorded its end")
+    for run in alive:
+        print(f"Run {run.job_name} {run.run_id} is in progress and its process is alive: left as it is (another stack?)", file=sys.stderr)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -116,9 +116,11 @@ class IcebergSparkResource(ConfigurableResource):
     @property
     def spark_session(self) -> SparkSession:
         if self._pyspark is None:
-            self._pyspark = LazyPySparkResource(spark_config=self.spark_config())
-        with sigint_handler_kept():
-            return self._pyspark.spark_session
+            pyspark = LazyPySparkResource(spark_config=self.spark_config())
+            with sigint_handler_kept():
+                pyspark.spark_session  # created here, once: PySpark replaces the SIGINT handler as it does
+            self._pyspark = pyspark
+        return self._pyspark.spark_session
 
     @property
     def source_scheme(self) -> str:

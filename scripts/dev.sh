@@ -17,11 +17,15 @@ YESTERDAY="$($BIN/python -c 'from ddb_athena.launch import yesterday_utc; print(
 export DDB_ATHENA_ORDERS_START_DATE="${DDB_ATHENA_ORDERS_START_DATE:-$YESTERDAY}"
 mkdir -p "$DAGSTER_HOME" .ddb_athena/logs
 cp dagster.yaml "$DAGSTER_HOME/dagster.yaml"
+# A run an earlier stack left STARTED (its process gone) would hold the books schedule for its max runtime.
+$BIN/ddb-athena end-runs-left-in-progress
 
 pids=()
 cleanup() {
   trap - INT TERM EXIT
   echo "Stopping the local stack..."
+  # Ctrl-C reached the sync run too: it ends after its cycle. The emulator it writes to stays up until then.
+  $BIN/ddb-athena wait-for-runs --timeout 60 || true
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
