@@ -22,13 +22,13 @@ from dagster import (
 )
 from pydantic import Field
 
-from ddb_athena.assets.upkeep import compact_with_tombstones, maintain
+from ddb_athena.assets.upkeep import maintain
 from ddb_athena.books_cycle import BooksSync
 from ddb_athena.cycle_loop import run_cycles
 from ddb_athena.key_parity import ParityTracker
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.settings import MAX_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS
-from ddb_athena.spark.maintenance import MaintenanceResult, last_maintained_at
+from ddb_athena.spark.maintenance import MaintenanceResult, compact_with_tombstones, last_maintained_at
 
 # The specs are skippable: each cycle's materializations are logged as events, no output is returned.
 books_source = AssetSpec(
@@ -147,7 +147,7 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
             context.log_event(maintenance_observation(result))
             context.log_event(evaluation(files_compact_result(spark, sync), "books_files_compact"))
         elif now - compacted["at"] >= compaction_interval:
-            compaction = compact_with_tombstones(spark, sync.books_iceberg_table)
+            compaction = compact_with_tombstones(spark.spark_session, spark.catalog, sync.books_iceberg_table)
             compacted["at"] = now
             context.log.info(f"Compaction: {compaction.rewritten_data_files} files rewritten into {compaction.added_data_files}")
 

@@ -4,8 +4,7 @@ orders load."""
 from datetime import datetime, timedelta
 
 from ddb_athena.resources import IcebergSparkResource, SyncSettings
-from ddb_athena.spark.change_merge import tombstone_table
-from ddb_athena.spark.maintenance import CompactionResult, MaintenanceResult, compact, maintain_table, record_maintained
+from ddb_athena.spark.maintenance import MaintenanceResult, maintain_table, record_maintained
 
 
 def maintain(
@@ -24,9 +23,3 @@ def maintain(
     record_maintained(spark.spark_session, table, now)
     return result
 
-
-def compact_with_tombstones(spark: IcebergSparkResource, table: str) -> CompactionResult:
-    """Compaction only (no expiry, no orphan listing), of a table and its tombstones: the cheap upkeep a sync run
-    does every few minutes so its cycles read few files."""
-    results = [compact(spark.spark_session, spark.catalog, name) for name in (table, tombstone_table(table))]
-    return CompactionResult(sum(r.rewritten_data_files for r in results), sum(r.added_data_files for r in results))
