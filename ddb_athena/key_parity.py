@@ -4,11 +4,16 @@ Under live writes the two never match at one instant: an item written after the 
 DynamoDB and not yet in Iceberg (or still in Iceberg after a delete). Such a key differs once and is
 merged within a cycle or two. A key that still differs in the same way `settle_seconds` after it was
 first seen is a real divergence (a lost change, a row deleted from the table by hand): only those fail.
+
+"The same way" includes the change the table last merged for the key: the sequence number its row was written
+from (a key only in Iceberg) or that of its newest tombstone (a key missing from Iceberg). Looks come a minute
+apart in a sync run, and a key deleted, inserted again and deleted again in between is caught in flight at both
+looks: its row is another one, so it is a new change, not a stuck one.
 """
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 # Keys quoted in a result: enough to start an investigation, few enough for the UI.
 EXAMPLE_KEYS = 5
@@ -46,30 +51,41 @@ class ParityTracker:
 
     settle_seconds: float
     clock: Callable[[], float] = time.monotonic
-    # key -> (how it differs, when it was first seen differing that way)
-    _differing_since: dict[str, tuple[str, float]] = field(default_factory=dict)
+    # key -> ((how it differs, the version of the key the table holds), when it was first seen differing that way)
+    _differing_since: dict[str, tuple[tuple[str, str | None], float]] = field(default_factory=dict)
 
-    def observe(self, read_iceberg_keys: Callable[[], Iterable[str]], read_dynamodb_keys: Callable[[], Iterable[str]]) -> KeyParity:
+    def observe(
+        self,
+        read_iceberg_rows: Callable[[], Mapping[str, str | None]],
+        read_dynamodb_keys: Callable[[], Iterable[str]],
+        read_tombstones: Callable[[set[str]], Mapping[str, str]],
+    ) -> KeyParity:
+        """`read_iceberg_rows`: the table's keys with the version of each row; `read_tombstones(keys)`: the version
+        of the newest delete of each of `keys` the table ever applied."""
         # Iceberg first: an item written between the two reads is then always "missing", i.e. in flight.
         read_at = self.clock()
-        iceberg = set(read_iceberg_keys())
+        iceberg = dict(read_iceberg_rows())
         dynamodb = set(read_dynamodb_keys())
-        differing = {key: MISSING for key in dynamodb - iceberg} | {key: EXTRA for key in iceberg - dynamodb}
+        missing = dynamodb - iceberg.keys()
+        tombstones = read_tombstones(missing) if missing else {}
+        differing = {key: (MISSING, tombstones.get(key)) for key in missing} | {key: (EXTRA, iceberg[key]) for key in iceberg.keys() - dynamodb}
         # The change behind a difference was made before the scan ended; the settle time counts from there.
         seen_at = self.clock()
         previous, self._differing_since = self._differing_since, {}
-        for key, where in differing.items():
+        for key, difference in differing.items():
             earlier = previous.get(key)
-            # A key that stopped differing, or flipped, starts over: each change gets its own settle time.
-            self._differing_since[key] = earlier if earlier and earlier[0] == where else (where, seen_at)
-        unexplained = {key: where for key, (where, since) in self._differing_since.items() if read_at - since >= self.settle_seconds}
-        in_flight = {key: where for key, where in differing.items() if key not in unexplained}
+            # A key that stopped differing, flipped, or differs from another merged change starts over: each change
+            # gets its own settle time.
+            self._differing_since[key] = earlier if earlier and earlier[0] == difference else (difference, seen_at)
+        unexplained = {key: where for key, ((where, _), since) in self._differing_since.items() if read_at - since >= self.settle_seconds}
+        in_flight = {key: where for key, (where, _) in differing.items() if key not in unexplained}
         return KeyParity(len(iceberg), len(dynamodb), in_flight, unexplained)
 
     def observe_until_settled(
         self,
-        read_iceberg_keys: Callable[[], Iterable[str]],
+        read_iceberg_rows: Callable[[], Mapping[str, str | None]],
         read_dynamodb_keys: Callable[[], Iterable[str]],
+        read_tombstones: Callable[[set[str]], Mapping[str, str]],
         poll_seconds: float,
         sleep: Callable[[float], None] = time.sleep,
     ) -> KeyParity:
@@ -77,11 +93,11 @@ class ParityTracker:
         check run on its own, beside a sync run that merges what is in flight (at most `settle_seconds` more, or twice
         that for a key that keeps changing, which stays in flight)."""
         deadline = self.clock() + 2 * self.settle_seconds
-        parity = self.observe(read_iceberg_keys, read_dynamodb_keys)
+        parity = self.observe(read_iceberg_rows, read_dynamodb_keys, read_tombstones)
         awaited = set(parity.in_flight)
         while awaited & parity.in_flight.keys() and self.clock() < deadline:
             sleep(poll_seconds)
-            parity = self.observe(read_iceberg_keys, read_dynamodb_keys)
+            parity = self.observe(read_iceberg_rows, read_dynamodb_keys, read_tombstones)
         return parity
 
 

@@ -1,4 +1,4 @@
-"""Parity tells keys in flight from divergence by how long they differ, on a clock the test moves."""
+"""Parity tells keys in flight from divergence by how long they differ, and from which change, on a clock the test moves."""
 
 from ddb_athena.key_parity import EXTRA, MISSING, ParityTracker
 
@@ -14,8 +14,17 @@ class Clock:
         self.now += seconds
 
 
-def observe(tracker, iceberg, dynamodb):
-    return tracker.observe(lambda: iceberg, lambda: dynamodb)
+def rows(keys) -> dict:
+    """A set of keys as the table's rows, all written from one change; a dict as given (key -> row version)."""
+    return keys if isinstance(keys, dict) else dict.fromkeys(keys, "1")
+
+
+def no_tombstones(keys):
+    return {}
+
+
+def observe(tracker, iceberg, dynamodb, tombstones=None):
+    return tracker.observe(lambda: rows(iceberg), lambda: dynamodb, lambda keys: {key: tombstones[key] for key in keys & (tombstones or {}).keys()})
 
 
 def test_a_key_merged_within_the_settle_time_was_in_flight_and_one_that_still_differs_after_it_is_divergence():
@@ -45,6 +54,26 @@ def test_a_key_that_stops_differing_or_flips_starts_its_settle_time_over():
     assert again.passed and again.in_flight == {"b": MISSING}
 
 
+def test_a_key_caught_in_flight_at_two_looks_with_merged_changes_between_them_is_not_divergence():
+    # Looks come a minute apart in a sync run: between two, a key can be deleted, inserted again, merged, and
+    # changed once more, so both looks catch it differing the same way. The change the table holds tells.
+    clock = Clock()
+    tracker = ParityTracker(settle_seconds=10, clock=clock)
+    assert observe(tracker, {"a": "1", "b": "5"}, {"a"}).in_flight == {"b": EXTRA}  # b's delete in flight
+    clock.sleep(12)  # merged; b inserted again (row from change 7), merged, and deleted again: in flight
+    again = observe(tracker, {"a": "1", "b": "7"}, {"a"})
+    assert again.passed and again.in_flight == {"b": EXTRA}
+
+    assert observe(tracker, {"a": "1"}, {"a", "c"}).in_flight == {"c": MISSING}  # c's insert in flight
+    clock.sleep(12)  # merged; c deleted (tombstone from change 9), merged, and inserted again: in flight
+    again = observe(tracker, {"a": "1"}, {"a", "c"}, tombstones={"c": "9"})
+    assert again.passed and again.in_flight == {"c": MISSING}
+
+    clock.sleep(12)  # no change merged for c since the last look: a stuck key, whatever happened before
+    stuck = observe(tracker, {"a": "1"}, {"a", "c"}, tombstones={"c": "9"})
+    assert not stuck.passed and stuck.unexplained == {"c": MISSING}
+
+
 def test_waiting_ends_when_the_first_keys_are_merged_though_new_writes_keep_arriving():
     clock = Clock()
     tracker = ParityTracker(settle_seconds=60, clock=clock)
@@ -60,14 +89,14 @@ def test_waiting_ends_when_the_first_keys_are_merged_though_new_writes_keep_arri
         merged.update(key for key in written if key != "w0" or clock.now >= 12)  # w0 takes two polls to merge
         return set(merged)
 
-    parity = tracker.observe_until_settled(iceberg, dynamodb, poll_seconds=5, sleep=clock.sleep)
+    parity = tracker.observe_until_settled(lambda: rows(iceberg()), dynamodb, no_tombstones, poll_seconds=5, sleep=clock.sleep)
     assert parity.passed and "w0" not in parity.in_flight and clock.now == 15
 
 
 def test_waiting_ends_with_divergence_once_the_settle_time_has_passed():
     clock = Clock()
     tracker = ParityTracker(settle_seconds=12, clock=clock)
-    parity = tracker.observe_until_settled(lambda: {"a", "ghost"}, lambda: {"a"}, poll_seconds=5, sleep=clock.sleep)
+    parity = tracker.observe_until_settled(lambda: rows({"a", "ghost"}), lambda: {"a"}, no_tombstones, poll_seconds=5, sleep=clock.sleep)
     assert not parity.passed and parity.unexplained == {"ghost": EXTRA} and clock.now == 15
 
 
@@ -85,5 +114,5 @@ def test_waiting_is_bounded_for_a_key_that_keeps_changing():
     def dynamodb():
         return {"a"} if phase["even"] else {"a", "busy"}
 
-    parity = tracker.observe_until_settled(iceberg, dynamodb, poll_seconds=5, sleep=clock.sleep)
+    parity = tracker.observe_until_settled(lambda: rows(iceberg()), dynamodb, no_tombstones, poll_seconds=5, sleep=clock.sleep)
     assert parity.passed and "busy" in parity.in_flight and clock.now == 20

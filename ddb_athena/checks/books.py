@@ -15,9 +15,9 @@ from ddb_athena.capture.change_files import is_change_file, list_keys
 from ddb_athena.capture.commit_manifests import committed_files
 from ddb_athena.capture.quarantine import quarantined_reasons
 from ddb_athena.checks.table_checks import unique_key_result
-from ddb_athena.identifiers import dotted_name, validate_identifier
 from ddb_athena.key_parity import KeyParity, ParityTracker, dynamodb_keys
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
+from ddb_athena.spark.change_merge import row_versions, tombstone_versions
 from ddb_athena.spark.maintenance import table_files
 from ddb_athena.table_spec import BOOKS_SPEC
 
@@ -75,18 +75,15 @@ def key_parity_result(parity: KeyParity) -> AssetCheckResult:
 def observe_key_parity(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, tracker: ParityTracker, wait: bool) -> KeyParity:
     """Compares the keys of library.books and DynamoDB; `wait`: until what was in flight at the first look has settled."""
     key = BOOKS_SPEC.key
-    column = validate_identifier(key.name, "key column")
     dynamodb = aws.client("dynamodb")
-
-    def iceberg_keys():
-        return (row[0] for row in spark.spark_session.table(dotted_name(sync.books_iceberg_table)).select(column).collect())
-
-    def table_keys():
-        return dynamodb_keys(dynamodb, sync.books_table, key.attribute, key.type_tag)
-
+    readers = (
+        lambda: row_versions(spark.spark_session, sync.books_iceberg_table, key.name),
+        lambda: dynamodb_keys(dynamodb, sync.books_table, key.attribute, key.type_tag),
+        lambda keys: tombstone_versions(spark.spark_session, sync.books_iceberg_table, key.name, keys),
+    )
     if wait:
-        return tracker.observe_until_settled(iceberg_keys, table_keys, poll_seconds=min(PARITY_POLL_SECONDS, sync.parity_settle_seconds))
-    return tracker.observe(iceberg_keys, table_keys)
+        return tracker.observe_until_settled(*readers, poll_seconds=min(PARITY_POLL_SECONDS, sync.parity_settle_seconds))
+    return tracker.observe(*readers)
 
 
 @asset_check(asset=books_iceberg.key, description="No change file waits to be merged longer than the backlog limit (2 minutes).")

@@ -61,6 +61,25 @@ def tombstone_table(target: str) -> str:
     return f"{target}_tombstones"
 
 
+def row_versions(spark: SparkSession, target: str, key: str) -> dict[str, str | None]:
+    """Every key of the table, with the sequence number of the change its row was written from."""
+    rows = spark.table(dotted_name(target)).select(validate_identifier(key, "key column"), SEQUENCE_COLUMN).collect()
+    return {row[0]: row[1] for row in rows}
+
+
+def _newest_deletes(spark: SparkSession, target: str, key: str) -> DataFrame:
+    """`key`, `_tombstone`: each deleted key's newest delete. Tombstones are appended (one row per delete applied),
+    so that is its highest sequence number."""
+    tombstones = spark.table(dotted_name(tombstone_table(target)))
+    return tombstones.groupBy(F.col(validate_identifier(key, "key column")).alias("key")).agg(F.max(SEQUENCE_COLUMN).alias("_tombstone"))
+
+
+def tombstone_versions(spark: SparkSession, target: str, key: str, keys: set[str]) -> dict[str, str]:
+    """The sequence number of the newest delete of each of `keys` that was ever deleted from the table."""
+    wanted = spark.createDataFrame([(value,) for value in sorted(keys)], "key string")
+    return {row["key"]: row["_tombstone"] for row in _newest_deletes(spark, target, key).join(F.broadcast(wanted), "key").collect()}
+
+
 def ensure_table(spark: SparkSession, spec: TableSpec, target: str) -> None:
     """Creates the namespace and the table of `spec` if they do not exist, and brings its properties up to the spec."""
     namespace = qualified_name(*target.split(".")[:-1])
@@ -244,8 +263,7 @@ def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame
     key = spec.key.name
     target_sql = dotted_name(target)
     tombstones_sql = dotted_name(tombstone_table(target))
-    # Tombstones are appended (one row per delete applied): a key's newest delete is its highest sequence number.
-    tombstones = spark.table(tombstones_sql).groupBy(F.col(key).alias("key")).agg(F.max(SEQUENCE_COLUMN).alias("_tombstone"))
+    tombstones = _newest_deletes(spark, target, key)
     current = spark.table(target_sql).select(F.col(key).alias("key"), F.col(SEQUENCE_COLUMN).alias("_current"))
     # Classify each change against the table as it is now (runs never overlap, so it stays so).
     classified = (

@@ -112,7 +112,7 @@ def test_one_run_cycles_with_its_warm_session_and_records_every_cycle_with_its_c
     assert 1 <= len([e for e in result.get_asset_check_evaluations() if e.check_name == "books_unique_id"]) < len(cycles)
     # Items written between a merge and the parity check's scan are in flight, not divergence: no false warning.
     parity = [e.metadata for e in result.get_asset_check_evaluations() if e.check_name == "books_row_count_parity"]
-    assert parity and all(metadata["unexplained_keys"].value == 0 for metadata in parity)
+    assert parity and all(metadata["unexplained_keys"].value == 0 for metadata in parity), parity
     assert any(metadata["keys_in_flight"].value > 0 for metadata in parity)  # the writer did write between them
 
     sync_books(instance)  # what the writer wrote after the run's last cycle

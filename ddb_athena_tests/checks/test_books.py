@@ -5,7 +5,7 @@ from dagster import AssetCheckSeverity, DagsterInstance
 
 from ddb_athena.capture.change_files import SourceLayout, change_file_name
 from ddb_athena.checks.books import books_backlog, books_row_count_parity, observe_key_parity
-from ddb_athena.key_parity import MISSING, ParityTracker
+from ddb_athena.key_parity import EXTRA, MISSING, ParityTracker
 from ddb_athena.simulate import BookSimulator
 from ddb_athena_tests.dagster_helpers import check_results, local_resources, materialization_metadata, sync_books
 from ddb_athena_tests.spark.helpers import T0
@@ -71,6 +71,37 @@ def test_parity_tells_a_change_in_flight_from_a_row_deleted_by_hand(spark, setti
     check = books_row_count_parity(aws=aws, spark=spark_resource, sync=sync)
     assert not check.passed and check.metadata["unexplained_keys"].value == 1
     assert check.metadata["unexplained_examples"].value == f"{victim} (missing from Iceberg)"
+
+
+def test_a_key_changed_again_between_two_looks_is_in_flight_at_both_and_stuck_only_when_nothing_merged(spark, settings, instance):
+    dynamodb = settings.client("dynamodb")
+    simulator = BookSimulator(dynamodb, settings.books_table)
+    simulator.insert("book-a")
+    simulator.insert("book-b")
+    sync_books(instance)
+    resources = local_resources()
+    # No settle time: a key that differs the same way at two looks is stuck, unless a change was merged for it.
+    tracker = ParityTracker(settle_seconds=0)
+
+    def look():
+        return observe_key_parity(resources["aws"], resources["spark"], resources["sync"], tracker, wait=False)
+
+    def delete(book_id):
+        dynamodb.delete_item(TableName=settings.books_table, Key={"id": {"S": book_id}})
+
+    simulator.insert("book-c")  # in flight at the first look: missing from Iceberg
+    delete("book-b")  # in flight: only in Iceberg
+    assert look().in_flight == {"book-c": MISSING, "book-b": EXTRA}
+    sync_books(instance)
+    delete("book-c")
+    simulator.insert("book-b")
+    sync_books(instance)
+    simulator.insert("book-c")  # in flight again, the same way, after a merged delete
+    delete("book-b")  # in flight again, the same way, from another row
+    again = look()
+    assert again.passed and again.in_flight == {"book-c": MISSING, "book-b": EXTRA}
+    stuck = look()  # nothing merged since
+    assert not stuck.passed and stuck.unexplained == {"book-c": MISSING, "book-b": EXTRA}
 
 
 def test_a_foreign_file_in_the_change_prefix_is_quarantined_turns_the_check_red_and_the_rest_flows(spark, settings, instance):
