@@ -3,9 +3,11 @@
 import logging
 import os
 import socket
+import time as clock
 import urllib.request
 import uuid
-from datetime import datetime, timedelta, timezone
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, timezone
 
 import pytest
 
@@ -28,6 +30,46 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(items):
     # The IAM coverage test checks the calls of every test before it: it runs last.
     items.sort(key=lambda item: item.path.name == IAM_COVERAGE_TEST)
+
+
+# Longer than an orders test takes: one that began before midnight UTC and exported after it would deploy on one
+# day and find its full export on the next.
+DAY_TURN_MARGIN = timedelta(minutes=3)
+
+
+@dataclass(frozen=True)
+class Days:
+    """The day a test deploys on (the emulator keeps real time, so it is today's date) and the nights after it."""
+
+    today: date
+
+    @property
+    def midnight(self) -> datetime:
+        return datetime.combine(self.today, time(), tzinfo=timezone.utc)
+
+    @property
+    def yesterday(self) -> str:
+        return (self.today - timedelta(days=1)).isoformat()
+
+    @property
+    def tomorrow(self) -> str:
+        return (self.today + timedelta(days=1)).isoformat()
+
+    def night(self, number: int) -> datetime:
+        """When the daily schedule runs the day that has just ended, `number` nights after the deployment."""
+        return self.midnight + timedelta(days=number, hours=2)
+
+
+@pytest.fixture
+def days() -> Days:
+    """Taken when the test starts (not when its module is collected, minutes earlier), and away from midnight: a
+    test close to it waits for the new day. Modules that use it list it in `pytestmark` so that it comes before the
+    emulator's state (point-in-time recovery is turned on "today")."""
+    now = datetime.now(timezone.utc)
+    next_midnight = datetime.combine(now.date() + timedelta(days=1), time(), tzinfo=timezone.utc)
+    if next_midnight - now < DAY_TURN_MARGIN:
+        clock.sleep((next_midnight - now).total_seconds() + 1)
+    return Days(datetime.now(timezone.utc).date())
 
 
 def _free_port() -> int:

@@ -7,7 +7,7 @@ import pytest
 from dagster import DagsterInstance
 
 from ddb_athena.simulate import BookSimulator
-from ddb_athena_tests.assets.test_orders import YESTERDAY, put_orders, sync_orders
+from ddb_athena_tests.assets.test_orders import put_orders, sync_orders
 from ddb_athena_tests.dagster_helpers import local_resources, sync_books
 
 SECRETS = {
@@ -15,6 +15,10 @@ SECRETS = {
     "AWS_SECRET_ACCESS_KEY": "never-log-me/8c1f4e2a9b7d6c5e3f1a0b9c8d7e6f5a",
     "AWS_SESSION_TOKEN": "never-log-me-token-5d4c3b2a19087f6e",
 }
+
+
+# The day first, before the emulator's state: see the fixture.
+pytestmark = pytest.mark.usefixtures("days")
 
 
 @pytest.fixture
@@ -28,14 +32,14 @@ def leaked(text: str) -> list[str]:
     return [name for name, value in SECRETS.items() if value in text]
 
 
-def test_no_secret_in_logs_events_metadata_or_resource_configuration(spark, credentials_set, caplog, capfd):
+def test_no_secret_in_logs_events_metadata_or_resource_configuration(days, spark, credentials_set, caplog, capfd):
     # INFO, as deployed: botocore at DEBUG logs signed request headers (the key id, the session token) itself.
     caplog.set_level(logging.INFO)
     settings = credentials_set
     BookSimulator(settings.client("dynamodb"), settings.books_table).insert()
     put_orders(settings, 2, seed=11)
     with DagsterInstance.ephemeral() as instance:
-        runs = [sync_books(instance), sync_orders(instance, YESTERDAY)]
+        runs = [sync_books(instance), sync_orders(instance, days.yesterday)]
         assert all(run.success for run in runs)
         events = "\n".join(
             f"{entry.user_message} {entry.dagster_event!r}" for run in runs for entry in instance.all_logs(run.run_id)

@@ -48,14 +48,15 @@ def test_each_materialization_gets_one_cleanup_that_deletes_only_what_it_committ
     assert list_change_files(settings.client("s3"), SourceLayout(settings.bucket, "books_source")) == [late]
 
 
-def test_an_orders_load_gets_one_cleanup_of_exactly_its_export_and_the_retention_delays_it(spark, settings, instance):
+@pytest.mark.usefixtures("days")  # the day first, before the emulator's state: see the fixture
+def test_an_orders_load_gets_one_cleanup_of_exactly_its_export_and_the_retention_delays_it(days, spark, settings, instance):
     from ddb_athena.capture.change_files import list_keys
-    from ddb_athena_tests.assets.test_orders import YESTERDAY, put_orders, sync_orders
+    from ddb_athena_tests.assets.test_orders import put_orders, sync_orders
 
     put_orders(settings, 3, seed=9)
-    sync_orders(instance, YESTERDAY)
+    sync_orders(instance, days.yesterday)
     s3 = settings.client("s3")
-    exported = [obj["Key"] for obj in list_keys(s3, settings.bucket, f"orders_export/{YESTERDAY}/attempt-1/")]
+    exported = [obj["Key"] for obj in list_keys(s3, settings.bucket, f"orders_export/{days.yesterday}/attempt-1/")]
     assert exported
 
     resources = local_resources(export_retention_days=1)
@@ -68,7 +69,7 @@ def test_an_orders_load_gets_one_cleanup_of_exactly_its_export_and_the_retention
     assert request.tags["ddb_athena/cleanup"] == "orders_athena" and request.tags["ddb_athena/writer"] == "orders"
     assert evaluate(instance, cursor)[0] == []
     assert source_cleanup.execute_in_process(run_config=request.run_config, resources=local_resources(), tags=request.tags).success
-    assert [obj["Key"] for obj in list_keys(s3, settings.bucket, f"orders_export/{YESTERDAY}/")] == [f"orders_export/{YESTERDAY}/_export.json"]
+    assert [obj["Key"] for obj in list_keys(s3, settings.bucket, f"orders_export/{days.yesterday}/")] == [f"orders_export/{days.yesterday}/_export.json"]
     assert spark.table(f"{settings.namespace}.orders").count() == 3  # the table does not reference export files
 
 

@@ -3,7 +3,7 @@ deployment meets them: point-in-time recovery turned on the same day (the settin
 `ddb-athena init --yes` does), a bootstrap, the next nights, a backfill from the start date and re-runs."""
 
 import random
-from datetime import datetime, time, timedelta, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from dagster import DagsterInstance, materialize
@@ -16,11 +16,8 @@ from ddb_athena.spark.change_merge import table_properties
 from ddb_athena.spark.export_load import FULL_EXPORT_TIME_PROPERTY
 from ddb_athena_tests.dagster_helpers import check_results, clock_at, local_resources, materialization_metadata
 
-TODAY = datetime.now(timezone.utc).date()
-MIDNIGHT = datetime.combine(TODAY, time(), tzinfo=timezone.utc)
-YESTERDAY, TOMORROW = (TODAY - timedelta(days=1)).isoformat(), (TODAY + timedelta(days=1)).isoformat()
-# When the daily schedule runs the day that has just ended.
-FIRST_NIGHT, SECOND_NIGHT = MIDNIGHT + timedelta(days=1, hours=2), MIDNIGHT + timedelta(days=2, hours=2)
+# The day first, before the emulator's state: see the fixture.
+pytestmark = pytest.mark.usefixtures("days")
 
 
 @pytest.fixture
@@ -71,12 +68,12 @@ def backfill_from_the_start_date(instance, last: str) -> dict[str, dict]:
     return exports
 
 
-def test_a_new_deployment_bootstraps_and_every_later_night_backfill_and_rerun_succeeds(spark, settings, instance):
+def test_a_new_deployment_bootstraps_and_every_later_night_backfill_and_rerun_succeeds(spark, settings, instance, days):
     pitr = settings.client("dynamodb").describe_continuous_backups(TableName=settings.orders_table)["ContinuousBackupsDescription"]
     assert pitr["PointInTimeRecoveryDescription"]["EarliestRestorableDateTime"] > datetime.now(timezone.utc) - timedelta(minutes=5)
     put_orders(settings, 10, seed=1)
     # The first partition run (make dev's, or the first scheduled night's) bootstraps: a full export now.
-    bootstrap = sync_orders(instance, YESTERDAY)
+    bootstrap = sync_orders(instance, days.yesterday)
     export = materialization_metadata(bootstrap, "orders_export")
     assert export["export_type"] == FULL_EXPORT and export["item_count"] == 10 and export["reused_export"] is False
     loaded = materialization_metadata(bootstrap, "orders_athena")
@@ -87,37 +84,37 @@ def test_a_new_deployment_bootstraps_and_every_later_night_backfill_and_rerun_su
     assert table_properties(spark, f"{settings.namespace}.orders")[FULL_EXPORT_TIME_PROPERTY] == full_export_time
 
     put_orders(settings, 4, seed=2)
-    with clock_at(FIRST_NIGHT):  # today's partition holds the full export's time: only the rest of the day
-        first_night = sync_orders(instance, TODAY.isoformat())
+    with clock_at(days.night(1)):  # today's partition holds the full export's time: only the rest of the day
+        first_night = sync_orders(instance, days.today.isoformat())
     export = materialization_metadata(first_night, "orders_export")
     assert export["export_type"] == INCREMENTAL_EXPORT
-    assert (export["window_start"], export["window_end"]) == (full_export_time, (MIDNIGHT + timedelta(days=1)).isoformat())
+    assert (export["window_start"], export["window_end"]) == (full_export_time, (days.midnight + timedelta(days=1)).isoformat())
     # moto writes the whole table even for an incremental export: the 10 known orders are duplicates.
     loaded = materialization_metadata(first_night, "orders_athena")
     assert (loaded["rows_inserted"], loaded["duplicates_skipped"], loaded["mutated_documents"]) == (4, 10, 0)
 
     put_orders(settings, 3, seed=3)
-    with clock_at(SECOND_NIGHT):  # a later day: exactly the day
-        second_night = sync_orders(instance, TOMORROW)
+    with clock_at(days.night(2)):  # a later day: exactly the day
+        second_night = sync_orders(instance, days.tomorrow)
     export = materialization_metadata(second_night, "orders_export")
     assert export["export_type"] == INCREMENTAL_EXPORT
-    assert (export["window_start"], export["window_end"]) == ((MIDNIGHT + timedelta(days=1)).isoformat(), (MIDNIGHT + timedelta(days=2)).isoformat())
+    assert (export["window_start"], export["window_end"]) == ((days.midnight + timedelta(days=1)).isoformat(), (days.midnight + timedelta(days=2)).isoformat())
     loaded = materialization_metadata(second_night, "orders_athena")
     assert loaded["rows_inserted"] == 3
     # A day after the last upkeep of library.orders (compaction, expiry, orphans), the night's load runs it.
     assert loaded["maintenance_before_data_files"] >= 3 and loaded["maintenance_rewritten_data_files"] >= 0
     assert exports_paid(settings) == 3
 
-    with clock_at(SECOND_NIGHT):
-        backfill = backfill_from_the_start_date(instance, TOMORROW)
+    with clock_at(days.night(2)):
+        backfill = backfill_from_the_start_date(instance, days.tomorrow)
     for key, export in backfill.items():
-        if key < YESTERDAY:  # ends before the full export: covered by it, nothing exported or loaded
+        if key < days.yesterday:  # ends before the full export: covered by it, nothing exported or loaded
             assert export["export_type"] == COVERED and full_export_time in export["covered_by_export"], key
         else:  # re-runs of what was exported above
             assert export["reused_export"] is True, key
     assert exports_paid(settings) == 3
 
-    rerun = sync_orders(instance, YESTERDAY)
+    rerun = sync_orders(instance, days.yesterday)
     assert materialization_metadata(rerun, "orders_export")["reused_export"] is True
     assert materialization_metadata(rerun, "orders_athena")["rows_inserted"] == 0
     table_ids = [row["order_id"] for row in spark.table(f"{settings.namespace}.orders").select("order_id").collect()]
@@ -125,10 +122,10 @@ def test_a_new_deployment_bootstraps_and_every_later_night_backfill_and_rerun_su
     assert exports_paid(settings) == 3
 
 
-def test_a_day_the_full_export_covers_loads_nothing_and_says_which_export_covers_it(spark, settings, instance):
+def test_a_day_the_full_export_covers_loads_nothing_and_says_which_export_covers_it(spark, settings, instance, days):
     put_orders(settings, 3, seed=4)
-    bootstrap = materialization_metadata(sync_orders(instance, YESTERDAY), "orders_export")
-    day_before = (TODAY - timedelta(days=2)).isoformat()
+    bootstrap = materialization_metadata(sync_orders(instance, days.yesterday), "orders_export")
+    day_before = (days.today - timedelta(days=2)).isoformat()
     result = sync_orders(instance, day_before)
     export, loaded = materialization_metadata(result, "orders_export"), materialization_metadata(result, "orders_athena")
     assert export["export_type"] == COVERED and export["export_arn"] == bootstrap["export_arn"] and export["item_count"] == 0
@@ -139,16 +136,16 @@ def test_a_day_the_full_export_covers_loads_nothing_and_says_which_export_covers
     assert exports_paid(settings) == 1
 
 
-def test_a_changed_order_is_counted_and_warns_without_rewriting_the_row(spark, settings, instance):
+def test_a_changed_order_is_counted_and_warns_without_rewriting_the_row(spark, settings, instance, days):
     put_orders(settings, 3, seed=3)
-    sync_orders(instance, YESTERDAY)
+    sync_orders(instance, days.yesterday)
     (order_id, *_) = dynamodb_order_ids(settings)
     settings.client("dynamodb").update_item(
         TableName=settings.orders_table, Key={"order_id": {"S": order_id}}, UpdateExpression="SET paid = :p", ExpressionAttributeValues={":p": {"BOOL": False}}
     )
     before = spark.table(f"{settings.namespace}.orders").where(f"order_id = '{order_id}'").collect()[0]["item"]
-    with clock_at(FIRST_NIGHT):
-        result = sync_orders(instance, TODAY.isoformat())
+    with clock_at(days.night(1)):
+        result = sync_orders(instance, days.today.isoformat())
     checks = check_results(result)
     assert not checks["orders_no_mutated_documents"].passed
     assert checks["orders_no_mutated_documents"].severity.value == "WARN"
@@ -157,39 +154,39 @@ def test_a_changed_order_is_counted_and_warns_without_rewriting_the_row(spark, s
     assert spark.table(f"{settings.namespace}.orders").where(f"order_id = '{order_id}'").collect()[0]["item"] == before
 
 
-def test_a_window_lost_to_point_in_time_recovery_fails_before_any_export_and_a_bootstrap_recovers(spark, settings, instance):
+def test_a_window_lost_to_point_in_time_recovery_fails_before_any_export_and_a_bootstrap_recovers(spark, settings, instance, days):
     put_orders(settings, 2, seed=4)
-    sync_orders(instance, YESTERDAY)
+    sync_orders(instance, days.yesterday)
     # PITR turned off and on again after the full export: it no longer reaches back to the export's time.
     dynamodb = settings.client("dynamodb")
     for enabled in (False, True):
         dynamodb.update_continuous_backups(TableName=settings.orders_table, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": enabled})
-    with clock_at(FIRST_NIGHT):
+    with clock_at(days.night(1)):
         with pytest.raises(Exception, match="earliest time point-in-time recovery still holds"):
-            sync_orders(instance, TODAY.isoformat())
+            sync_orders(instance, days.today.isoformat())
         assert exports_paid(settings) == 1
-        recovered = sync_orders(instance, TODAY.isoformat(), run_config={"ops": {"orders_export": {"config": {"bootstrap": True}}}})
+        recovered = sync_orders(instance, days.today.isoformat(), run_config={"ops": {"orders_export": {"config": {"bootstrap": True}}}})
     assert materialization_metadata(recovered, "orders_export")["export_type"] == FULL_EXPORT
     assert materialization_metadata(recovered, "orders_athena")["duplicates_skipped"] == 2
 
 
-def test_a_damaged_export_file_turns_the_reconciliation_and_quarantine_checks_red_and_the_rest_loads(spark, settings, instance):
+def test_a_damaged_export_file_turns_the_reconciliation_and_quarantine_checks_red_and_the_rest_loads(spark, settings, instance, days):
     import gzip
 
     from ddb_athena.capture.change_files import SourceLayout
     from ddb_athena.exports.table_export import load_record
 
     put_orders(settings, 40, seed=5)
-    sync_orders(instance, YESTERDAY, only=[orders_export])
+    sync_orders(instance, days.yesterday, only=[orders_export])
     s3 = settings.client("s3")
-    (data_file,) = load_record(s3, SourceLayout(settings.bucket, "orders_export"), YESTERDAY).data_files
+    (data_file,) = load_record(s3, SourceLayout(settings.bucket, "orders_export"), days.yesterday).data_files
     body = s3.get_object(Bucket=settings.bucket, Key=data_file)["Body"].read()
     # Damage the file the way a cut transfer would: recompressed without flushing its last block.
     lines = gzip.decompress(body).splitlines(keepends=True)
     cut = gzip.compress(b"".join(lines))[: -len(gzip.compress(b"".join(lines[-10:])))]
     s3.put_object(Bucket=settings.bucket, Key=data_file, Body=cut)
 
-    result = sync_orders(instance, YESTERDAY, only=[orders_athena])
+    result = sync_orders(instance, days.yesterday, only=[orders_athena])
     checks = check_results(result)
     loaded = materialization_metadata(result, "orders_athena")
     assert not checks["orders_export_reconciles"].passed and not checks["orders_quarantine_empty"].passed

@@ -17,7 +17,7 @@ from ddb_athena.packaging import build_emr_job
 from ddb_athena.resources import ENTRY_POINT, AwsClientsResource, IcebergSparkResource, OrdersLoadRunner, resources_from_settings
 from ddb_athena.settings import Settings
 from ddb_athena.spark.job_submission import JobSubmissionError, spark_home_environment, spark_submit_command
-from ddb_athena_tests.assets.test_orders import YESTERDAY, put_orders, sync_orders
+from ddb_athena_tests.assets.test_orders import put_orders, sync_orders
 from ddb_athena_tests.dagster_helpers import check_results, materialization_metadata
 from ddb_athena_tests.deploy.policies import EMR_APPLICATION_ID, EMR_LOG_GROUP, EMR_ROLE_ARN
 
@@ -27,6 +27,10 @@ JOB_RUN_ID = "00fjobrun0000001"
 PER_RUN = {"duration_seconds", "items_per_second", "snapshot_id", "commit_manifest", "load_ran", "AWS EMR Serverless Application ID", "AWS EMR Serverless Job Run ID"}
 
 
+# The day first, before the emulator's state: see the fixture.
+pytestmark = pytest.mark.usefixtures("days")
+
+
 @pytest.fixture
 def instance():
     with DagsterInstance.ephemeral() as instance:
@@ -34,20 +38,20 @@ def instance():
 
 
 @pytest.fixture
-def loaded_in_process(spark, settings, instance):
+def loaded_in_process(spark, settings, instance, days):
     """A bootstrap of yesterday's partition, loaded in the run process: the reference."""
     put_orders(settings, 12, seed=7)
-    result = sync_orders(instance, YESTERDAY)
+    result = sync_orders(instance, days.yesterday)
     return result, f"{settings.namespace}.orders"
 
 
-def load_again_into(namespace: str, instance, monkeypatch, resources: dict | None = None, raise_on_error: bool = True):
+def load_again_into(namespace: str, partition: str, instance, monkeypatch, resources: dict | None = None, raise_on_error: bool = True):
     """orders_athena alone, for the partition exported already, into another namespace's table."""
     monkeypatch.setenv("DDB_ATHENA_NAMESPACE", namespace)
     return materialize(
         [orders_export, orders_athena],
         selection=[orders_athena],
-        partition_key=YESTERDAY,
+        partition_key=partition,
         resources={**resources_from_settings(Settings.from_env()), **(resources or {})},
         instance=instance,
         raise_on_error=raise_on_error,
@@ -68,10 +72,10 @@ def assert_same_load(spark, reference, reference_table: str, result, table: str)
     assert rows(spark, table) == rows(spark, reference_table)
 
 
-def test_a_partition_loaded_by_a_spark_submit_job_is_the_in_process_load(spark, settings, instance, loaded_in_process, monkeypatch):
+def test_a_partition_loaded_by_a_spark_submit_job_is_the_in_process_load(days, spark, settings, instance, loaded_in_process, monkeypatch):
     reference, reference_table = loaded_in_process
     monkeypatch.setenv("DDB_ATHENA_ORDERS_LOAD", "spark_submit")
-    result = load_again_into(f"{settings.namespace}_job", instance, monkeypatch)
+    result = load_again_into(f"{settings.namespace}_job", days.yesterday, instance, monkeypatch)
     assert materialization_metadata(result, "orders_athena")["load_ran"] == "spark_submit"
     assert_same_load(spark, reference, reference_table, result, f"{settings.namespace}_job.orders")
     # The job ran in its own JVM, and the run's log shows what it said through Pipes.
@@ -217,10 +221,10 @@ def emr_resources(settings: Settings) -> dict:
     }
 
 
-def test_a_partition_loaded_on_emr_serverless_is_the_in_process_load(spark, settings, instance, loaded_in_process, emr, monkeypatch):
+def test_a_partition_loaded_on_emr_serverless_is_the_in_process_load(days, spark, settings, instance, loaded_in_process, emr, monkeypatch):
     reference, reference_table = loaded_in_process
     emr.expect_a_job()
-    result = load_again_into(f"{settings.namespace}_emr", instance, monkeypatch, emr_resources(settings))
+    result = load_again_into(f"{settings.namespace}_emr", days.yesterday, instance, monkeypatch, emr_resources(settings))
     emr.stubber.assert_no_pending_responses()
     metadata = materialization_metadata(result, "orders_athena")
     assert metadata["load_ran"] == "emr_serverless" and metadata["AWS EMR Serverless Job Run ID"] == JOB_RUN_ID
@@ -243,20 +247,20 @@ def test_a_partition_loaded_on_emr_serverless_is_the_in_process_load(spark, sett
     assert logging["enabled"] is True and logging["logGroupName"] == EMR_LOG_GROUP
 
 
-def test_terminating_the_run_cancels_the_job_run(settings, instance, loaded_in_process, emr, monkeypatch):
+def test_terminating_the_run_cancels_the_job_run(days, settings, instance, loaded_in_process, emr, monkeypatch):
     emr.expect_a_job(then_interrupt=True)
-    result = load_again_into(f"{settings.namespace}_emr", instance, monkeypatch, emr_resources(settings), raise_on_error=False)
+    result = load_again_into(f"{settings.namespace}_emr", days.yesterday, instance, monkeypatch, emr_resources(settings), raise_on_error=False)
     assert not result.success
     emr.stubber.assert_no_pending_responses()  # the last one is CancelJobRun of the job run started
 
 
-def test_an_application_on_another_release_or_missing_code_starts_no_job(settings, instance, loaded_in_process, emr, monkeypatch):
+def test_an_application_on_another_release_or_missing_code_starts_no_job(days, settings, instance, loaded_in_process, emr, monkeypatch):
     emr.release = "emr-6.15.0"
     emr.expect_the_release_check()
     with pytest.raises(JobSubmissionError, match="runs emr-6.15.0, but the job is built for emr-7.12.0"):
-        load_again_into(f"{settings.namespace}_emr", instance, monkeypatch, emr_resources(settings))
+        load_again_into(f"{settings.namespace}_emr", days.yesterday, instance, monkeypatch, emr_resources(settings))
     emr.release = "emr-7.12.0"
     emr.expect_the_release_check()
     settings.client("s3").delete_object(Bucket=CODE_BUCKET, Key=f"{CODE_PREFIX}/ddb_athena_job.zip")
     with pytest.raises(JobSubmissionError, match="ddb_athena_job.zip cannot be read .*make emr-job"):
-        load_again_into(f"{settings.namespace}_emr", instance, monkeypatch, emr_resources(settings))
+        load_again_into(f"{settings.namespace}_emr", days.yesterday, instance, monkeypatch, emr_resources(settings))
