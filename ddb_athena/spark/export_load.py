@@ -13,7 +13,6 @@
 """
 
 import zlib
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
@@ -22,6 +21,7 @@ from pyspark.sql import functions as F
 
 from ddb_athena.identifiers import dotted_name, validate_identifier
 from ddb_athena.spark.change_merge import current_snapshot_id, ensure_table, table_properties
+from ddb_athena.spark.plan_settings import session_settings
 from ddb_athena.table_spec import (
     CHANGED_AT_COLUMN,
     ITEM_COLUMN,
@@ -171,19 +171,6 @@ _LOAD_PLAN_SETTINGS = {
 }
 
 
-@contextmanager
-def _load_plan(spark: SparkSession):
-    """The settings the load's MERGE is planned with, restored afterwards."""
-    previous = {name: spark.conf.get(name) for name in _LOAD_PLAN_SETTINGS}
-    for name, value in _LOAD_PLAN_SETTINGS.items():
-        spark.conf.set(name, value)
-    try:
-        yield
-    finally:
-        for name, value in previous.items():
-            spark.conf.set(name, value)
-
-
 def _one_copy_per_key(records: DataFrame, key: str) -> DataFrame:
     """One row per key; which copy is kept does not matter (copies differ only if mutated, and that is counted).
 
@@ -289,7 +276,7 @@ def load_export_files(
     view = validate_identifier(f"{spec.table}_export_batch")
     deduplicated.select(*spec.table_column_names).createOrReplaceTempView(view)
     before = current_snapshot_id(spark, target)
-    with _load_plan(spark):
+    with session_settings(spark, _LOAD_PLAN_SETTINGS):
         spark.sql(insert_only_merge_sql(spec, target, view))
     result.snapshot_id = current_snapshot_id(spark, target)
     result.rows_inserted = _inserted_rows(spark, target, before, result.snapshot_id)

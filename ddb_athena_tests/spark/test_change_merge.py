@@ -5,7 +5,8 @@ from datetime import timedelta
 
 import pytest
 
-from ddb_athena.spark.change_merge import BOOTSTRAP_FILE_PROPERTY, current_snapshot_id
+from ddb_athena.spark import change_merge
+from ddb_athena.spark.change_merge import BOOTSTRAP_FILE_PROPERTY, STREAM_BATCH_PLAN, current_snapshot_id
 from ddb_athena_tests.spark.helpers import T0, ChangeFiles, change
 
 
@@ -156,6 +157,23 @@ def test_a_bootstrap_snapshot_replaces_what_came_before_and_later_changes_apply_
     # Files from before the snapshot never apply again, even if a cleanup left them behind.
     files.merge([stale, snapshot])
     assert files.names() == {"a": "captured-before-the-scan", "c": "after-scan"}
+
+
+def test_a_stream_batch_is_merged_with_its_plan_settings_and_the_session_keeps_its_own(files, monkeypatch):
+    at_merge = []
+    build_merge = change_merge.upsert_merge_sql
+
+    def recording(*args):
+        at_merge.append({name: files.spark.conf.get(name) for name in STREAM_BATCH_PLAN})
+        return build_merge(*args)
+
+    monkeypatch.setattr(change_merge, "upsert_merge_sql", recording)
+    sessions_own = {name: files.spark.conf.get(name) for name in STREAM_BATCH_PLAN}
+    assert sessions_own != STREAM_BATCH_PLAN
+    files.write(change(1, "a", "INSERT"), change(2, "b", "INSERT"))
+    assert files.merge().inserted == 2
+    assert at_merge == [STREAM_BATCH_PLAN]
+    assert {name: files.spark.conf.get(name) for name in STREAM_BATCH_PLAN} == sessions_own
 
 
 def test_a_file_that_lands_while_a_merge_runs_survives_its_cleanup_and_is_merged_next(files):
