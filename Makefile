@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test dev bench bench-freshness bench-sync-cpu lambda emr-job lint clean
+.PHONY: install test dev bench bench-freshness bench-sync-cpu bench-sync-phases lambda emr-job lint clean
 
 install: $(INSTALLED)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing.
@@ -37,6 +37,11 @@ bench-freshness: install
 # Where a warm sync cycle's CPU goes (no Dagster; per minute, by JVM thread kind, Spark jobs per cycle).
 bench-sync-cpu: install
 	$(BIN)/python -m ddb_athena_bench.sync_cpu --minutes $${MINUTES:-5} --interval $${INTERVAL:-10}
+
+# A warm sync cycle's CPU by step; with SETTINGS (a JSON object of Spark runtime settings), cycles alternate between
+# the session's own settings and these, in one session (an A/B that host drift does not blur).
+bench-sync-phases: install
+	$(BIN)/python -m ddb_athena_bench.sync_phases --cycles $${CYCLES:-40} --interval $${INTERVAL:-5} --settings "$${SETTINGS:-{\}}"
 
 # The capture Lambda's deployment zip (.ddb_athena/dist/capture-lambda.zip): the handler and what it imports.
 lambda: $(INSTALLED)
