@@ -14,10 +14,14 @@ import re
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
 import psutil
 
 from ddb_athena.assets.books import books_syncer
+from ddb_athena.books_cycle import BooksSync
 from ddb_athena.checks.books import cycle_check_results
 from ddb_athena.key_parity import ParityTracker
 from ddb_athena.resources import resources_from_settings
@@ -59,18 +63,26 @@ def _jstat(option: str, pid: int) -> int:
     return int(subprocess.run(["jstat", option, str(pid)], capture_output=True, text=True).stdout.split("\n")[1].split()[0])
 
 
-def run(minutes: float, interval: float) -> None:
-    with local_stack(OUT / "sync-cpu-stack", rate=1.0, with_dagster=False) as (env, processes):
+@contextmanager
+def warm_sync(scratch: Path, interval: float, warm_up_cycles: int) -> Iterator[tuple[dict, BooksSync, set[int]]]:
+    """The local stack without Dagster, and a books sync warmed up by a few cycles `interval` apart: the
+    resources, the sync, and the pids whose CPU is not the cycle's (the emulator, the simulator)."""
+    with local_stack(scratch, rate=1.0, with_dagster=False) as (env, processes):
         resources = resources_from_settings(Settings.from_env(env))
-        aws, spark, sync = resources["aws"], resources["spark"], resources["sync"]
-        syncer = books_syncer(aws, spark, sync, log=lambda _: None, warn=print)
-        parity = ParityTracker(sync.parity_settle_seconds)
-        for number in range(WARM_UP_CYCLES):
+        syncer = books_syncer(resources["aws"], resources["spark"], resources["sync"], log=lambda _: None, warn=print)
+        for number in range(warm_up_cycles):
             syncer.cycle(f"warm-up-{number}")
             time.sleep(interval)
-        me = psutil.Process()
         excluded = {process.pid for process in processes.values()}
         excluded |= {child.pid for pid in list(excluded) for child in psutil.Process(pid).children(recursive=True)}
+        yield resources, syncer, excluded
+
+
+def run(minutes: float, interval: float) -> None:
+    with warm_sync(OUT / "sync-cpu-stack", interval, WARM_UP_CYCLES) as (resources, syncer, excluded):
+        aws, spark, sync = resources["aws"], resources["spark"], resources["sync"]
+        parity = ParityTracker(sync.parity_settle_seconds)
+        me = psutil.Process()
         jvm = next(child.pid for child in me.children(recursive=True) if child.name() == "java")
         tracker = spark.spark_session.sparkContext.statusTracker()
         jobs_before = max(tracker.getJobIdsForGroup(None) or [0])

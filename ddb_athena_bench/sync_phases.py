@@ -21,11 +21,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.readwriter import DataFrameWriterV2
 
 import ddb_athena.books_cycle as books_cycle
-from ddb_athena.assets.books import books_syncer
-from ddb_athena.resources import resources_from_settings
-from ddb_athena.settings import Settings
-from ddb_athena_bench.freshness import OUT, local_stack
-from ddb_athena_bench.sync_cpu import _children_cpu, _cpu
+from ddb_athena_bench.freshness import OUT
+from ddb_athena_bench.sync_cpu import _children_cpu, _cpu, warm_sync
 
 WARM_UP_CYCLES = 6
 STEPS_SHOWN = 6
@@ -66,16 +63,8 @@ def _caller() -> str:
 
 def run(cycles: int, interval: float, settings: dict[str, str]) -> None:
     variants = {"session's own": {}, **({json.dumps(settings): settings} if settings else {})}
-    with local_stack(OUT / "sync-phases-stack", rate=1.0, with_dagster=False) as (env, processes):
-        resources = resources_from_settings(Settings.from_env(env))
-        aws, spark, sync = resources["aws"], resources["spark"], resources["sync"]
-        syncer = books_syncer(aws, spark, sync, log=lambda _: None, warn=print)
-        for number in range(WARM_UP_CYCLES):
-            syncer.cycle(f"warm-up-{number}")
-            time.sleep(interval)
+    with warm_sync(OUT / "sync-phases-stack", interval, WARM_UP_CYCLES) as (resources, syncer, excluded):
         me = psutil.Process()
-        excluded = {process.pid for process in processes.values()}
-        excluded |= {child.pid for pid in list(excluded) for child in psutil.Process(pid).children(recursive=True)}
         meter = StepMeter(lambda: _cpu(me) + _children_cpu(me, excluded))
         meter.wrap(DataFrame, "collect", lambda _: f"collect in {_caller()}")
         meter.wrap(DataFrame, "localCheckpoint", lambda _: f"localCheckpoint in {_caller()}")
@@ -85,7 +74,7 @@ def run(cycles: int, interval: float, settings: dict[str, str]) -> None:
             meter.wrap(books_cycle, step, lambda _, step=step: step)
         meter.wrap(syncer._capture, "capture", lambda _: "stream capture")
 
-        session = spark.spark_session
+        session = resources["spark"].spark_session
         own = {name: session.conf.get(name, None) for name in settings}
         names = list(variants)
         per_cycle: dict[str, list[float]] = {name: [] for name in names}
