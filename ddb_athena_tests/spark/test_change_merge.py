@@ -176,6 +176,22 @@ def test_a_stream_batch_is_merged_with_its_plan_settings_and_the_session_keeps_i
     assert {name: files.spark.conf.get(name) for name in STREAM_BATCH_PLAN} == sessions_own
 
 
+def test_a_bootstrap_rebuild_keeps_the_sessions_plan_settings(files, monkeypatch):
+    at_rebuild = []
+    rebuild = change_merge._rebuild
+
+    def recording(spark, *args):
+        at_rebuild.append({name: spark.conf.get(name) for name in STREAM_BATCH_PLAN})
+        return rebuild(spark, *args)
+
+    monkeypatch.setattr(change_merge, "_rebuild", recording)
+    sessions_own = {name: files.spark.conf.get(name) for name in STREAM_BATCH_PLAN}
+    assert sessions_own != STREAM_BATCH_PLAN
+    files.write(*[change(0, book_id, "SNAPSHOT") for book_id in ("a", "b")], kind="snapshot")
+    assert files.merge().bootstrap_file
+    assert at_rebuild == [sessions_own]  # the whole table: the session's partitions and adaptive execution
+
+
 def test_a_file_that_lands_while_a_merge_runs_survives_its_cleanup_and_is_merged_next(files):
     from ddb_athena.capture.commit_manifests import delete_committed_files, write_commit_manifest
 
