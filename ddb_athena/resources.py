@@ -34,7 +34,7 @@ from ddb_athena.spark.job_submission import (
     start_job_run_params,
 )
 from ddb_athena.spark.orders_partition import OrdersLoadOutcome, OrdersLoadRequest, load_orders_partition
-from ddb_athena.spark.session_config import SparkIcebergOptions, iceberg_spark_config
+from ddb_athena.spark.session_config import SparkIcebergOptions, iceberg_spark_config, python_workers_from
 
 
 class AwsClientsResource(ResourceWithBoto3Configuration):
@@ -116,8 +116,9 @@ class IcebergSparkResource(ConfigurableResource):
     @property
     def spark_session(self) -> SparkSession:
         if self._pyspark is None:
-            pyspark = LazyPySparkResource(spark_config=self.spark_config())
-            with sigint_handler_kept():
+            config = self.spark_config()
+            pyspark = LazyPySparkResource(spark_config=config)
+            with sigint_handler_kept(), python_workers_from(config):
                 pyspark.spark_session  # created here, once: PySpark replaces the SIGINT handler as it does
             self._pyspark = pyspark
         return self._pyspark.spark_session

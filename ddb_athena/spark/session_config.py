@@ -1,8 +1,10 @@
 """The Spark configuration for Iceberg, as a plain dict: local (Hadoop catalog, S3A on the emulator) or aws (Glue)."""
 
+import os
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from ddb_athena.identifiers import validate_identifier
 
@@ -12,6 +14,7 @@ ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExt
 # CPU-s a minute for the compiler threads, 28.9 -> 24.2 in all); hot loops still compile.
 LOCAL_JVM_OPTIONS = "-XX:+UseParallelGC -XX:CompileThresholdScaling=10"
 GENERATED_CLASSES_KEPT = 2000
+PYTHON_DAEMON_MODULE = "ddb_athena.spark.python_daemon"
 # Plain Spark in the Dagster run worker on AWS (no platform to provide them): Iceberg, its AWS bundle (Glue,
 # S3FileIO) and Hadoop's S3A for the change and export files, at the versions pyspark 3.5 and Iceberg 1.10 pair with.
 RUN_WORKER_AWS_PACKAGES = ",".join(
@@ -65,6 +68,9 @@ def iceberg_spark_config(options: SparkIcebergOptions) -> dict[str, str]:
         # where G1's concurrent threads cost a 2-core orders load ~20% (`make bench`). On a cluster
         # the platform's own JVM options stay.
         config["spark.driver.extraJavaOptions"] = LOCAL_JVM_OPTIONS
+        # This package is installed in the interpreter that runs the workers (`spark.pyspark.python`); on a
+        # cluster it arrives with the job, after the daemon starts, so the cluster keeps Spark's own daemon.
+        config["spark.python.daemon.module"] = PYTHON_DAEMON_MODULE
     in_run_worker = bool(options.master and options.master.startswith("local"))
     if options.jars_packages:
         config["spark.jars.packages"] = options.jars_packages
@@ -112,3 +118,22 @@ def _s3a_emulator_config(options: SparkIcebergOptions) -> dict[str, str]:
             }
         )
     return config
+
+
+@contextmanager
+def python_workers_from(config: Mapping[str, str]) -> Iterator[None]:
+    """While a SparkContext starts in this process: its Python workers run `spark.pyspark.python`.
+
+    PySpark reads the workers' interpreter from PYSPARK_PYTHON as the context starts; the setting is read only by
+    spark-submit. Without this the workers ran whatever `python3` the PATH had, without this package or pyspark."""
+    python = config.get("spark.pyspark.python")
+    before = os.environ.get("PYSPARK_PYTHON")
+    if python:
+        os.environ["PYSPARK_PYTHON"] = python
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYSPARK_PYTHON", None)
+        else:
+            os.environ["PYSPARK_PYTHON"] = before

@@ -1,5 +1,10 @@
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pyspark
 import pytest
 
 from ddb_athena.identifiers import InvalidIdentifierError
@@ -9,6 +14,7 @@ from ddb_athena.spark.session_config import (
     RUN_WORKER_AWS_PACKAGES,
     SparkIcebergOptions,
     iceberg_spark_config,
+    python_workers_from,
 )
 
 LOCAL = SparkIcebergOptions(
@@ -128,3 +134,66 @@ def test_a_submitted_job_gets_the_keys_in_its_environment_never_on_its_command_l
     assert not [argument for argument in command if "AKIAJOBKEY" in argument or "job/secret" in argument]
     assert resource.credential_environment() == {"AWS_ACCESS_KEY_ID": "AKIAJOBKEY", "AWS_SECRET_ACCESS_KEY": "job/secret"}
     assert resource.spark_config()["spark.hadoop.fs.s3a.secret.key"] == "job/secret"  # the run's own session keeps them
+
+
+
+def test_local_python_workers_run_this_interpreter_and_import_pyspark_from_no_archive(spark):
+    # Spark's own daemon, under whatever python3 the PATH has, imports pyspark from pyspark.zip and has the JARs
+    # on its path; each task then re-reads every archive's directory.
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    spark_home = os.path.dirname(pyspark.__file__)
+
+    @F.udf(StringType())
+    def worker_facts(_):
+        import json
+        import os
+        import sys
+
+        import pyspark
+
+        archives = [entry for entry in [*sys.path, *sys.path_importer_cache] if entry.startswith(spark_home) and (".zip" in entry or ".jar" in entry)]
+        return json.dumps({"python": sys.executable, "daemon": sys.modules["__main__"].__spec__.name,
+                           "archives": archives, "pyspark": os.path.dirname(pyspark.__file__)})
+
+    facts = json.loads(spark.range(1).select(worker_facts("id")).collect()[0][0])
+    assert facts["python"] == sys.executable and facts["daemon"] == "ddb_athena.spark.python_daemon"
+    assert facts["archives"] == [] and facts["pyspark"] == os.path.dirname(pyspark.__file__)
+
+
+SPARK_ARCHIVES = os.pathsep.join(str(path) for path in sorted((Path(pyspark.__file__).parent / "python" / "lib").glob("*.zip")))
+DAEMON_PATH = (
+    "import json, sys; from ddb_athena.spark.python_daemon import import_from_installed_packages; "
+    "import_from_installed_packages(); import pyspark; "
+    "print(json.dumps([[entry for entry in sys.path if entry.endswith('.zip') and 'pyspark' in entry], pyspark.__file__]))"
+)
+
+
+@pytest.mark.parametrize("site_packages", [True, False])
+def test_the_daemon_keeps_the_archives_only_for_an_interpreter_without_pyspark(site_packages):
+    # -S: no site-packages, so pyspark and py4j exist only in Spark's archives.
+    command = [sys.executable, *([] if site_packages else ["-S"]), "-c", DAEMON_PATH]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([SPARK_ARCHIVES, str(Path(__file__).parents[2])])}
+    archives, imported_from = json.loads(subprocess.run(command, env=environment, capture_output=True, text=True, check=True).stdout)
+    if site_packages:
+        assert archives == [] and imported_from == pyspark.__file__
+    else:
+        assert archives == SPARK_ARCHIVES.split(os.pathsep) and ".zip" in imported_from
+
+
+def test_python_workers_from_sets_pyspark_python_while_the_context_starts(monkeypatch):
+    monkeypatch.setenv("PYSPARK_PYTHON", "python3")
+    with python_workers_from({"spark.pyspark.python": "/venv/bin/python"}):
+        assert os.environ["PYSPARK_PYTHON"] == "/venv/bin/python"
+    assert os.environ["PYSPARK_PYTHON"] == "python3"
+    monkeypatch.delenv("PYSPARK_PYTHON")
+    with python_workers_from({"spark.pyspark.python": "/venv/bin/python"}):
+        pass
+    assert "PYSPARK_PYTHON" not in os.environ
+
+
+def test_a_cluster_keeps_sparks_own_python_daemon():
+    config = iceberg_spark_config(SparkIcebergOptions(profile="aws", warehouse="s3://prod/warehouse", master=None))
+    assert "spark.python.daemon.module" not in config
+    assert iceberg_spark_config(LOCAL)["spark.python.daemon.module"] == "ddb_athena.spark.python_daemon"
