@@ -266,6 +266,7 @@ def run(minutes: float, rate: float) -> dict:
     return {
         "minutes": elapsed_minutes,
         "rate": rate,
+        "merge_interval": settings.merge_interval_seconds,
         "markers": len(written),
         "missing": len(written) - len(seen),
         "lags": lags,
@@ -291,7 +292,7 @@ def report(result: dict) -> str:
             f"# Freshness of library.books ({when})",
             "",
             f"`make bench-freshness`: the local stack for {result['minutes']:.1f} minutes, simulator at {result['rate']:g} write/s, "
-            f"{result['markers']} markers ({result['missing']} never seen), {os.cpu_count()} cores.",
+            f"a merge every {result['merge_interval']:g} s (DDB_ATHENA_MERGE_INTERVAL_SECONDS), {result['markers']} markers ({result['missing']} never seen), {os.cpu_count()} cores.",
             "",
             "| what | figure | target |",
             "| --- | --- | --- |",

@@ -3,7 +3,7 @@ checks), against the emulator and the simulator at 1 write/s, one cycle every `-
 few warm-up cycles.
 
 Prints, per minute, the CPU-seconds of this Python process and of its children (the JVM and Spark's Python
-workers; the emulator and simulator excluded) and the JVM's loaded classes and JIT compilations; then the
+workers, these also on their own; the emulator and simulator excluded) and the JVM's loaded classes and JIT compilations; then the
 JVM's CPU by thread kind (the JIT compilers, the py4j threads that plan queries, the task threads) and the
 Spark jobs per cycle. `make bench-sync-cpu` (MINUTES=5 INTERVAL=10).
 """
@@ -89,6 +89,7 @@ def run(minutes: float, interval: float) -> None:
         threads_before = _jvm_threads(jvm)
         started = time.monotonic()
         python_before, children_before = _cpu(me), _children_cpu(me, excluded)
+        workers_before = _children_cpu(me, excluded | {jvm})
         minute_start, minute_at, number = (python_before, children_before), started, 0
         while time.monotonic() - started < minutes * 60:
             number += 1
@@ -108,10 +109,12 @@ def run(minutes: float, interval: float) -> None:
             time.sleep(max(0.0, cycle_started + interval - time.monotonic()))
         elapsed = (time.monotonic() - started) / 60
         python, children = _cpu(me) - python_before, _children_cpu(me, excluded) - children_before
+        workers = _children_cpu(me, excluded | {jvm}) - workers_before
         jobs = max(tracker.getJobIdsForGroup(None) or [0]) - jobs_before
         print(
             f"{number} cycles of {interval:g} s in {elapsed:.1f} minutes: Python {python / elapsed:.1f}, JVM and Spark workers "
-            f"{children / elapsed:.1f}, together {(python + children) / elapsed:.1f} CPU-s per minute; {jobs / number:.1f} Spark jobs per cycle"
+            f"{children / elapsed:.1f} (of which Spark's Python workers {workers / elapsed:.1f}), together "
+            f"{(python + children) / elapsed:.1f} CPU-s per minute; {jobs / number:.1f} Spark jobs per cycle"
         )
         used = {kind: seconds - threads_before.get(kind, 0.0) for kind, seconds in _jvm_threads(jvm).items()}
         print("JVM CPU by thread kind, CPU-s per minute:")
