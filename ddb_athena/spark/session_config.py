@@ -53,7 +53,8 @@ def iceberg_spark_config(options: SparkIcebergOptions) -> dict[str, str]:
         "spark.sql.defaultCatalog": catalog,
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(options.shuffle_partitions),
-        # Python UDF workers must run the interpreter that has this package installed.
+        # Python UDF workers must run the interpreter that has this package installed (in-process sessions pass it
+        # on as PYSPARK_PYTHON: `python_workers_from`).
         "spark.pyspark.python": sys.executable,
         "spark.ui.showConsoleProgress": "false",
         # A sync run repeats the same few dozen queries every few seconds; Spark keeps only 100 generated classes,
