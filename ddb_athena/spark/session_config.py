@@ -123,13 +123,15 @@ def _s3a_emulator_config(options: SparkIcebergOptions) -> dict[str, str]:
 
 @contextmanager
 def python_workers_from(config: Mapping[str, str]) -> Iterator[None]:
-    """While a SparkContext starts in this process: its Python workers run `spark.pyspark.python`.
+    """While a local SparkContext starts in this process: its Python workers run `spark.pyspark.python`.
 
     PySpark reads the workers' interpreter from PYSPARK_PYTHON as the context starts; the setting is read only by
-    spark-submit. Without this the workers ran whatever `python3` the PATH had, without this package or pyspark."""
+    spark-submit. Without this the workers ran whatever `python3` the PATH had, without this package or pyspark.
+    On a cluster the workers run on other hosts, where this process's interpreter path means nothing: the
+    platform's PYSPARK_PYTHON stays."""
     python = config.get("spark.pyspark.python")
     before = os.environ.get("PYSPARK_PYTHON")
-    if python:
+    if python and config.get("spark.master", "").startswith("local"):
         os.environ["PYSPARK_PYTHON"] = python
     try:
         yield

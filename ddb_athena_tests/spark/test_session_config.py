@@ -184,13 +184,21 @@ def test_the_daemon_keeps_the_archives_only_for_an_interpreter_without_pyspark(s
 
 def test_python_workers_from_sets_pyspark_python_while_the_context_starts(monkeypatch):
     monkeypatch.setenv("PYSPARK_PYTHON", "python3")
-    with python_workers_from({"spark.pyspark.python": "/venv/bin/python"}):
+    local = {"spark.master": "local[2]", "spark.pyspark.python": "/venv/bin/python"}
+    with python_workers_from(local):
         assert os.environ["PYSPARK_PYTHON"] == "/venv/bin/python"
     assert os.environ["PYSPARK_PYTHON"] == "python3"
     monkeypatch.delenv("PYSPARK_PYTHON")
-    with python_workers_from({"spark.pyspark.python": "/venv/bin/python"}):
+    with python_workers_from(local):
         pass
     assert "PYSPARK_PYTHON" not in os.environ
+
+
+def test_a_cluster_session_keeps_the_platforms_python_for_its_workers(monkeypatch):
+    monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3")
+    cluster = iceberg_spark_config(SparkIcebergOptions(profile="aws", warehouse="s3://prod/warehouse", master=None))
+    with python_workers_from(cluster):
+        assert os.environ["PYSPARK_PYTHON"] == "/usr/bin/python3"
 
 
 def test_a_cluster_keeps_sparks_own_python_daemon():
