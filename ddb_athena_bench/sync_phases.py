@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.readwriter import DataFrameWriterV2
 
 import ddb_athena.books_cycle as books_cycle
+from ddb_athena.spark.plan_settings import session_settings
 from ddb_athena_bench.freshness import OUT
 from ddb_athena_bench.sync_cpu import _children_cpu, _cpu, warm_sync
 
@@ -75,18 +76,16 @@ def run(cycles: int, interval: float, settings: dict[str, str]) -> None:
         meter.wrap(syncer._capture, "capture", lambda _: "stream capture")
 
         session = resources["spark"].spark_session
-        own = {name: session.conf.get(name, None) for name in settings}
         names = list(variants)
         per_cycle: dict[str, list[float]] = {name: [] for name in names}
         for number in range(cycles):
             # A B B A: neither variant always runs first after the other.
             name = names[(number + number // 2) % len(names)]
-            for setting, value in (variants[name] or own).items():
-                session.conf.unset(setting) if value is None else session.conf.set(setting, value)
-            meter.variant, started, cpu_before = name, time.monotonic(), meter.cpu()
-            syncer.cycle(f"cycle-{number}")
-            per_cycle[name].append(meter.cpu() - cpu_before)
-            meter.variant = None
+            with session_settings(session, variants[name]):
+                meter.variant, started, cpu_before = name, time.monotonic(), meter.cpu()
+                syncer.cycle(f"cycle-{number}")
+                per_cycle[name].append(meter.cpu() - cpu_before)
+                meter.variant = None
             time.sleep(max(0.0, started + interval - time.monotonic()))
 
     for name in names:
