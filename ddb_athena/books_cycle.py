@@ -20,7 +20,7 @@ from ddb_athena.capture.change_files import ChangeFileNamer, SourceLayout, list_
 from ddb_athena.capture.commit_manifests import committed_files, write_commit_manifest
 from ddb_athena.capture.quarantine import quarantine_foreign_files
 from ddb_athena.capture.stream_reader import StreamCapture
-from ddb_athena.spark.change_merge import KeyVersions, merge_change_files, table_exists
+from ddb_athena.spark.change_merge import merge_change_files, table_exists
 from ddb_athena.table_spec import BOOKS_SPEC
 
 
@@ -62,7 +62,6 @@ class BooksSync:
         self._bootstrap_checked = False
         # The tables are created (or brought up to the spec) by the run's first merge; later ones skip that.
         self._tables_ensured = False
-        self._key_versions = KeyVersions()
 
     def cycle(self, batch: str, bootstrap: bool = False) -> CycleOutcome:
         """Captures, then merges what is present; `batch` names this cycle's manifest and quarantine."""
@@ -127,7 +126,6 @@ class BooksSync:
             [self._layout.uri(key, self._scheme) for key in files],
             self._layout.uri(f"{self._layout.quarantine_prefix}{batch}", self._scheme),
             ensure=not self._tables_ensured,
-            versions=self._key_versions,
         )
         self._tables_ensured = True
         manifest = write_commit_manifest(self._s3, self._layout, batch, files, self._iceberg_table, result.snapshot_id)

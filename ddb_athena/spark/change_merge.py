@@ -9,7 +9,6 @@ Guarantees:
 - a bad record is quarantined with its reason, and everything else is applied.
 """
 
-import collections
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -84,48 +83,6 @@ def tombstone_versions(spark: SparkSession, target: str, key: str, keys: set[str
     """The sequence number of the newest delete of each of `keys` that was ever deleted from the table."""
     wanted = spark.createDataFrame([(value,) for value in sorted(keys)], "key string")
     return {row["key"]: row["_tombstone"] for row in _newest_deletes(spark, target, key).join(F.broadcast(wanted), "key").collect()}
-
-
-@dataclass
-class KeyVersions:
-    """What classifying a change needs to know of its key: the sequence number its row was written from, and its
-    newest delete. Read with one scan of the table and one of its tombstones, then kept up to date with what each
-    merge applies, so a caller that merges again and again into a table it alone writes (the sync run) classifies
-    each batch's few changes in Python instead of joining them to both tables, the largest step of a cycle.
-    A failed merge or a rebuild forgets them: the next merge reads them again."""
-
-    rows: dict[str, str | None] | None = None
-    deletes: dict[str, str] = field(default_factory=dict)
-
-    def read_if_needed(self, spark: SparkSession, target: str, key: str) -> None:
-        if self.rows is None:
-            self.deletes = {row["key"]: row["_tombstone"] for row in _newest_deletes(spark, target, key).collect()}
-            self.rows = row_versions(spark, target, key)
-
-    def forget(self) -> None:
-        self.rows, self.deletes = None, {}
-
-    def action(self, key: str, event_name: str, sequence: str) -> str:
-        """What applying the change does: insert, update, delete (of a row), tombstone (a delete of a key with no
-        row, remembered) or stale (changes nothing). Sequence numbers are zero-padded: text order is their order."""
-        current, tombstone = self.rows.get(key), self.deletes.get(key)
-        if current is not None and sequence <= current:
-            return "stale"
-        if event_name == "REMOVE" and current is not None:
-            return "delete"
-        # Not newer than the key's last delete: already applied, or older than it.
-        if tombstone is not None and sequence <= tombstone:
-            return "stale"
-        if event_name == "REMOVE":
-            return "tombstone"
-        return "update" if current is not None else "insert"
-
-    def applied(self, key: str, action: str, sequence: str) -> None:
-        if action in ("delete", "tombstone"):
-            self.rows.pop(key, None)
-            self.deletes[key] = max(sequence, self.deletes.get(key, sequence))
-        elif action in ("insert", "update"):
-            self.rows[key] = sequence
 
 
 def ensure_table(spark: SparkSession, spec: TableSpec, target: str) -> None:
@@ -254,13 +211,11 @@ def merge_change_files(
     change_file_uris: list[str],
     quarantine_uri: str,
     ensure: bool = True,
-    versions: KeyVersions | None = None,
 ) -> MergeResult:
     """Applies exactly the given change files to `target` (a `namespace.table` in the default catalog).
 
-    `ensure=False` skips creating the tables and updating their properties, and `versions` kept from the last
-    merge skip reading the keys again: a caller that merges every few seconds does each once."""
-    versions = versions or KeyVersions()
+    `ensure=False` skips creating the tables and updating their properties: a caller that merges every few
+    seconds does that once."""
     if ensure:
         ensure_tables(spark, spec, target)
     result = MergeResult(change_files=list(change_file_uris))
@@ -295,15 +250,10 @@ def merge_change_files(
         good = good.where(F.col("file_name") > cutoff).where(F.col("file_name") >= first_file)
         latest = _latest_per_key(good)
         if result.bootstrap_file:
-            versions.forget()
             _rebuild(spark, spec, target, latest, result)
         else:
             with session_settings(spark, STREAM_BATCH_PLAN):
-                _upsert(spark, spec, target, latest, result, versions)
-    except BaseException:
-        # What was committed before the failure is unknown here.
-        versions.forget()
-        raise
+                _upsert(spark, spec, target, latest, result)
     finally:
         validated.unpersist()
     return _with_snapshot(spark, target, result)
@@ -314,33 +264,45 @@ def _with_snapshot(spark: SparkSession, target: str, result: MergeResult) -> Mer
     return result
 
 
-def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame, result: MergeResult, versions: KeyVersions) -> None:
+def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame, result: MergeResult) -> None:
     key = spec.key.name
-    versions.read_if_needed(spark, target, key)
-    # Computed once: the commits below then plan over these rows, not over the parsing and ranking that made them.
-    latest = latest.localCheckpoint()
-    changes = latest.select("key", "event_name", SEQUENCE_COLUMN, CHANGED_AT_COLUMN).collect()
-    # Against the table as it is now (runs never overlap, so it stays so).
-    actions = {row["key"]: versions.action(row["key"], row["event_name"], row[SEQUENCE_COLUMN]) for row in changes}
-    counts = collections.Counter(actions.values())
-    result.newest_change_at = _utc(max((row[CHANGED_AT_COLUMN] for row in changes if row[CHANGED_AT_COLUMN]), default=None))
-    result.changes = len(changes)
-    result.inserted, result.updated, result.deleted = counts["insert"], counts["update"], counts["delete"]
-    result.stale_skipped = counts["stale"]
+    target_sql = dotted_name(target)
+    tombstones_sql = dotted_name(tombstone_table(target))
+    tombstones = _newest_deletes(spark, target, key)
+    current = spark.table(target_sql).select(F.col(key).alias("key"), F.col(SEQUENCE_COLUMN).alias("_current"))
+    # Classify each change against the table as it is now (runs never overlap, so it stays so).
+    classified = (
+        latest.join(tombstones, "key", "left")
+        .join(current, "key", "left")
+        .withColumn(
+            "_action",
+            F.expr(
+                f"CASE WHEN _current IS NOT NULL AND {SEQUENCE_COLUMN} <= _current THEN 'stale' "
+                "WHEN event_name = 'REMOVE' AND _current IS NOT NULL THEN 'delete' "
+                # Not newer than the key's last delete: already applied, or older than it.
+                f"WHEN _tombstone IS NOT NULL AND {SEQUENCE_COLUMN} <= _tombstone THEN 'stale' "
+                "WHEN event_name = 'REMOVE' THEN 'tombstone' "
+                "WHEN _current IS NOT NULL THEN 'update' ELSE 'insert' END"
+            ),
+        )
+        .localCheckpoint()
+    )
+    summary = classified.groupBy("_action").agg(F.count("*").alias("count"), F.max(CHANGED_AT_COLUMN).alias("newest")).collect()
+    counts = {row["_action"]: row["count"] for row in summary}
+    result.newest_change_at = _utc(max((row["newest"] for row in summary if row["newest"]), default=None))
+    result.changes = sum(counts.values())
+    result.inserted, result.updated, result.deleted = counts.get("insert", 0), counts.get("update", 0), counts.get("delete", 0)
+    result.stale_skipped = counts.get("stale", 0)
 
-    applicable_actions = [(change_key, action) for change_key, action in actions.items() if action != "stale"]
-    if applicable_actions:
-        applicable = latest.join(F.broadcast(spark.createDataFrame(applicable_actions, "key string, _action string")), "key")
-        view = validate_identifier(f"{spec.table}_changes")
-        # Tombstones first: if the run dies between the two commits, the retry still knows the delete (and appends
-        # it again, which changes no key's newest delete). An append, not a MERGE: no join, a third of the jobs.
-        if counts["delete"] + counts["tombstone"]:
-            _tombstones_of(applicable, key).writeTo(dotted_name(tombstone_table(target))).append()
-        if result.inserted + result.updated + result.deleted:
-            applicable.where("_action <> 'tombstone'").createOrReplaceTempView(view)
-            spark.sql(upsert_merge_sql(spec, target, view))
-    for row in changes:
-        versions.applied(row["key"], actions[row["key"]], row[SEQUENCE_COLUMN])
+    applicable = classified.where("_action <> 'stale'")
+    view = validate_identifier(f"{spec.table}_changes")
+    # Tombstones first: if the run dies between the two commits, the retry still knows the delete (and appends
+    # it again, which changes no key's newest delete). An append, not a MERGE: no join, a third of the jobs.
+    if counts.get("delete", 0) + counts.get("tombstone", 0):
+        _tombstones_of(applicable, key).writeTo(tombstones_sql).append()
+    if result.inserted + result.updated + result.deleted:
+        applicable.where("_action <> 'tombstone'").createOrReplaceTempView(view)
+        spark.sql(upsert_merge_sql(spec, target, view))
 
 
 def _rebuild(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame, result: MergeResult) -> None:

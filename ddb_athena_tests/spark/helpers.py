@@ -4,7 +4,7 @@ from datetime import datetime, timedelta, timezone
 
 from ddb_athena.capture.change_files import ChangeRecord, SourceLayout, change_file_name, list_change_files, write_change_file
 from ddb_athena.capture.quarantine import quarantined_records
-from ddb_athena.spark.change_merge import KeyVersions, MergeResult, merge_change_files
+from ddb_athena.spark.change_merge import MergeResult, merge_change_files
 from ddb_athena.table_spec import BOOKS_SPEC
 
 T0 = datetime(2026, 11, 22, 3, 0, tzinfo=timezone.utc)
@@ -18,12 +18,10 @@ def change(sequence: int, book_id: str, event: str = "MODIFY", name: str | None 
 
 
 class ChangeFiles:
-    """Writes change files named at chosen capture times, and merges them into a test table: with `versions`, as a
-    sync run does (the table's key versions kept from merge to merge), else reading them at each merge."""
+    """Writes change files named at chosen capture times, and merges them into a test table."""
 
-    def __init__(self, spark, settings, versions: KeyVersions | None = None):
+    def __init__(self, spark, settings):
         self.spark = spark
-        self.versions = versions
         self.s3 = settings.client("s3")
         self.layout = SourceLayout(settings.bucket, "books_source")
         self.table = f"{settings.namespace}.books"
@@ -46,7 +44,7 @@ class ChangeFiles:
         keys = self.present() if keys is None else keys
         uris = [self.layout.uri(key, "s3a") for key in keys]
         quarantine = self.layout.uri(self.layout.quarantine_prefix + f"batch-{self.minute}", "s3a")
-        return merge_change_files(self.spark, BOOKS_SPEC, self.table, uris, quarantine, versions=self.versions)
+        return merge_change_files(self.spark, BOOKS_SPEC, self.table, uris, quarantine)
 
     def delete(self, keys: list[str]) -> None:
         for key in keys:

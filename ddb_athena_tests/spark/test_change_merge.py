@@ -6,14 +6,13 @@ from datetime import timedelta
 import pytest
 
 from ddb_athena.spark import change_merge
-from ddb_athena.spark.change_merge import BOOTSTRAP_FILE_PROPERTY, STREAM_BATCH_PLAN, KeyVersions, current_snapshot_id
+from ddb_athena.spark.change_merge import BOOTSTRAP_FILE_PROPERTY, STREAM_BATCH_PLAN, current_snapshot_id
 from ddb_athena_tests.spark.helpers import T0, ChangeFiles, change
 
 
-@pytest.fixture(params=["versions read at each merge", "versions kept across merges"])
-def files(request, spark, settings) -> ChangeFiles:
-    """Every guarantee holds both for a single merge and for a sync run's merges, which keep the key versions."""
-    return ChangeFiles(spark, settings, KeyVersions() if request.param == "versions kept across merges" else None)
+@pytest.fixture
+def files(spark, settings) -> ChangeFiles:
+    return ChangeFiles(spark, settings)
 
 
 def test_latest_change_per_key_wins_whatever_the_file_order(files):

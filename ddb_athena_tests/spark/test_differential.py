@@ -5,14 +5,12 @@ import random
 from datetime import datetime, timezone
 from decimal import Decimal
 
-import pytest
-
 from ddb_athena.capture.change_files import ChangeFileNamer, SourceLayout, list_change_files
 from ddb_athena.capture.commit_manifests import delete_committed_files, write_commit_manifest
 from ddb_athena.capture.stream_reader import StreamCapture
 from ddb_athena.dynamodb_json import item_to_wire
 from ddb_athena.simulate import BookSimulator
-from ddb_athena.spark.change_merge import KeyVersions, merge_change_files
+from ddb_athena.spark.change_merge import merge_change_files
 from ddb_athena.table_spec import BOOKS_SPEC
 
 ROUNDS = 6
@@ -48,23 +46,20 @@ def iceberg_rows(spark, table: str) -> dict[str, dict]:
     }
 
 
-@pytest.mark.parametrize("keep_versions", [False, True], ids=["versions read at each merge", "versions kept across merges"])
-def test_rounds_of_random_changes_converge_to_dynamodb_column_by_column(spark, settings, keep_versions):
+def test_rounds_of_random_changes_converge_to_dynamodb_column_by_column(spark, settings):
     dynamodb, s3 = settings.client("dynamodb"), settings.client("s3")
     layout = SourceLayout(settings.bucket, "books_source")
     table = f"{settings.namespace}.books"
     capture = StreamCapture(dynamodb, settings.client("dynamodbstreams"), s3, settings.books_table, layout, namer=ChangeFileNamer())
     simulator = BookSimulator(dynamodb, settings.books_table, rng=random.Random(20261122))
     seen_actions = set()
-    versions = KeyVersions() if keep_versions else None
     for round_number in range(ROUNDS):
         for _ in range(OPERATIONS_PER_ROUND):
             seen_actions.add(simulator.step())
         capture.capture()
         files = list_change_files(s3, layout)
         result = merge_change_files(
-            spark, BOOKS_SPEC, table, [layout.uri(k, "s3a") for k in files], layout.uri(f"{layout.quarantine_prefix}r{round_number}", "s3a"),
-            versions=versions,
+            spark, BOOKS_SPEC, table, [layout.uri(k, "s3a") for k in files], layout.uri(f"{layout.quarantine_prefix}r{round_number}", "s3a")
         )
         assert result.records_quarantined == 0
         manifest = write_commit_manifest(s3, layout, f"round-{round_number}", files, table, result.snapshot_id)
@@ -77,8 +72,3 @@ def test_rounds_of_random_changes_converge_to_dynamodb_column_by_column(spark, s
             assert actual[book_id] == row, f"round {round_number}: {book_id} differs"
     # The traffic exercised every kind of change, including deleting and re-inserting the same ids.
     assert seen_actions == {"insert", "update", "delete", "reinsert"}
-    if versions is not None:
-        # What the sync run kept is what the tables hold.
-        read_now = KeyVersions()
-        read_now.read_if_needed(spark, table, BOOKS_SPEC.key.name)
-        assert versions == read_now and versions.deletes
