@@ -29,10 +29,10 @@ bench: install
 	$(BIN)/python -m ddb_athena_bench.books_merge
 	$(BIN)/python -m ddb_athena_bench.orders_load
 
-# The real local stack for 10 minutes: freshness p50/p95/max, CPU per minute, file counts (report and chart
-# in .ddb_athena/bench/). On an otherwise idle machine: it measures CPU.
+# The real local stack for 30 minutes (a sync run's JVM takes the first few to warm up): freshness p50/p95/max,
+# CPU per minute, file counts (report and chart in .ddb_athena/bench/). On an otherwise idle machine: it measures CPU.
 bench-freshness: install
-	$(BIN)/python -m ddb_athena_bench.freshness --minutes $${MINUTES:-10}
+	$(BIN)/python -m ddb_athena_bench.freshness --minutes $${MINUTES:-30}
 
 # Where a warm sync cycle's CPU goes (no Dagster; per minute, by JVM thread kind, Spark jobs per cycle).
 bench-sync-cpu: install

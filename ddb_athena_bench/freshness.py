@@ -8,7 +8,7 @@ the lag's p50/p95/max, the CPU-seconds per minute of the sync run and of the who
 table's data and metadata file counts at both ends; writes a Markdown report and a PNG of the lag
 distribution under .ddb_athena/bench/.
 
-    .venv/bin/python -m ddb_athena_bench.freshness [--minutes 10] [--rate 1]
+    .venv/bin/python -m ddb_athena_bench.freshness [--minutes 30] [--rate 1]
 """
 
 import argparse
@@ -339,7 +339,7 @@ def report(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--rate", type=float, default=1.0)
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
