@@ -64,7 +64,8 @@ def iceberg_spark_config(options: SparkIcebergOptions) -> dict[str, str]:
     }
     if options.master:
         config["spark.master"] = options.master
-    if options.master and options.master.startswith("local"):
+    in_run_worker = runs_in_this_process(options.master)
+    if in_run_worker:
         # The tasks run in this JVM, on few cores: a throughput collector leaves the cores to them,
         # where G1's concurrent threads cost a 2-core orders load ~20% (`make bench`). On a cluster
         # the platform's own JVM options stay.
@@ -72,7 +73,6 @@ def iceberg_spark_config(options: SparkIcebergOptions) -> dict[str, str]:
         # This package is installed in the interpreter that runs the workers (`spark.pyspark.python`); on a
         # cluster it arrives with the job, after the daemon starts, so the cluster keeps Spark's own daemon.
         config["spark.python.daemon.module"] = PYTHON_DAEMON_MODULE
-    in_run_worker = bool(options.master and options.master.startswith("local"))
     if options.jars_packages:
         config["spark.jars.packages"] = options.jars_packages
     elif options.jars:
@@ -121,6 +121,12 @@ def _s3a_emulator_config(options: SparkIcebergOptions) -> dict[str, str]:
     return config
 
 
+def runs_in_this_process(master: str | None) -> bool:
+    """A local master: the tasks run in this process's JVM and the Python workers on this host (a run worker).
+    No master: spark-submit or a cluster (EMR Serverless) chooses, and its executors run elsewhere."""
+    return bool(master and master.startswith("local"))
+
+
 @contextmanager
 def python_workers_from(config: Mapping[str, str]) -> Iterator[None]:
     """While a local SparkContext starts in this process: its Python workers run `spark.pyspark.python`.
@@ -131,7 +137,7 @@ def python_workers_from(config: Mapping[str, str]) -> Iterator[None]:
     platform's PYSPARK_PYTHON stays."""
     python = config.get("spark.pyspark.python")
     before = os.environ.get("PYSPARK_PYTHON")
-    if python and config.get("spark.master", "").startswith("local"):
+    if python and runs_in_this_process(config.get("spark.master")):
         os.environ["PYSPARK_PYTHON"] = python
     try:
         yield
