@@ -25,6 +25,7 @@ from ddb_athena.settings import (
     ORDERS_EXPORT_PREFIX,
     Settings,
 )
+from ddb_athena.spark.class_lookups import keep_class_lookups
 from ddb_athena.spark.job_submission import (
     EmrServerlessJob,
     JobSubmissionError,
@@ -120,6 +121,7 @@ class IcebergSparkResource(ConfigurableResource):
             pyspark = LazyPySparkResource(spark_config=config)
             with sigint_handler_kept(), python_workers_from(config):
                 pyspark.spark_session  # created here, once: PySpark replaces the SIGINT handler as it does
+            keep_class_lookups(pyspark.spark_session)
             self._pyspark = pyspark
         return self._pyspark.spark_session
 
