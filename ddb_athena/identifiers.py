@@ -30,3 +30,10 @@ def qualified_name(*parts: str) -> str:
 def dotted_name(name: str) -> str:
     """A dotted name (`library.books`) with every part validated."""
     return qualified_name(*name.split("."))
+
+
+def string_literal(value: str) -> str:
+    """`value` as a SQL string literal; a quote or backslash in it is refused rather than escaped."""
+    if not isinstance(value, str) or "'" in value or "\\" in value:
+        raise InvalidIdentifierError(f"{value!r} cannot be a SQL string literal here: no quotes or backslashes")
+    return f"'{value}'"

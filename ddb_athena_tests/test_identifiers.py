@@ -1,6 +1,6 @@
 import pytest
 
-from ddb_athena.identifiers import InvalidIdentifierError, dotted_name, qualified_name, validate_identifier
+from ddb_athena.identifiers import InvalidIdentifierError, dotted_name, qualified_name, string_literal, validate_identifier
 
 
 @pytest.mark.parametrize("name", ["books", "library", "_sequence_number", "t_0a1b", "A" * 128])
@@ -28,3 +28,13 @@ def test_dotted_names_validate_every_part():
     assert dotted_name("library.books") == "library.books"
     with pytest.raises(InvalidIdentifierError):
         dotted_name("library.books; DROP TABLE x")
+
+
+def test_string_literals_are_quoted():
+    assert string_literal("struct<`id`: struct<`S`: string>>") == "'struct<`id`: struct<`S`: string>>'"
+
+
+@pytest.mark.parametrize("value", ["it's", "back\\slash", None])
+def test_string_literals_that_could_end_early_are_refused(value):
+    with pytest.raises(InvalidIdentifierError):
+        string_literal(value)

@@ -12,13 +12,13 @@ Guarantees:
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
 from ddb_athena.capture.change_files import EVENT_NAMES, is_change_file
 from ddb_athena.dynamodb_json import item_problem
-from ddb_athena.identifiers import dotted_name, qualified_name, validate_identifier
+from ddb_athena.identifiers import dotted_name, qualified_name, string_literal, validate_identifier
 from ddb_athena.spark.plan_settings import session_settings
 from ddb_athena.table_spec import (
     CHANGED_AT_COLUMN,
@@ -42,6 +42,7 @@ BOOTSTRAP_FILE_PROPERTY = "ddb_athena.bootstrap-file"
 # plans each stage again) cost ~10% less CPU per sync cycle (interleaved A/B in one warm session, README "CPU of a
 # sync cycle"). A bootstrap's rebuild, the whole table, keeps the session's settings.
 STREAM_BATCH_PLAN = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
+ITEM_PROBLEM_FUNCTION = "ddb_athena_item_problem"
 _ENVELOPE_SCHEMA = "event_name string, keys string, new_image string, sequence_number string, approximate_creation_time string"
 
 
@@ -72,17 +73,17 @@ def row_versions(spark: SparkSession, target: str, key: str) -> dict[str, str | 
     return {row[0]: row[1] for row in rows}
 
 
-def _newest_deletes(spark: SparkSession, target: str, key: str) -> DataFrame:
+def _newest_deletes_sql(target: str, key: str) -> str:
     """`key`, `_tombstone`: each deleted key's newest delete. Tombstones are appended (one row per delete applied),
     so that is its highest sequence number."""
-    tombstones = spark.table(dotted_name(tombstone_table(target)))
-    return tombstones.groupBy(F.col(validate_identifier(key, "key column")).alias("key")).agg(F.max(SEQUENCE_COLUMN).alias("_tombstone"))
+    key = validate_identifier(key, "key column")
+    return f"SELECT {key} AS key, max({SEQUENCE_COLUMN}) AS _tombstone FROM {dotted_name(tombstone_table(target))} GROUP BY {key}"
 
 
 def tombstone_versions(spark: SparkSession, target: str, key: str, keys: set[str]) -> dict[str, str]:
     """The sequence number of the newest delete of each of `keys` that was ever deleted from the table."""
     wanted = spark.createDataFrame([(value,) for value in sorted(keys)], "key string")
-    return {row["key"]: row["_tombstone"] for row in _newest_deletes(spark, target, key).join(F.broadcast(wanted), "key").collect()}
+    return {row["key"]: row["_tombstone"] for row in spark.sql(_newest_deletes_sql(target, key)).join(F.broadcast(wanted), "key").collect()}
 
 
 def ensure_table(spark: SparkSession, spec: TableSpec, target: str) -> None:
@@ -142,22 +143,13 @@ def _tombstones_of(changes: DataFrame, key: str) -> DataFrame:
     )
 
 
-def _validated_changes(spark: SparkSession, spec: TableSpec, uris: list[str]) -> DataFrame:
-    """Every line of the files with its parsed fields and the reason it cannot be applied (NULL if it can)."""
+def _validated_changes_sql(spec: TableSpec, lines_view: str) -> str:
+    """Every line of the change files in `lines_view` (a text scan) with its parsed fields and the reason it
+    cannot be applied (NULL if it can). One SQL text, not a chain of DataFrame calls: each of those is a py4j
+    round trip, ~160 of them a sync cycle (README "CPU of a sync cycle")."""
     key = spec.key
-    item_problem_udf = F.udf(item_problem, StringType())
-    lines = (
-        spark.read.text(uris)
-        .select(F.input_file_name().alias("source_file"), F.col("value").alias("line"))
-        .where(F.trim("line") != "")
-        .withColumn("file_name", F.regexp_extract("source_file", r"([^/]+)$", 1))
-        .withColumn("envelope", F.from_json("line", _ENVELOPE_SCHEMA))
-        .select("source_file", "file_name", "line", "envelope.*")
-        .withColumn("image", F.from_json("new_image", image_schema_ddl(spec)))
-        .withColumn("key", F.get_json_object("keys", f"$.{key.attribute}.{key.type_tag}"))
-    )
     events = ", ".join(f"'{name}'" for name in EVENT_NAMES)
-    reason = F.expr(
+    envelope_problem = (
         "CASE "
         "WHEN get_json_object(line, '$') IS NULL THEN 'not valid JSON' "
         f"WHEN event_name IS NULL OR event_name NOT IN ({events}) THEN concat('unknown event name: ', coalesce(event_name, 'none')) "
@@ -167,11 +159,26 @@ def _validated_changes(spark: SparkSession, spec: TableSpec, uris: list[str]) ->
         "WHEN new_image IS NULL AND event_name <> 'REMOVE' THEN 'missing new_image' "
         "ELSE NULL END"
     )
-    checked = lines.withColumn("reason", reason)
-    checked = checked.withColumn("reason", F.coalesce("reason", item_problem_udf("new_image")))
-    return checked.withColumn(
-        "reason", F.coalesce("reason", F.when(F.col("event_name") != "REMOVE", F.expr(image_problem_sql(spec))))
+    lines = f"SELECT input_file_name() AS source_file, value AS line FROM {validate_identifier(lines_view)}"
+    envelopes = (
+        "SELECT source_file, regexp_extract(source_file, '([^/]+)$', 1) AS file_name, line, "
+        f"from_json(line, {string_literal(_ENVELOPE_SCHEMA)}) AS envelope FROM ({lines}) WHERE trim(line) <> ''"
     )
+    fields = (
+        f"SELECT source_file, file_name, line, envelope.*, from_json(envelope.new_image, {string_literal(image_schema_ddl(spec))}) AS image, "
+        f"get_json_object(envelope.keys, {string_literal(f'$.{key.attribute}.{key.type_tag}')}) AS key FROM ({envelopes})"
+    )
+    return (
+        "SELECT source_file, file_name, line, event_name, keys, new_image, sequence_number, approximate_creation_time, image, key, "
+        f"coalesce(envelope_problem, {ITEM_PROBLEM_FUNCTION}(new_image), CASE WHEN event_name <> 'REMOVE' THEN {image_problem_sql(spec)} END) "
+        f"AS reason FROM (SELECT *, {envelope_problem} AS envelope_problem FROM ({fields}))"
+    )
+
+
+def _with_item_problem_function(spark: SparkSession) -> None:
+    # Registered once per session: a registration is a dozen py4j calls.
+    if not spark.catalog.functionExists(ITEM_PROBLEM_FUNCTION):
+        spark.udf.register(ITEM_PROBLEM_FUNCTION, item_problem, StringType())
 
 
 def _utc(moment: datetime | None) -> datetime | None:
@@ -179,19 +186,15 @@ def _utc(moment: datetime | None) -> datetime | None:
     return moment.replace(tzinfo=timezone.utc) if moment else None
 
 
-def _latest_per_key(changes: DataFrame) -> DataFrame:
-    """One row per key: the change with the highest stream sequence number (ties: the later file)."""
-    order = Window.partitionBy("key").orderBy(F.col(SEQUENCE_COLUMN).desc(), F.col("file_name").desc())
-    return changes.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
+def _latest_changes_sql(spec: TableSpec, validated_view: str) -> str:
+    """One row per key of the valid changes in files after `:cutoff` and from `:first_file` on, typed: the change
+    with the highest stream sequence number (ties: the later file), with the merge time `:synced_at`.
 
-
-def _typed(spec: TableSpec, changes: DataFrame, synced_at: datetime) -> DataFrame:
-    # The merge time joins as data (a one-row relation), not as a literal: Spark inlines timestamp literals into
-    # the Java it generates, so a new literal every cycle meant new classes to compile and JIT every cycle (about
-    # a fifth of a warm sync run's CPU).
-    merged_at = changes.sparkSession.createDataFrame([(synced_at,)], f"{SYNCED_AT_COLUMN} timestamp")
+    The merge time joins as data (a one-row VALUES relation), not as a literal: Spark inlines timestamp literals
+    into the Java it generates, so a new literal every cycle meant new classes to compile and JIT every cycle
+    (about a fifth of a warm sync run's CPU)."""
     # The key comes from the record's Keys: a REMOVE has no image to take it from.
-    typed = changes.selectExpr(
+    typed = [
         "key",
         "event_name",
         "file_name",
@@ -200,8 +203,12 @@ def _typed(spec: TableSpec, changes: DataFrame, synced_at: datetime) -> DataFram
         f"new_image AS {ITEM_COLUMN}",
         f"lpad(sequence_number, {SEQUENCE_DIGITS}, '0') AS {SEQUENCE_COLUMN}",
         f"CAST(approximate_creation_time AS timestamp) AS {CHANGED_AT_COLUMN}",
-    )
-    return typed.crossJoin(F.broadcast(merged_at))
+    ]
+    names = ["key", "event_name", "file_name", spec.key.name, *(column.name for column in spec.columns), ITEM_COLUMN, SEQUENCE_COLUMN, CHANGED_AT_COLUMN]
+    changes = f"SELECT {', '.join(typed)} FROM {validate_identifier(validated_view)} WHERE reason IS NULL AND file_name > :cutoff AND file_name >= :first_file"
+    ranked = f"SELECT *, row_number() OVER (PARTITION BY key ORDER BY {SEQUENCE_COLUMN} DESC, file_name DESC) AS _rank FROM ({changes})"
+    merged_at = f"SELECT CAST(col1 AS timestamp) AS {SYNCED_AT_COLUMN} FROM VALUES (:synced_at)"
+    return f"SELECT {', '.join(names)}, {SYNCED_AT_COLUMN} FROM ({ranked}) CROSS JOIN ({merged_at}) WHERE _rank = 1"
 
 
 def merge_change_files(
@@ -222,11 +229,18 @@ def merge_change_files(
     if not change_file_uris:
         return _with_snapshot(spark, target, result)
 
-    validated = _validated_changes(spark, spec, change_file_uris).persist()
+    _with_item_problem_function(spark)
+    lines_view, validated_view = validate_identifier(f"{spec.table}_change_lines"), validate_identifier(f"{spec.table}_validated_changes")
+    spark.read.text(change_file_uris).createOrReplaceTempView(lines_view)
+    validated = spark.sql(_validated_changes_sql(spec, lines_view)).persist()
+    validated.createOrReplaceTempView(validated_view)
     try:
         # One pass for every count this function needs: per file, outcome and kind of record.
         with session_settings(spark, STREAM_BATCH_PLAN):
-            summary = validated.groupBy("file_name", "reason", (F.col("event_name") == "SNAPSHOT").alias("is_snapshot")).count().collect()
+            summary = spark.sql(
+                f"SELECT file_name, reason, event_name = 'SNAPSHOT' AS is_snapshot, count(*) AS count FROM {validated_view} "
+                "GROUP BY file_name, reason, event_name = 'SNAPSHOT'"
+            ).collect()
         result.records_read = sum(row["count"] for row in summary)
         for row in summary:
             if row["reason"] is not None:
@@ -246,9 +260,8 @@ def merge_change_files(
         if not applicable:
             return _with_snapshot(spark, target, result)
 
-        good = _typed(spec, validated.where("reason IS NULL"), datetime.now(timezone.utc))
-        good = good.where(F.col("file_name") > cutoff).where(F.col("file_name") >= first_file)
-        latest = _latest_per_key(good)
+        synced_at = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+        latest = spark.sql(_latest_changes_sql(spec, validated_view), args={"cutoff": cutoff, "first_file": first_file, "synced_at": synced_at})
         if result.bootstrap_file:
             _rebuild(spark, spec, target, latest, result)
         else:
@@ -268,25 +281,21 @@ def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame
     key = spec.key.name
     target_sql = dotted_name(target)
     tombstones_sql = dotted_name(tombstone_table(target))
-    tombstones = _newest_deletes(spark, target, key)
-    current = spark.table(target_sql).select(F.col(key).alias("key"), F.col(SEQUENCE_COLUMN).alias("_current"))
+    latest_view = validate_identifier(f"{spec.table}_latest_changes")
+    latest.createOrReplaceTempView(latest_view)
     # Classify each change against the table as it is now (runs never overlap, so it stays so).
-    classified = (
-        latest.join(tombstones, "key", "left")
-        .join(current, "key", "left")
-        .withColumn(
-            "_action",
-            F.expr(
-                f"CASE WHEN _current IS NOT NULL AND {SEQUENCE_COLUMN} <= _current THEN 'stale' "
-                "WHEN event_name = 'REMOVE' AND _current IS NOT NULL THEN 'delete' "
-                # Not newer than the key's last delete: already applied, or older than it.
-                f"WHEN _tombstone IS NOT NULL AND {SEQUENCE_COLUMN} <= _tombstone THEN 'stale' "
-                "WHEN event_name = 'REMOVE' THEN 'tombstone' "
-                "WHEN _current IS NOT NULL THEN 'update' ELSE 'insert' END"
-            ),
-        )
-        .localCheckpoint()
-    )
+    classified = spark.sql(
+        f"SELECT l.*, d._tombstone, c._current, CASE "
+        f"WHEN _current IS NOT NULL AND l.{SEQUENCE_COLUMN} <= _current THEN 'stale' "
+        "WHEN event_name = 'REMOVE' AND _current IS NOT NULL THEN 'delete' "
+        # Not newer than the key's last delete: already applied, or older than it.
+        f"WHEN _tombstone IS NOT NULL AND l.{SEQUENCE_COLUMN} <= _tombstone THEN 'stale' "
+        "WHEN event_name = 'REMOVE' THEN 'tombstone' "
+        "WHEN _current IS NOT NULL THEN 'update' ELSE 'insert' END AS _action "
+        f"FROM {latest_view} l "
+        f"LEFT JOIN ({_newest_deletes_sql(target, key)}) d ON l.key = d.key "
+        f"LEFT JOIN (SELECT {key} AS key, {SEQUENCE_COLUMN} AS _current FROM {target_sql}) c ON l.key = c.key"
+    ).localCheckpoint()
     summary = classified.groupBy("_action").agg(F.count("*").alias("count"), F.max(CHANGED_AT_COLUMN).alias("newest")).collect()
     counts = {row["_action"]: row["count"] for row in summary}
     result.newest_change_at = _utc(max((row["newest"] for row in summary if row["newest"]), default=None))
