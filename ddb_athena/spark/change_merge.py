@@ -278,7 +278,7 @@ def _with_snapshot(spark: SparkSession, target: str, result: MergeResult) -> Mer
 
 
 def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame, result: MergeResult) -> None:
-    key = spec.key.name
+    key = validate_identifier(spec.key.name, "key column")
     target_sql = dotted_name(target)
     tombstones_sql = dotted_name(tombstone_table(target))
     latest_view = validate_identifier(f"{spec.table}_latest_changes")
