@@ -146,7 +146,7 @@ def _tombstones_of(changes: DataFrame, key: str) -> DataFrame:
 def _validated_changes_sql(spec: TableSpec, lines_view: str) -> str:
     """Every line of the change files in `lines_view` (a text scan) with its parsed fields and the reason it
     cannot be applied (NULL if it can). One SQL text, not a chain of DataFrame calls: each of those is a py4j
-    round trip, ~160 of them a sync cycle (README "CPU of a sync cycle")."""
+    round trip, ~160 of them a sync cycle (README "Python's calls into the JVM")."""
     key = spec.key
     events = ", ".join(f"'{name}'" for name in EVENT_NAMES)
     envelope_problem = (

@@ -241,3 +241,16 @@ def test_a_warm_session_merges_without_generating_code_again(files):
     before = compilations.getCount()
     cycle(5)
     assert compilations.getCount() == before
+
+
+def test_a_merge_like_the_last_one_generates_no_new_code(files):
+    """The merge time changes every cycle; as a literal it would be inlined into the generated Java, and each
+    merge would compile (and the JVM then JIT) new classes."""
+    compilations = files.spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    files.merge([files.write(change(1, "a", "INSERT"))])
+    for sequence in (2, 3):
+        files.merge([files.write(change(sequence, "a", name=f"v{sequence}"))])
+    before = compilations.getCount()
+    files.merge([files.write(change(4, "a", name="v4"))])
+    assert compilations.getCount() == before
+    assert files.names() == {"a": "v4"}
