@@ -168,7 +168,16 @@ class SyncSettings(ConfigurableResource):
         default=3.0, ge=1.0, description="remove files no snapshot references once older than this; at least 1 day"
     )
     maintenance_interval_minutes: float = Field(
-        default=15.0, gt=0, description="the sync run compacts library.books, expires snapshots and removes orphans this often"
+        default=15.0,
+        gt=0,
+        description="the sync run compacts library.books, expires snapshots and prunes tombstones this often (and removes "
+        "orphans, when orphan_sweep_interval_hours has gone by)",
+    )
+    orphan_sweep_interval_hours: float = Field(
+        default=24.0,
+        gt=0,
+        description="the sync run's maintenance lists library.books's files for orphans this often: the listing reads "
+        "every retained snapshot's manifests, the costliest step of a maintenance, and finds only files days old",
     )
     compaction_interval_minutes: float = Field(
         default=2.0,

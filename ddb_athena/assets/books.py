@@ -28,7 +28,7 @@ from ddb_athena.cycle_loop import run_cycles
 from ddb_athena.key_parity import ParityTracker
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.settings import MAX_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS
-from ddb_athena.spark.maintenance import MaintenanceResult, compact_with_tombstones, last_maintained_at
+from ddb_athena.spark.maintenance import MaintenanceResult, MaintenanceState, compact_with_tombstones, maintenance_state
 
 # The specs are skippable: each cycle's materializations are logged as events, no output is returned.
 books_source = AssetSpec(
@@ -116,8 +116,9 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
     syncer = books_syncer(aws, spark, sync, log=context.log.info, warn=context.log.warning)
     recorded = {"at": None, "merges": 0}
     maintenance_interval = timedelta(minutes=sync.maintenance_interval_minutes)
+    orphan_sweep_interval = timedelta(hours=sync.orphan_sweep_interval_hours)
     # Read from the table once, at the run's first merge, then kept here: no catalog read or Spark job per cycle.
-    maintained = {"known": False, "at": None}
+    maintained = {"state": None}
     # Compaction alone, more often than maintenance: counted from the run's start.
     compaction_interval, compacted = timedelta(minutes=sync.compaction_interval_minutes), {"at": datetime.now(timezone.utc)}
     # Remembers the keys that differed from DynamoDB, so a later cycle tells a change in flight from divergence.
@@ -137,15 +138,17 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
         # One writer: upkeep runs inside the loop, between merges, never beside them. Idle tables need none.
         if outcome.idle:
             return
-        if not maintained["known"]:
-            maintained.update(known=True, at=last_maintained_at(spark.spark_session, sync.books_iceberg_table))
-        now = datetime.now(timezone.utc)
-        if maintained["at"] is not None and now - maintained["at"] >= maintenance_interval:
-            result = maintain(spark, sync, sync.books_iceberg_table, with_tombstones=True, now=now)
-            maintained["at"] = compacted["at"] = now
+        if maintained["state"] is None:
+            maintained["state"] = maintenance_state(spark.spark_session, sync.books_iceberg_table)
+        state, now = maintained["state"], datetime.now(timezone.utc)
+        if state.maintained_at is not None and now - state.maintained_at >= maintenance_interval:
+            sweep = state.orphan_sweep_due(orphan_sweep_interval, now)
+            result = maintain(spark, sync, sync.books_iceberg_table, with_tombstones=True, now=now, remove_orphans=sweep)
+            maintained["state"] = MaintenanceState(now, now if sweep else state.orphans_removed_at)
+            compacted["at"] = now
             context.log.info(f"Maintenance: {result.before} -> {result.after}")
             context.log_event(maintenance_observation(result))
-            context.log_event(evaluation(files_compact_result(spark, sync), "books_files_compact"))
+            context.log_event(evaluation(files_compact_result(result.after), "books_files_compact"))
         elif now - compacted["at"] >= compaction_interval:
             compaction = compact_with_tombstones(spark.spark_session, spark.catalog, sync.books_iceberg_table)
             compacted["at"] = now

@@ -8,9 +8,15 @@ from ddb_athena.spark.maintenance import MaintenanceResult, maintain_table, reco
 
 
 def maintain(
-    spark: IcebergSparkResource, sync: SyncSettings, table: str, with_tombstones: bool, now: datetime | None = None
+    spark: IcebergSparkResource,
+    sync: SyncSettings,
+    table: str,
+    with_tombstones: bool,
+    now: datetime | None = None,
+    remove_orphans: bool = True,
 ) -> MaintenanceResult:
-    """Compaction, expiry, orphans (and tombstones, for a table that has them), recorded on the table."""
+    """Compaction, expiry, orphans unless told not to (and tombstones, for a table that has them), recorded on
+    the table."""
     result = maintain_table(
         spark.spark_session,
         spark.catalog,
@@ -19,7 +25,8 @@ def maintain(
         retain_last=sync.snapshot_retain_last,
         orphan_age=sync.orphan_file_age,
         tombstone_retention=timedelta(days=sync.tombstone_retention_days) if with_tombstones else None,
+        remove_orphans=remove_orphans,
     )
-    record_maintained(spark.spark_session, table, now)
+    record_maintained(spark.spark_session, table, result, now)
     return result
 

@@ -18,7 +18,7 @@ from ddb_athena.checks.table_checks import unique_key_result
 from ddb_athena.key_parity import KeyParity, ParityTracker, dynamodb_keys
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.spark.change_merge import row_versions, tombstone_versions
-from ddb_athena.spark.maintenance import table_files
+from ddb_athena.spark.maintenance import TableFiles, table_files
 from ddb_athena.table_spec import BOOKS_SPEC
 
 BOOKS_FRESHNESS = timedelta(minutes=2)
@@ -110,8 +110,7 @@ def books_row_count_parity(aws: AwsClientsResource, spark: IcebergSparkResource,
     return key_parity_result(observe_key_parity(aws, spark, sync, ParityTracker(sync.parity_settle_seconds), wait=True))
 
 
-def files_compact_result(spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:
-    files = table_files(spark.spark_session, sync.books_iceberg_table)
+def files_compact_result(files: TableFiles) -> AssetCheckResult:
     floor = min(MIN_AVERAGE_DATA_FILE_BYTES, files.data_bytes / SMALL_TABLE_MAX_FILES)
     return AssetCheckResult(
         passed=files.average_data_file_bytes >= floor,
@@ -131,7 +130,7 @@ def files_compact_result(spark: IcebergSparkResource, sync: SyncSettings) -> Ass
     description="Compaction keeps library.books in few files: an average data file of at least 1 MiB, or at most 50 files.",
 )
 def books_files_compact(spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:
-    return files_compact_result(spark, sync)
+    return files_compact_result(table_files(spark.spark_session, sync.books_iceberg_table))
 
 
 def cycle_check_results(

@@ -24,6 +24,7 @@ TARGET_FILE_BYTES = 128 * 1024 * 1024
 
 
 MAINTAINED_AT_PROPERTY = "ddb_athena.maintained-at"
+ORPHANS_REMOVED_AT_PROPERTY = "ddb_athena.orphans-removed-at"
 
 
 class MaintenanceSettingsError(ValueError):
@@ -102,14 +103,19 @@ class MaintenanceResult:
     added_data_files: int
     expired_snapshots: int
     deleted_data_files: int
-    orphan_files_removed: int
+    # None: this pass did not list the table's files for orphans.
+    orphan_files_removed: int | None
     pruned_tombstones: int
+
+    @property
+    def orphans_swept(self) -> bool:
+        return self.orphan_files_removed is not None
 
     def metadata(self) -> dict:
         """Flat numbers, so the UI can plot them."""
         files = {f"{when}_{name}": value for when, state in (("before", self.before), ("after", self.after)) for name, value in vars(state).items()}
         counts = {name: value for name, value in vars(self).items() if isinstance(value, int)}
-        return {**files, **counts, "average_data_file_bytes": self.after.average_data_file_bytes}
+        return {**files, **counts, "average_data_file_bytes": self.after.average_data_file_bytes, "orphans_swept": self.orphans_swept}
 
 
 def maintain_table(
@@ -121,9 +127,10 @@ def maintain_table(
     orphan_age: timedelta,
     tombstone_retention: timedelta | None = None,
     now: datetime | None = None,
+    remove_orphans: bool = True,
 ) -> MaintenanceResult:
-    """Compaction, expiry past the retention, orphan removal past its age, and (for a table with tombstones)
-    pruning of tombstones past theirs. Refuses retentions below their floors."""
+    """Compaction, expiry past the retention, orphan removal past its age (unless `remove_orphans` is false), and
+    (for a table with tombstones) pruning of tombstones past theirs. Refuses retentions below their floors."""
     check_floors(snapshot_retention, orphan_age)
     if retain_last < 1:
         raise ValueError("retain_last must be at least 1")
@@ -134,7 +141,7 @@ def maintain_table(
     compaction = compact(spark, catalog, target)
     snapshots_before = spark.table(f"{table_sql}.snapshots").count()
     expired = _expire(spark, catalog, target, now - snapshot_retention, retain_last)
-    orphans = _remove_orphans(spark, catalog, target, orphan_age)
+    orphans = _remove_orphans(spark, catalog, target, orphan_age) if remove_orphans else None
     pruned = 0
     if tombstone_retention is not None:
         tombstones = tombstone_table(target)
@@ -146,7 +153,8 @@ def maintain_table(
         # Deletes append tombstones every few seconds: the tombstone table needs the same upkeep to stay bounded.
         compact(spark, catalog, tombstones)
         _expire(spark, catalog, tombstones, now - snapshot_retention, retain_last)
-        _remove_orphans(spark, catalog, tombstones, orphan_age)
+        if remove_orphans:
+            _remove_orphans(spark, catalog, tombstones, orphan_age)
     return MaintenanceResult(
         before=before,
         after=table_files(spark, target),
@@ -176,20 +184,38 @@ def _remove_orphans(spark: SparkSession, catalog: str, target: str, orphan_age: 
     ).count()
 
 
-def last_maintained_at(spark: SparkSession, target: str) -> datetime | None:
-    """When the table was last maintained (recorded on it); a table never maintained counts from its oldest
-    snapshot (a new table needs no upkeep yet); None for a table without snapshots."""
-    recorded = table_properties(spark, target).get(MAINTAINED_AT_PROPERTY)
+@dataclass(frozen=True)
+class MaintenanceState:
+    """What a table records of its upkeep."""
+
+    # When it was last maintained; a table never maintained counts from its oldest snapshot (a new table needs
+    # no upkeep yet); None for a table without snapshots.
+    maintained_at: datetime | None
+    # When its files were last listed for orphans; None if never.
+    orphans_removed_at: datetime | None
+
+    def orphan_sweep_due(self, interval: timedelta, now: datetime) -> bool:
+        return self.orphans_removed_at is None or now - self.orphans_removed_at >= interval
+
+
+def maintenance_state(spark: SparkSession, target: str) -> MaintenanceState:
+    properties = table_properties(spark, target)
+    swept = properties.get(ORPHANS_REMOVED_AT_PROPERTY)
+    orphans_removed_at = datetime.fromisoformat(swept) if swept else None
+    recorded = properties.get(MAINTAINED_AT_PROPERTY)
     if recorded is not None:
-        return datetime.fromisoformat(recorded)
+        return MaintenanceState(datetime.fromisoformat(recorded), orphans_removed_at)
     oldest = spark.sql(f"SELECT min(committed_at) FROM {dotted_name(target)}.snapshots").collect()[0][0]
-    return oldest.replace(tzinfo=timezone.utc) if oldest else None  # the session time zone is UTC
+    return MaintenanceState(oldest.replace(tzinfo=timezone.utc) if oldest else None, orphans_removed_at)  # the session time zone is UTC
 
 
 def maintenance_due(spark: SparkSession, target: str, interval: timedelta, now: datetime | None = None) -> bool:
-    since = last_maintained_at(spark, target)
+    since = maintenance_state(spark, target).maintained_at
     return since is not None and (now or datetime.now(timezone.utc)) - since >= interval
 
 
-def record_maintained(spark: SparkSession, target: str, now: datetime | None = None) -> None:
-    spark.sql(set_properties_sql(target, {MAINTAINED_AT_PROPERTY: (now or datetime.now(timezone.utc)).isoformat()}))
+def record_maintained(spark: SparkSession, target: str, result: MaintenanceResult, now: datetime | None = None) -> None:
+    """Records the pass on the table (one commit): when it ran, and when it last listed orphans if it did."""
+    at = (now or datetime.now(timezone.utc)).isoformat()
+    recorded = {MAINTAINED_AT_PROPERTY: at, **({ORPHANS_REMOVED_AT_PROPERTY: at} if result.orphans_swept else {})}
+    spark.sql(set_properties_sql(target, recorded))

@@ -91,6 +91,6 @@ def load_orders_partition(spark: SparkSession, request: OrdersLoadRequest) -> Or
             retain_last=upkeep.retain_last,
             orphan_age=timedelta(days=upkeep.orphan_file_age_days),
         )
-        record_maintained(spark, request.target, request.now)
+        record_maintained(spark, request.target, maintained, request.now)
         maintenance = maintained.metadata()
     return OrdersLoadOutcome(result, maintenance)

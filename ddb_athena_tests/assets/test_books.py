@@ -19,6 +19,7 @@ from ddb_athena.key_parity import dynamodb_keys
 from ddb_athena.simulate import BookSimulator
 from ddb_athena.table_spec import BOOKS_SPEC
 from ddb_athena_tests.dagster_helpers import materialization_metadata, materializations_metadata, sync_books
+from ddb_athena_tests.spark.helpers import plant_file
 
 
 @pytest.fixture
@@ -196,8 +197,7 @@ def test_the_sync_run_maintains_its_table_between_merges_and_checks_the_files_st
         sync_books(instance)
     simulator.insert()
     result = sync_books(instance, maintenance_interval_minutes=0.001)
-    (observation,) = [e for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
-    maintenance = {k: v.value for k, v in observation.event_specific_data.asset_observation.metadata.items()}
+    maintenance = maintenance_metadata(result)
     assert maintenance["maintenance_before_data_files"] >= 4 and maintenance["maintenance_after_data_files"] == 1
     assert maintenance["maintenance_rewritten_data_files"] >= 4
     (compact,) = [e for e in result.get_asset_check_evaluations() if e.check_name == "books_files_compact"]
@@ -207,6 +207,36 @@ def test_the_sync_run_maintains_its_table_between_merges_and_checks_the_files_st
     again = sync_books(instance, maintenance_interval_minutes=15)
     assert materialization_metadata(again, "books_iceberg")["rows_inserted"] == 1
     assert not [e for e in again.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+
+
+def maintenance_metadata(result) -> dict:
+    (observation,) = [e for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+    return {k: v.value for k, v in observation.event_specific_data.asset_observation.metadata.items()}
+
+
+def test_the_sync_runs_maintenance_lists_orphans_at_its_first_pass_then_once_per_sweep_interval(spark, settings, instance):
+    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table)
+    simulator.insert()
+    sync_books(instance)
+    books = f"{settings.namespace}.books"
+
+    def maintained_run(**options) -> dict:
+        simulator.insert()
+        return maintenance_metadata(sync_books(instance, maintenance_interval_minutes=0.001, **options))
+
+    first = plant_file(spark, books, "left-by-a-crashed-writer.parquet", age_days=5)
+    never_swept = maintained_run()
+    assert never_swept["maintenance_orphans_swept"] and never_swept["maintenance_orphan_files_removed"] == 1
+    assert not first.exists()
+
+    second = plant_file(spark, books, "left-by-another-crash.parquet", age_days=5)
+    within_a_day = maintained_run()  # the default sweep interval is 24 hours
+    assert not within_a_day["maintenance_orphans_swept"] and "maintenance_orphan_files_removed" not in within_a_day
+    assert second.exists() and within_a_day["maintenance_after_data_files"] == 1  # compacted all the same
+
+    interval_gone_by = maintained_run(orphan_sweep_interval_hours=0.0001)
+    assert interval_gone_by["maintenance_orphans_swept"] and interval_gone_by["maintenance_orphan_files_removed"] == 1
+    assert not second.exists()
 
 
 def data_files(spark, table: str) -> int:

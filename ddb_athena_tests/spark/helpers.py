@@ -1,6 +1,9 @@
 """Building change files by hand and reading library.books back, for the merge tests."""
 
+import os
+import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from ddb_athena.capture.change_files import ChangeRecord, SourceLayout, change_file_name, list_change_files, write_change_file
 from ddb_athena.capture.quarantine import quarantined_records
@@ -15,6 +18,16 @@ def change(sequence: int, book_id: str, event: str = "MODIFY", name: str | None 
     if event != "REMOVE":
         image = {"id": {"S": book_id}, "name": {"S": name or f"{book_id}@{sequence}"}, **attributes}
     return ChangeRecord(event, {"id": {"S": book_id}}, image, str(sequence), "2026-11-22T03:00:00.000000Z", "shard-0")
+
+
+def plant_file(spark, table: str, name: str, age_days: float = 0) -> Path:
+    """A file in the table's data folder that no snapshot references (as a crashed writer leaves), `age_days` old."""
+    location = spark.sql(f"DESCRIBE TABLE EXTENDED {table}").where("col_name = 'Location'").collect()[0]["data_type"]
+    stray = Path(location.removeprefix("file:")) / "data" / name
+    stray.write_bytes(b"PAR1")
+    modified = time.time() - age_days * 86400
+    os.utime(stray, (modified, modified))
+    return stray
 
 
 class ChangeFiles:

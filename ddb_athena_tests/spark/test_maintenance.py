@@ -4,9 +4,9 @@ import pytest
 
 from ddb_athena.jobs import books_maintenance
 from ddb_athena.spark.change_merge import tombstone_table
-from ddb_athena.spark.maintenance import maintain_table
+from ddb_athena.spark.maintenance import MaintenanceState, maintain_table, maintenance_state, record_maintained
 from ddb_athena_tests.dagster_helpers import local_resources
-from ddb_athena_tests.spark.helpers import ChangeFiles, change
+from ddb_athena_tests.spark.helpers import ChangeFiles, change, plant_file
 
 
 def test_maintenance_compacts_keeps_recent_snapshots_and_prunes_only_old_tombstones(spark, settings):
@@ -70,22 +70,34 @@ def test_retentions_below_their_floors_are_refused_clearly(spark, settings):
 
 
 def test_orphan_files_go_once_older_than_their_age_and_a_recent_one_stays(spark, settings):
-    import os
-    import time
-    from pathlib import Path
-
     files = ChangeFiles(spark, settings)
     files.merge([files.write(change(1, "k", "INSERT"))])
-    location = spark.sql(f"DESCRIBE TABLE EXTENDED {files.table}").where("col_name = 'Location'").collect()[0]["data_type"]
-    data = Path(location.removeprefix("file:")) / "data"
-    old, recent = data / "left-by-a-crashed-writer.parquet", data / "being-written-now.parquet"
-    for stray in (old, recent):
-        stray.write_bytes(b"PAR1")
-    five_days_ago = time.time() - 5 * 86400
-    os.utime(old, (five_days_ago, five_days_ago))
+    old = plant_file(spark, files.table, "left-by-a-crashed-writer.parquet", age_days=5)
+    recent = plant_file(spark, files.table, "being-written-now.parquet")
     result = maintain_table(spark, "lake", files.table, timedelta(hours=1), 1, timedelta(days=3))
     assert result.orphan_files_removed == 1 and not old.exists() and recent.exists()
     assert files.names() == {"k": "k@1"}
+
+
+def test_a_pass_told_not_to_list_orphans_leaves_them_and_records_no_sweep(spark, settings):
+    files = ChangeFiles(spark, settings)
+    files.merge([files.write(change(1, "k", "INSERT"))])
+    old = plant_file(spark, files.table, "left-by-a-crashed-writer.parquet", age_days=5)
+    skipped = maintain_table(spark, "lake", files.table, timedelta(hours=1), 1, timedelta(days=3), remove_orphans=False)
+    assert skipped.orphan_files_removed is None and old.exists()
+    assert skipped.metadata()["orphans_swept"] is False and "orphan_files_removed" not in skipped.metadata()
+    at = datetime(2026, 11, 24, 12, tzinfo=timezone.utc)
+    record_maintained(spark, files.table, skipped, at)
+    assert maintenance_state(spark, files.table) == MaintenanceState(at, None)
+
+    swept = maintain_table(spark, "lake", files.table, timedelta(hours=1), 1, timedelta(days=3))
+    assert swept.orphan_files_removed == 1 and not old.exists() and swept.metadata()["orphans_swept"] is True
+    later = at + timedelta(minutes=15)
+    record_maintained(spark, files.table, swept, later)
+    state = maintenance_state(spark, files.table)
+    assert state == MaintenanceState(later, later)
+    assert not state.orphan_sweep_due(timedelta(hours=24), later + timedelta(hours=23))
+    assert state.orphan_sweep_due(timedelta(hours=24), later + timedelta(hours=24))
 
 
 def test_old_metadata_files_are_deleted_at_commit_so_their_count_stays_bounded(spark, settings):
