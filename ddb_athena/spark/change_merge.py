@@ -285,15 +285,15 @@ def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame
     latest.createOrReplaceTempView(latest_view)
     # Classify each change against the table as it is now (runs never overlap, so it stays so).
     classified = spark.sql(
-        f"SELECT l.*, d._tombstone, c._current, CASE "
+        f"SELECT l.*, CASE "
         f"WHEN _current IS NOT NULL AND l.{SEQUENCE_COLUMN} <= _current THEN 'stale' "
         "WHEN event_name = 'REMOVE' AND _current IS NOT NULL THEN 'delete' "
-        # Not newer than the key's last delete: already applied, or older than it.
-        f"WHEN _tombstone IS NOT NULL AND l.{SEQUENCE_COLUMN} <= _tombstone THEN 'stale' "
+        # Not newer than a delete of the key: already applied, or older than it. A semi join, not the newest
+        # delete per key: that aggregate put a shuffle in every cycle.
+        f"WHEN EXISTS (SELECT 1 FROM {tombstones_sql} d WHERE d.{key} = l.key AND d.{SEQUENCE_COLUMN} >= l.{SEQUENCE_COLUMN}) THEN 'stale' "
         "WHEN event_name = 'REMOVE' THEN 'tombstone' "
         "WHEN _current IS NOT NULL THEN 'update' ELSE 'insert' END AS _action "
         f"FROM {latest_view} l "
-        f"LEFT JOIN ({_newest_deletes_sql(target, key)}) d ON l.key = d.key "
         f"LEFT JOIN (SELECT {key} AS key, {SEQUENCE_COLUMN} AS _current FROM {target_sql}) c ON l.key = c.key"
     ).localCheckpoint()
     summary = classified.groupBy("_action").agg(F.count("*").alias("count"), F.max(CHANGED_AT_COLUMN).alias("newest")).collect()
