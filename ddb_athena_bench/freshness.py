@@ -310,7 +310,9 @@ def report(result: dict) -> str:
             f"| sync run workers, CPU-s per minute | {result['sync_cpu_per_minute']:.1f} | ≤ 10 |",
             f"| `dagster dev` with its daemon, code server, webserver and all runs, CPU-s per minute | {result['dagster_cpu_per_minute']:.1f} | |",
             *(
-                f"| of which {RUN_KINDS.get(job, f'{job} runs')} ({runs}), CPU-s per minute | {cpu:.1f} | |"
+                # The same work every run: their CPU-s a run show how fast the host was, to compare reports of
+                # different days.
+                f"| of which {RUN_KINDS.get(job, f'{job} runs')} ({runs}, {cpu * result['minutes'] / runs:.2f} CPU-s each), CPU-s per minute | {cpu:.1f} | |"
                 for job, (runs, cpu) in sorted(result["runs_cpu_per_minute"].items())
                 if job != "books_sync"
             ),
