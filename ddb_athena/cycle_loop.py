@@ -75,8 +75,9 @@ def run_cycles(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Calls `cycle(1)`, `cycle(2)`, ... one `interval_seconds` apart (start to start; back to back when a
-    cycle takes longer) until `run_seconds` have passed (0: a single cycle) or a stop is requested.
-    Returns how many cycles ran; a held stop is delivered after the last one."""
+    cycle takes longer) while the next one would start within `run_seconds` (0: a single cycle) and no stop
+    is requested. Returns right after the last cycle (a successor queued behind this run starts sooner)
+    with how many cycles ran; a held stop is delivered then."""
     if interval_seconds <= 0 or run_seconds < 0:
         raise ValueError(f"interval must be positive and run time not negative, got {interval_seconds} and {run_seconds}")
     stop = stop or StopRequest()
@@ -87,10 +88,12 @@ def run_cycles(
             number += 1
             started = clock()
             cycle(number)
-            next_start = started + interval_seconds
-            while not stop.requested and clock() < min(next_start, deadline):
-                sleep(min(_WAIT_STEP_SECONDS, max(0.0, min(next_start, deadline) - clock())))
-            if stop.requested or clock() >= deadline:
+            next_start = max(started + interval_seconds, clock())
+            if stop.requested or next_start >= deadline:
+                break
+            while not stop.requested and clock() < next_start:
+                sleep(min(_WAIT_STEP_SECONDS, max(0.0, next_start - clock())))
+            if stop.requested:
                 break
     stop.deliver()
     return number

@@ -28,6 +28,19 @@ def test_cycles_start_one_interval_apart_back_to_back_when_slow_and_stop_at_the_
 
     ran = run_cycles(cycle, interval_seconds=10, run_seconds=60, clock=clock, sleep=clock.sleep)
     assert starts == [(1, 0), (2, 10), (3, 20), (4, 34), (5, 44), (6, 54)] and ran == 6
+    # No seventh cycle could start by 60 s: the run ends when the sixth does, not idle until 60 s.
+    assert clock.now == 57
+
+
+def test_a_cycle_that_overruns_the_run_time_is_the_last():
+    clock, starts = FakeClock(), []
+
+    def cycle(number):
+        starts.append(round(clock.now, 6))
+        clock.now += 3 if number != 2 else 50  # the second cycle ends past the run time
+
+    assert run_cycles(cycle, interval_seconds=10, run_seconds=30, clock=clock, sleep=clock.sleep) == 2
+    assert starts == [0, 10] and clock.now == 60
 
 
 def test_a_run_time_of_zero_is_one_cycle_and_bad_settings_are_refused():
