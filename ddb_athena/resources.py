@@ -20,7 +20,9 @@ from ddb_athena.packaging import JOB_ARCHIVE_NAME, ORDERS_LOAD_JOB, entry_point_
 from ddb_athena.settings import (
     BOOKS_SOURCE_PREFIX,
     DEFAULT_MERGE_INTERVAL_SECONDS,
+    DEFAULT_SYNC_RUN_MINUTES,
     MAX_MERGE_INTERVAL_SECONDS,
+    MAX_SYNC_RUN_MINUTES,
     MIN_MERGE_INTERVAL_SECONDS,
     ORDERS_EXPORT_PREFIX,
     Settings,
@@ -143,7 +145,10 @@ class SyncSettings(ConfigurableResource):
     )
     backlog_limit_minutes: float = Field(default=2.0, description="oldest unmerged change file allowed, in minutes")
     sync_run_minutes: float = Field(
-        default=60.0, ge=0, description="how long one books_sync run keeps syncing before it ends (the schedule starts the next); 0: one cycle"
+        default=DEFAULT_SYNC_RUN_MINUTES,
+        ge=0,
+        le=MAX_SYNC_RUN_MINUTES,
+        description="how long one books_sync run keeps syncing before it ends (the schedule starts the next); 0: one cycle",
     )
     merge_interval_seconds: float = Field(
         default=DEFAULT_MERGE_INTERVAL_SECONDS,
@@ -325,7 +330,12 @@ def resources_from_settings(settings: Settings, **sync_options) -> dict:
             books_table=settings.books_table,
             orders_table=settings.orders_table,
             namespace=settings.namespace,
-            **{"books_capture": settings.books_capture, "merge_interval_seconds": settings.merge_interval_seconds, **sync_options},
+            **{
+                "books_capture": settings.books_capture,
+                "merge_interval_seconds": settings.merge_interval_seconds,
+                "sync_run_minutes": settings.sync_run_minutes,
+                **sync_options,
+            },
         ),
     }
 

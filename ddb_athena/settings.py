@@ -42,6 +42,8 @@ MIN_CLEANUP_INTERVAL_SECONDS = 30
 # Athena within a minute or two, and the 2-minute backlog check, no longer hold.
 DEFAULT_MERGE_INTERVAL_SECONDS = 10.0
 MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS = 1.0, 60.0
+# A day at most: a run's max runtime (its length plus slack) is how long a hung one holds the books writer.
+DEFAULT_SYNC_RUN_MINUTES, MAX_SYNC_RUN_MINUTES = 60.0, 1440.0
 
 
 class SettingsError(ValueError):
@@ -67,16 +69,14 @@ def _cleanup_interval(text: str) -> int:
     return int(text)
 
 
-def _merge_interval(text: str) -> float:
+def _number_between(name: str, text: str, low: float, high: float, unit: str) -> float:
     try:
-        seconds = float(text)
+        number = float(text)
     except ValueError:
-        seconds = 0.0
-    if not MIN_MERGE_INTERVAL_SECONDS <= seconds <= MAX_MERGE_INTERVAL_SECONDS:
-        raise SettingsError(
-            f"DDB_ATHENA_MERGE_INTERVAL_SECONDS={text!r}: expected seconds from {MIN_MERGE_INTERVAL_SECONDS:g} to {MAX_MERGE_INTERVAL_SECONDS:g}"
-        )
-    return seconds
+        number = float("nan")
+    if not low <= number <= high:
+        raise SettingsError(f"{name}={text!r}: expected {unit} from {low:g} to {high:g}")
+    return number
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,7 @@ class Settings:
     orders_schedule_hour: int = DEFAULT_ORDERS_SCHEDULE_HOUR
     cleanup_interval_seconds: int = DEFAULT_CLEANUP_INTERVAL_SECONDS
     merge_interval_seconds: float = DEFAULT_MERGE_INTERVAL_SECONDS
+    sync_run_minutes: float = DEFAULT_SYNC_RUN_MINUTES
     books_capture: str = "run"
     orders_load: str = "in_process"
     # Only the EMR settings the environment sets; the runner's defaults stand for the rest.
@@ -161,7 +162,20 @@ class Settings:
             orders_load=orders_load,
             emr=emr,
             cleanup_interval_seconds=_cleanup_interval(env.get("DDB_ATHENA_CLEANUP_INTERVAL_SECONDS", str(DEFAULT_CLEANUP_INTERVAL_SECONDS))),
-            merge_interval_seconds=_merge_interval(env.get("DDB_ATHENA_MERGE_INTERVAL_SECONDS", str(DEFAULT_MERGE_INTERVAL_SECONDS))),
+            merge_interval_seconds=_number_between(
+                "DDB_ATHENA_MERGE_INTERVAL_SECONDS",
+                env.get("DDB_ATHENA_MERGE_INTERVAL_SECONDS", str(DEFAULT_MERGE_INTERVAL_SECONDS)),
+                MIN_MERGE_INTERVAL_SECONDS,
+                MAX_MERGE_INTERVAL_SECONDS,
+                "seconds",
+            ),
+            sync_run_minutes=_number_between(
+                "DDB_ATHENA_SYNC_RUN_MINUTES",
+                env.get("DDB_ATHENA_SYNC_RUN_MINUTES", str(DEFAULT_SYNC_RUN_MINUTES)),
+                0,
+                MAX_SYNC_RUN_MINUTES,
+                "minutes",
+            ),
         )
 
     @property

@@ -40,6 +40,10 @@ def test_aws_profile():
         {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "0"},
         {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "90"},
         {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "20s"},
+        {"DDB_ATHENA_SYNC_RUN_MINUTES": "-1"},
+        {"DDB_ATHENA_SYNC_RUN_MINUTES": "2000"},
+        {"DDB_ATHENA_SYNC_RUN_MINUTES": "nan"},
+        {"DDB_ATHENA_SYNC_RUN_MINUTES": "an hour"},
     ],
 )
 def test_bad_configuration_is_refused(environ):
@@ -57,6 +61,15 @@ def test_merge_interval_comes_from_the_environment_into_the_sync_resource():
     assert resources_from_settings(Settings.from_env({}))["sync"].merge_interval_seconds == 10.0
     settings = Settings.from_env({"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "20"})
     assert resources_from_settings(settings)["sync"].merge_interval_seconds == 20.0
+
+
+def test_sync_run_minutes_come_from_the_environment_into_the_sync_resource():
+    from ddb_athena.resources import resources_from_settings
+
+    assert resources_from_settings(Settings.from_env({}))["sync"].sync_run_minutes == 60.0
+    settings = Settings.from_env({"DDB_ATHENA_SYNC_RUN_MINUTES": "30"})
+    assert resources_from_settings(settings)["sync"].sync_run_minutes == 30.0
+    assert Settings.from_env({"DDB_ATHENA_SYNC_RUN_MINUTES": "0"}).sync_run_minutes == 0
 
 
 @pytest.mark.parametrize("seconds", [0.5, 61])
