@@ -69,7 +69,9 @@ def _cleanup_interval(text: str) -> int:
     return int(text)
 
 
-def _number_between(name: str, text: str, low: float, high: float, unit: str) -> float:
+def _number_between(env: Mapping[str, str], name: str, default: float, low: float, high: float, unit: str) -> float:
+    """`env[name]` as a number from `low` to `high`, `default` when unset."""
+    text = env.get(name, str(default))
     try:
         number = float(text)
     except ValueError:
@@ -163,19 +165,9 @@ class Settings:
             emr=emr,
             cleanup_interval_seconds=_cleanup_interval(env.get("DDB_ATHENA_CLEANUP_INTERVAL_SECONDS", str(DEFAULT_CLEANUP_INTERVAL_SECONDS))),
             merge_interval_seconds=_number_between(
-                "DDB_ATHENA_MERGE_INTERVAL_SECONDS",
-                env.get("DDB_ATHENA_MERGE_INTERVAL_SECONDS", str(DEFAULT_MERGE_INTERVAL_SECONDS)),
-                MIN_MERGE_INTERVAL_SECONDS,
-                MAX_MERGE_INTERVAL_SECONDS,
-                "seconds",
+                env, "DDB_ATHENA_MERGE_INTERVAL_SECONDS", DEFAULT_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS, "seconds"
             ),
-            sync_run_minutes=_number_between(
-                "DDB_ATHENA_SYNC_RUN_MINUTES",
-                env.get("DDB_ATHENA_SYNC_RUN_MINUTES", str(DEFAULT_SYNC_RUN_MINUTES)),
-                0,
-                MAX_SYNC_RUN_MINUTES,
-                "minutes",
-            ),
+            sync_run_minutes=_number_between(env, "DDB_ATHENA_SYNC_RUN_MINUTES", DEFAULT_SYNC_RUN_MINUTES, 0, MAX_SYNC_RUN_MINUTES, "minutes"),
         )
 
     @property
