@@ -27,7 +27,7 @@ from ddb_athena.books_cycle import BooksSync
 from ddb_athena.cycle_loop import run_cycles
 from ddb_athena.key_parity import ParityTracker
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
-from ddb_athena.settings import MAX_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS
+from ddb_athena.settings import MAX_MERGE_INTERVAL_SECONDS, MAX_SYNC_RUN_MINUTES, MIN_MERGE_INTERVAL_SECONDS
 from ddb_athena.spark.maintenance import MaintenanceResult, MaintenanceState, compact_with_tombstones, maintenance_state
 
 # The specs are skippable: each cycle's materializations are logged as events, no output is returned.
@@ -56,7 +56,10 @@ class BooksSyncConfig(Config):
         description="Scan the whole table and replay the stream after it (first cycle): the recovery from a stream gap.",
     )
     run_minutes: float | None = Field(
-        default=None, description="How long this run keeps syncing; 0: one cycle. Default: the sync resource's sync_run_minutes."
+        default=None,
+        ge=0,
+        le=MAX_SYNC_RUN_MINUTES,
+        description="How long this run keeps syncing; 0: one cycle. Default: the sync resource's sync_run_minutes.",
     )
     merge_interval_seconds: float | None = Field(
         default=None,
