@@ -72,28 +72,20 @@ def test_sync_run_minutes_come_from_the_environment_into_the_sync_resource():
     assert Settings.from_env({"DDB_ATHENA_SYNC_RUN_MINUTES": "0"}).sync_run_minutes == 0
 
 
-@pytest.mark.parametrize("minutes", [-1, 1441])
-def test_sync_run_minutes_out_of_range_are_refused_in_the_resource_and_in_run_config(minutes):
-    """The same bounds as the environment variable, however the run's length is set."""
+@pytest.mark.parametrize(
+    "field, value",
+    [("sync_run_minutes", -1), ("sync_run_minutes", 1441), ("merge_interval_seconds", 0.5), ("merge_interval_seconds", 61)],
+)
+def test_a_run_length_or_merge_interval_out_of_range_is_refused_in_the_resource_and_in_run_config(field, value):
+    """The same bounds as the environment variables, however the run's length or interval is set."""
     from ddb_athena.assets.books import BooksSyncConfig
     from ddb_athena.resources import SyncSettings
 
+    run_config_field = {"sync_run_minutes": "run_minutes"}.get(field, field)
     with pytest.raises(ValueError):
-        SyncSettings(bucket="b", books_table="books", sync_run_minutes=minutes)
+        SyncSettings(bucket="b", books_table="books", **{field: value})
     with pytest.raises(ValueError):
-        BooksSyncConfig(run_minutes=minutes)
-
-
-@pytest.mark.parametrize("seconds", [0.5, 61])
-def test_a_merge_interval_out_of_range_is_refused_in_the_resource_and_in_run_config(seconds):
-    """The same bounds as the environment variable, however the interval is set."""
-    from ddb_athena.assets.books import BooksSyncConfig
-    from ddb_athena.resources import SyncSettings
-
-    with pytest.raises(ValueError):
-        SyncSettings(bucket="b", books_table="books", merge_interval_seconds=seconds)
-    with pytest.raises(ValueError):
-        BooksSyncConfig(merge_interval_seconds=seconds)
+        BooksSyncConfig(**{run_config_field: value})
 
 
 def test_settings_error_is_a_value_error():
