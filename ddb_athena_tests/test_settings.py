@@ -73,17 +73,21 @@ def test_sync_run_minutes_come_from_the_environment_into_the_sync_resource():
 
 
 @pytest.mark.parametrize(
-    "field, value",
-    [("sync_run_minutes", -1), ("sync_run_minutes", 1441), ("merge_interval_seconds", 0.5), ("merge_interval_seconds", 61)],
+    "resource_field, run_config_field, value",
+    [
+        ("sync_run_minutes", "run_minutes", -1),
+        ("sync_run_minutes", "run_minutes", 1441),
+        ("merge_interval_seconds", "merge_interval_seconds", 0.5),
+        ("merge_interval_seconds", "merge_interval_seconds", 61),
+    ],
 )
-def test_a_run_length_or_merge_interval_out_of_range_is_refused_in_the_resource_and_in_run_config(field, value):
+def test_a_run_length_or_merge_interval_out_of_range_is_refused_in_the_resource_and_in_run_config(resource_field, run_config_field, value):
     """The same bounds as the environment variables, however the run's length or interval is set."""
     from ddb_athena.assets.books import BooksSyncConfig
     from ddb_athena.resources import SyncSettings
 
-    run_config_field = {"sync_run_minutes": "run_minutes"}.get(field, field)
     with pytest.raises(ValueError):
-        SyncSettings(bucket="b", books_table="books", **{field: value})
+        SyncSettings(bucket="b", books_table="books", **{resource_field: value})
     with pytest.raises(ValueError):
         BooksSyncConfig(**{run_config_field: value})
 
