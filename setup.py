@@ -6,6 +6,8 @@ setup(
     description="Keep Amazon DynamoDB tables queryable in Amazon Athena through Apache Iceberg.",
     python_requires=">=3.11,<3.12",
     packages=find_packages(exclude=["ddb_athena_tests*", "ddb_athena_bench*"]),
+    # Compiled into the local stack's JARs (ddb_athena.spark.jars).
+    package_data={"ddb_athena.spark": ["LocalWarehouseFileSystem.java"]},
     install_requires=[
         "dagster==1.13.*",
         "dagster-webserver==1.13.*",

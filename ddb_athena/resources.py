@@ -90,10 +90,12 @@ class IcebergSparkResource(ConfigurableResource):
     def spark_config(self, with_credentials: bool = True) -> dict[str, str]:
         """With `with_credentials=False`, S3A finds the credentials in the environment (see credential_environment)."""
         jars: list = []
-        if self.profile == "local" and not self.jars_packages:
-            from ddb_athena.spark.jars import local_jar_paths
+        file_system_jar = None
+        if self.profile == "local":
+            from ddb_athena.spark.jars import local_file_system_jar, local_jar_paths
 
-            jars = local_jar_paths()
+            jars = [] if self.jars_packages else local_jar_paths()
+            file_system_jar = local_file_system_jar()
         credentials = self.credential_environment() if with_credentials else {}
         return iceberg_spark_config(
             SparkIcebergOptions(
@@ -103,6 +105,7 @@ class IcebergSparkResource(ConfigurableResource):
                 master=self.master,
                 jars=[str(jar) for jar in jars],
                 jars_packages=self.jars_packages,
+                local_file_system_jar=str(file_system_jar) if file_system_jar else None,
                 s3_endpoint_url=self.s3_endpoint_url,
                 region=self.region,
                 credentials=credentials,

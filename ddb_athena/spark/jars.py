@@ -7,7 +7,9 @@ Maven Central is not assumed to be reachable, so every JAR comes from PyPI:
   pyspark's own Jackson 2.15.2 classes into ``org.apache.iceberg.shaded``;
 - ``hadoop-aws`` and the matching AWS SDK bundle ship inside the
   ``sagemaker-pyspark`` sdist, which is only downloaded and unpacked, never
-  installed (it pins an old pyspark).
+  installed (it pins an old pyspark);
+- the local warehouse's file system (``LocalWarehouseFileSystem.java``) is
+  compiled here against pyspark's own Hadoop client, where a JDK is at hand.
 
 Everything lands in one cached directory; provisioning is idempotent and each
 file is written atomically so an interrupted run never leaves a broken JAR.
@@ -15,6 +17,7 @@ file is written atomically so an interrupted run never leaves a broken JAR.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
@@ -95,6 +98,13 @@ FIXED_CONSTANT_SIZES = {
 }
 
 
+# Hadoop's local file system without a chmod process for every file it writes; optional: without a JDK to compile it,
+# the local warehouse keeps Hadoop's own.
+LOCAL_FILE_SYSTEM_SOURCE = Path(__file__).with_name("LocalWarehouseFileSystem.java")
+LOCAL_FILE_SYSTEM_CLASS = "ddb_athena.hadoop.LocalWarehouseFileSystem"
+JAVA_RELEASE = "8"
+
+
 class MissingJarsError(RuntimeError):
     """The local Spark JARs have not been provisioned yet."""
 
@@ -131,7 +141,52 @@ def ensure_local_jars(jar_dir: Path | None = None) -> list[Path]:
     if not all(path.is_file() for path in s3a_jars):
         _provision_s3a_jars(s3a_jars)
 
+    file_system_jar = jar_dir / local_file_system_jar_name()
+    if not file_system_jar.is_file():
+        _compile_local_file_system(file_system_jar)
+
     return local_jar_paths(jar_dir)
+
+
+def local_file_system_jar_name() -> str:
+    """Named for its source, so that a changed source is compiled again."""
+    digest = hashlib.sha256(LOCAL_FILE_SYSTEM_SOURCE.read_bytes()).hexdigest()[:12]
+    return f"ddb-athena-local-fs-{digest}.jar"
+
+
+def local_file_system_jar(jar_dir: Path | None = None) -> Path | None:
+    """The compiled local warehouse file system, or None where no JDK was at hand to compile it."""
+    path = (jar_dir or DEFAULT_JAR_DIR) / local_file_system_jar_name()
+    return path if path.is_file() else None
+
+
+def _compile_local_file_system(target: Path) -> None:
+    javac = _javac()
+    if javac is None:
+        logger.warning(
+            "No JDK found (javac on JAVA_HOME or the PATH): the local warehouse keeps Hadoop's own file system, "
+            "which runs a chmod process for every file it writes (~1 CPU-s a minute of a sync run). "
+            "Install a JDK and run `make install` again to compile %s.",
+            LOCAL_FILE_SYSTEM_SOURCE.name,
+        )
+        return
+    (hadoop_client,) = (_package_dir("pyspark") / "jars").glob("hadoop-client-api-*.jar")
+    with tempfile.TemporaryDirectory() as classes, _atomic_output(target) as partial:
+        subprocess.run(
+            [javac, "--release", JAVA_RELEASE, "-cp", str(hadoop_client), "-d", classes, str(LOCAL_FILE_SYSTEM_SOURCE)],
+            check=True,
+        )
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
+            for class_file in sorted(Path(classes).rglob("*.class")):
+                jar.write(class_file, class_file.relative_to(classes).as_posix())
+
+
+def _javac() -> str | None:
+    """The compiler of the JDK that PySpark runs (JAVA_HOME's, else the PATH's)."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "javac").is_file():
+        return str(Path(java_home) / "bin" / "javac")
+    return shutil.which("javac")
 
 
 def relocate_jackson(source_jars: list[Path], output: Path) -> int:
@@ -290,3 +345,5 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for jar_path in ensure_local_jars():
         print(jar_path)
+    if file_system_jar := local_file_system_jar():
+        print(file_system_jar)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
 from ddb_athena.identifiers import validate_identifier
+from ddb_athena.spark.jars import LOCAL_FILE_SYSTEM_CLASS
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 # The JIT compiles a method after 10x the usual calls: a sync cycle runs a long tail of planning code once
@@ -38,6 +39,7 @@ class SparkIcebergOptions:
     region: str = "us-east-1"
     credentials: Mapping[str, str] = field(default_factory=dict)
     shuffle_partitions: int = 4
+    local_file_system_jar: str | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -73,6 +75,11 @@ def iceberg_spark_config(options: SparkIcebergOptions) -> dict[str, str]:
         # This package is installed in the interpreter that runs the workers (`spark.pyspark.python`); on a
         # cluster it arrives with the job, after the daemon starts, so the cluster keeps Spark's own daemon.
         config["spark.python.daemon.module"] = PYTHON_DAEMON_MODULE
+        if options.local_file_system_jar:
+            # Hadoop's own runs a chmod process for every file written (~30 a sync cycle, ~1 CPU-s a minute: see
+            # LocalWarehouseFileSystem.java); on the driver's class path, where Hadoop looks its file systems up.
+            config["spark.driver.extraClassPath"] = options.local_file_system_jar
+            config["spark.hadoop.fs.file.impl"] = LOCAL_FILE_SYSTEM_CLASS
     if options.jars_packages:
         config["spark.jars.packages"] = options.jars_packages
     elif options.jars:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import struct
 import subprocess
 import zipfile
@@ -10,9 +11,12 @@ from pathlib import Path
 import pytest
 
 from ddb_athena.spark.jars import (
+    LOCAL_FILE_SYSTEM_CLASS,
     LOCAL_JAR_NAMES,
     MissingJarsError,
     ensure_local_jars,
+    local_file_system_jar,
+    local_file_system_jar_name,
     local_jar_paths,
     relocate_class_bytes,
     relocate_jackson,
@@ -132,7 +136,7 @@ def test_local_jar_paths_on_empty_dir_names_the_fix(tmp_path: Path):
 
 
 def test_ensure_local_jars_does_nothing_when_all_jars_are_present(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    for name in LOCAL_JAR_NAMES:
+    for name in (*LOCAL_JAR_NAMES, local_file_system_jar_name()):
         (tmp_path / name).write_bytes(b"jar")
 
     def no_pip(*args: object, **kwargs: object) -> None:
@@ -141,3 +145,38 @@ def test_ensure_local_jars_does_nothing_when_all_jars_are_present(tmp_path: Path
     monkeypatch.setattr(subprocess, "run", no_pip)
 
     assert ensure_local_jars(tmp_path) == [tmp_path / name for name in LOCAL_JAR_NAMES]
+
+
+def test_the_local_file_system_is_compiled_once_with_the_other_jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    for name in LOCAL_JAR_NAMES:
+        (tmp_path / name).write_bytes(b"jar")
+    assert local_file_system_jar(tmp_path) is None
+
+    ensure_local_jars(tmp_path)
+
+    compiled = local_file_system_jar(tmp_path)
+    assert compiled == tmp_path / local_file_system_jar_name()
+    with zipfile.ZipFile(compiled) as jar:
+        assert LOCAL_FILE_SYSTEM_CLASS.replace(".", "/") + ".class" in jar.namelist()
+    assert not list(tmp_path.glob(".*.part"))
+
+    def no_javac(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a compiled file system must not be compiled again")
+
+    monkeypatch.setattr(subprocess, "run", no_javac)
+    ensure_local_jars(tmp_path)
+
+
+def test_without_a_jdk_the_local_jars_are_provisioned_and_the_file_system_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    for name in LOCAL_JAR_NAMES:
+        (tmp_path / name).write_bytes(b"jar")
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-jdk"))
+
+    with caplog.at_level(logging.WARNING, logger="ddb_athena.spark.jars"):
+        assert ensure_local_jars(tmp_path) == [tmp_path / name for name in LOCAL_JAR_NAMES]
+
+    assert local_file_system_jar(tmp_path) is None
+    assert "No JDK found" in caplog.text and "make install" in caplog.text

@@ -42,6 +42,17 @@ def test_local_profile_uses_a_hadoop_catalog_local_jars_and_the_emulator():
     assert config["spark.driver.extraJavaOptions"] == LOCAL_JVM_OPTIONS
 
 
+def test_a_compiled_local_file_system_serves_the_run_workers_file_paths():
+    from dataclasses import replace
+
+    config = iceberg_spark_config(replace(LOCAL, local_file_system_jar="/j/local-fs.jar"))
+    assert config["spark.driver.extraClassPath"] == "/j/local-fs.jar"
+    assert config["spark.hadoop.fs.file.impl"] == "ddb_athena.hadoop.LocalWarehouseFileSystem"
+
+    assert "spark.hadoop.fs.file.impl" not in iceberg_spark_config(LOCAL)
+    assert "spark.hadoop.fs.file.impl" not in iceberg_spark_config(replace(LOCAL, local_file_system_jar="/j/local-fs.jar", master=None))
+
+
 def test_maven_packages_replace_local_jars_when_set():
     from dataclasses import replace
 
