@@ -101,7 +101,6 @@ FIXED_CONSTANT_SIZES = {
 # Hadoop's local file system without a chmod process for every file it writes; optional: without a JDK to compile it,
 # the local warehouse keeps Hadoop's own.
 LOCAL_FILE_SYSTEM_SOURCE = Path(__file__).with_name("LocalWarehouseFileSystem.java")
-LOCAL_FILE_SYSTEM_CLASS = "ddb_athena.hadoop.LocalWarehouseFileSystem"
 JAVA_RELEASE = "8"
 
 
@@ -165,7 +164,7 @@ def _compile_local_file_system(target: Path) -> None:
     if javac is None:
         logger.warning(
             "No JDK found (javac on JAVA_HOME or the PATH): the local warehouse keeps Hadoop's own file system, "
-            "which runs a chmod process for every file it writes (~1 CPU-s a minute of a sync run). "
+            "which runs a chmod process for every file it writes (~0.7 CPU-s a minute of a sync run). "
             "Install a JDK and run `make install` again to compile %s.",
             LOCAL_FILE_SYSTEM_SOURCE.name,
         )

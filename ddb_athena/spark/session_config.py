@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
 from ddb_athena.identifiers import validate_identifier
-from ddb_athena.spark.jars import LOCAL_FILE_SYSTEM_CLASS
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 # The JIT compiles a method after 10x the usual calls: a sync cycle runs a long tail of planning code once
@@ -15,6 +14,8 @@ ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExt
 # CPU-s a minute for the compiler threads, 28.9 -> 24.2 in all); hot loops still compile.
 LOCAL_JVM_OPTIONS = "-XX:+UseParallelGC -XX:CompileThresholdScaling=10"
 GENERATED_CLASSES_KEPT = 2000
+# Compiled from LocalWarehouseFileSystem.java by `ddb_athena.spark.jars`.
+LOCAL_FILE_SYSTEM_CLASS = "ddb_athena.hadoop.LocalWarehouseFileSystem"
 PYTHON_DAEMON_MODULE = "ddb_athena.spark.python_daemon"
 # Plain Spark in the Dagster run worker on AWS (no platform to provide them): Iceberg, its AWS bundle (Glue,
 # S3FileIO) and Hadoop's S3A for the change and export files, at the versions pyspark 3.5 and Iceberg 1.10 pair with.
@@ -75,11 +76,6 @@ def iceberg_spark_config(options: SparkIcebergOptions) -> dict[str, str]:
         # This package is installed in the interpreter that runs the workers (`spark.pyspark.python`); on a
         # cluster it arrives with the job, after the daemon starts, so the cluster keeps Spark's own daemon.
         config["spark.python.daemon.module"] = PYTHON_DAEMON_MODULE
-        if options.local_file_system_jar:
-            # Hadoop's own runs a chmod process for every file written (~30 a sync cycle, ~1 CPU-s a minute: see
-            # LocalWarehouseFileSystem.java); on the driver's class path, where Hadoop looks its file systems up.
-            config["spark.driver.extraClassPath"] = options.local_file_system_jar
-            config["spark.hadoop.fs.file.impl"] = LOCAL_FILE_SYSTEM_CLASS
     if options.jars_packages:
         config["spark.jars.packages"] = options.jars_packages
     elif options.jars:
@@ -104,6 +100,13 @@ def iceberg_spark_config(options: SparkIcebergOptions) -> dict[str, str]:
     else:
         raise ValueError(f"unknown profile {options.profile!r}")
     config.update(options.extra)
+    if in_run_worker and options.local_file_system_jar:
+        # Hadoop's own runs a chmod process for every file written (~20 a sync cycle, ~0.7 CPU-s a minute: see
+        # LocalWarehouseFileSystem.java). On the driver's class path, where Hadoop looks its file systems up, beside
+        # any class path of the caller's.
+        config.setdefault("spark.hadoop.fs.file.impl", LOCAL_FILE_SYSTEM_CLASS)
+        class_path = (options.local_file_system_jar, config.get("spark.driver.extraClassPath"))
+        config["spark.driver.extraClassPath"] = os.pathsep.join(filter(None, class_path))
     return config
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from ddb_athena.spark.jars import (
-    LOCAL_FILE_SYSTEM_CLASS,
     LOCAL_JAR_NAMES,
     MissingJarsError,
     ensure_local_jars,
@@ -21,6 +20,7 @@ from ddb_athena.spark.jars import (
     relocate_class_bytes,
     relocate_jackson,
 )
+from ddb_athena.spark.session_config import LOCAL_FILE_SYSTEM_CLASS
 
 CLASS_TAIL = b"\x00\x21\x00\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"  # flags, this, super, no members
 LONG_VALUE = 0x0123456789ABCDEF

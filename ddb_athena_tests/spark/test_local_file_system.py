@@ -3,7 +3,7 @@
 from contextlib import contextmanager
 from pathlib import Path
 
-from ddb_athena.spark.jars import LOCAL_FILE_SYSTEM_CLASS
+from ddb_athena.spark.session_config import LOCAL_FILE_SYSTEM_CLASS
 from ddb_athena_tests.spark.helpers import ChangeFiles, change
 
 

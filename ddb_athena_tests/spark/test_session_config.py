@@ -50,6 +50,11 @@ def test_a_compiled_local_file_system_serves_the_run_workers_file_paths():
     assert config["spark.hadoop.fs.file.impl"] == "ddb_athena.hadoop.LocalWarehouseFileSystem"
 
     assert "spark.hadoop.fs.file.impl" not in iceberg_spark_config(LOCAL)
+    # A class path of the caller's keeps the file system's JAR, which the setting above needs at the JVM's start.
+    with_theirs = iceberg_spark_config(
+        replace(LOCAL, local_file_system_jar="/j/local-fs.jar", extra={"spark.driver.extraClassPath": "/theirs.jar"})
+    )
+    assert with_theirs["spark.driver.extraClassPath"] == "/j/local-fs.jar:/theirs.jar"
     assert "spark.hadoop.fs.file.impl" not in iceberg_spark_config(replace(LOCAL, local_file_system_jar="/j/local-fs.jar", master=None))
 
 
