@@ -18,6 +18,8 @@ setup(
         # The Iceberg runtime JAR we use locally is built for Spark 3.5 / Scala 2.12.
         "pyspark>=3.5,<3.6",
         "boto3>=1.34",
+        # The books sync run's CPU budget counts the CPU of its processes (the run, its JVM, Spark's workers).
+        "psutil>=5.9",
     ],
     extras_require={
         # The local stack: the AWS emulator and the Iceberg JARs that Maven would otherwise provide.
@@ -36,8 +38,8 @@ setup(
             "ruff==0.17.6",
         ],
         # `make bench`: DuckDB is the near-the-limit reference for the orders load; `make bench-freshness` reads
-        # library.books with PyIceberg (not our Spark, as Athena reads it), measures CPU with psutil, draws with matplotlib.
-        "bench": ["duckdb>=1.1", "pyiceberg[pyarrow]==0.12.*", "psutil>=5.9", "matplotlib>=3.8"],
+        # library.books with PyIceberg (not our Spark, as Athena reads it), draws with matplotlib.
+        "bench": ["duckdb>=1.1", "pyiceberg[pyarrow]==0.12.*", "matplotlib>=3.8"],
     },
     entry_points={"console_scripts": ["ddb-athena=ddb_athena.cli:main"]},
 )

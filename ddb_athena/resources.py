@@ -19,9 +19,12 @@ from ddb_athena.identifiers import qualified_name
 from ddb_athena.packaging import JOB_ARCHIVE_NAME, ORDERS_LOAD_JOB, entry_point_file
 from ddb_athena.settings import (
     BOOKS_SOURCE_PREFIX,
+    DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS,
     DEFAULT_MERGE_INTERVAL_SECONDS,
+    DEFAULT_SYNC_CPU_BUDGET,
     DEFAULT_SYNC_RUN_MINUTES,
     MAX_MERGE_INTERVAL_SECONDS,
+    MAX_SYNC_CPU_BUDGET,
     MAX_SYNC_RUN_MINUTES,
     MIN_MERGE_INTERVAL_SECONDS,
     ORDERS_EXPORT_PREFIX,
@@ -158,6 +161,20 @@ class SyncSettings(ConfigurableResource):
         ge=MIN_MERGE_INTERVAL_SECONDS,
         le=MAX_MERGE_INTERVAL_SECONDS,
         description="seconds from one sync cycle's start to the next",
+    )
+    sync_cpu_budget: float = Field(
+        default=DEFAULT_SYNC_CPU_BUDGET,
+        ge=0,
+        le=MAX_SYNC_CPU_BUDGET,
+        description="CPU-seconds a minute a books_sync run may spend on average over its length (its processes: the run, "
+        "its JVM, Spark's Python workers); when spent, cycles come less often, up to longest_merge_interval_seconds. 0: no budget",
+    )
+    longest_merge_interval_seconds: float = Field(
+        default=DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS,
+        ge=MIN_MERGE_INTERVAL_SECONDS,
+        le=MAX_MERGE_INTERVAL_SECONDS,
+        description="the longest the CPU budget may stretch a cycle's interval to (never below merge_interval_seconds): "
+        "p95 freshness is about the interval plus a few seconds",
     )
     table_checks_every_cycles: int = Field(
         default=6, ge=1, description="the checks that read the table and DynamoDB run on every n-th recorded cycle"
@@ -337,6 +354,8 @@ def resources_from_settings(settings: Settings, **sync_options) -> dict:
                 "books_capture": settings.books_capture,
                 "merge_interval_seconds": settings.merge_interval_seconds,
                 "sync_run_minutes": settings.sync_run_minutes,
+                "sync_cpu_budget": settings.sync_cpu_budget,
+                "longest_merge_interval_seconds": settings.longest_merge_interval_seconds,
                 **sync_options,
             },
         ),

@@ -42,6 +42,10 @@ MIN_CLEANUP_INTERVAL_SECONDS = 30
 # Athena within a minute or two, and the 2-minute backlog check, no longer hold.
 DEFAULT_MERGE_INTERVAL_SECONDS = 10.0
 MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS = 1.0, 60.0
+# The sync run's CPU budget (0: none), CPU-seconds a minute averaged over the run: when it is spent, cycles come
+# less often, up to the longest interval (p95 freshness is about the interval plus a few seconds; target 30 s).
+DEFAULT_SYNC_CPU_BUDGET, MAX_SYNC_CPU_BUDGET = 10.0, 120.0
+DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS = 20.0
 # A day at most: a run's max runtime (its length plus slack) is how long a hung one holds the books writer.
 DEFAULT_SYNC_RUN_MINUTES, MAX_SYNC_RUN_MINUTES = 60.0, 1440.0
 
@@ -81,6 +85,16 @@ def _number_between(env: Mapping[str, str], name: str, default: float, low: floa
     return number
 
 
+def _longest_merge_interval(env: Mapping[str, str], merge_interval: float) -> float:
+    name = "DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS"
+    if name not in env:
+        return max(DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS, merge_interval)
+    longest = _number_between(env, name, DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS, "seconds")
+    if longest < merge_interval:
+        raise SettingsError(f"{name}={env[name]!r}: shorter than the merge interval ({merge_interval:g} s)")
+    return longest
+
+
 @dataclass(frozen=True)
 class Settings:
     profile: str
@@ -102,6 +116,8 @@ class Settings:
     cleanup_interval_seconds: int = DEFAULT_CLEANUP_INTERVAL_SECONDS
     merge_interval_seconds: float = DEFAULT_MERGE_INTERVAL_SECONDS
     sync_run_minutes: float = DEFAULT_SYNC_RUN_MINUTES
+    sync_cpu_budget: float = DEFAULT_SYNC_CPU_BUDGET
+    longest_merge_interval_seconds: float = DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS
     books_capture: str = "run"
     orders_load: str = "in_process"
     # Only the EMR settings the environment sets; the runner's defaults stand for the rest.
@@ -118,6 +134,9 @@ class Settings:
         if profile not in PROFILES:
             raise SettingsError(f"DDB_ATHENA_PROFILE={profile!r}: expected one of {', '.join(PROFILES)}")
         local = profile == "local"
+        merge_interval = _number_between(
+            env, "DDB_ATHENA_MERGE_INTERVAL_SECONDS", DEFAULT_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS, "seconds"
+        )
         books_capture = env.get("DDB_ATHENA_BOOKS_CAPTURE", "run")
         if books_capture not in BOOKS_CAPTURES:
             raise SettingsError(f"DDB_ATHENA_BOOKS_CAPTURE={books_capture!r}: expected run (the sync run reads the stream) or lambda")
@@ -164,10 +183,10 @@ class Settings:
             orders_load=orders_load,
             emr=emr,
             cleanup_interval_seconds=_cleanup_interval(env.get("DDB_ATHENA_CLEANUP_INTERVAL_SECONDS", str(DEFAULT_CLEANUP_INTERVAL_SECONDS))),
-            merge_interval_seconds=_number_between(
-                env, "DDB_ATHENA_MERGE_INTERVAL_SECONDS", DEFAULT_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS, "seconds"
-            ),
+            merge_interval_seconds=merge_interval,
             sync_run_minutes=_number_between(env, "DDB_ATHENA_SYNC_RUN_MINUTES", DEFAULT_SYNC_RUN_MINUTES, 0, MAX_SYNC_RUN_MINUTES, "minutes"),
+            sync_cpu_budget=_number_between(env, "DDB_ATHENA_SYNC_CPU_BUDGET", DEFAULT_SYNC_CPU_BUDGET, 0, MAX_SYNC_CPU_BUDGET, "CPU-seconds a minute"),
+            longest_merge_interval_seconds=_longest_merge_interval(env, merge_interval),
         )
 
     @property

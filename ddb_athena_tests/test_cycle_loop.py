@@ -43,6 +43,25 @@ def test_a_cycle_that_overruns_the_run_time_is_the_last():
     assert starts == [0, 10] and clock.now == 60
 
 
+def test_a_throttle_makes_the_next_cycle_wait_up_to_the_longest_interval():
+    clock, starts = FakeClock(), []
+    waits = iter([0, 12, 30, 0, 30])
+
+    def cycle(number):
+        starts.append(round(clock.now, 6))
+        clock.now += 3 if number != 5 else 25  # the fifth cycle overruns even the longest interval
+
+    ran = run_cycles(cycle, 10, 80, clock=clock, sleep=clock.sleep, throttle=lambda: next(waits), longest_interval_seconds=20)
+    # No wait: the interval. 12 s after a 3-s cycle: 15. 30: held to the longest, 20. An overrun: back to back.
+    assert starts == [0, 10, 25, 45, 55] and ran == 5
+
+
+def test_a_longest_interval_below_the_interval_is_the_interval():
+    clock, starts = FakeClock(), []
+    run_cycles(lambda n: starts.append(clock.now), 10, 25, clock=clock, sleep=clock.sleep, throttle=lambda: 60, longest_interval_seconds=5)
+    assert starts == [0, 10, 20]
+
+
 def test_a_run_time_of_zero_is_one_cycle_and_bad_settings_are_refused():
     assert run_cycles(lambda number: None, interval_seconds=10, run_seconds=0) == 1
     for interval, run in ((0, 60), (-1, 60), (10, -1)):

@@ -24,6 +24,7 @@ from pydantic import Field
 
 from ddb_athena.assets.upkeep import maintain
 from ddb_athena.books_cycle import BooksSync
+from ddb_athena.cpu_budget import CpuBudget
 from ddb_athena.cycle_loop import run_cycles
 from ddb_athena.key_parity import ParityTracker
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
@@ -126,13 +127,22 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
     compaction_interval, compacted = timedelta(minutes=sync.compaction_interval_minutes), {"at": datetime.now(timezone.utc)}
     # Remembers the keys that differed from DynamoDB, so a later cycle tells a change in flight from divergence.
     parity = ParityTracker(sync.parity_settle_seconds)
+    budget = CpuBudget(sync.sync_cpu_budget, run_minutes) if sync.sync_cpu_budget and run_minutes else None
+    longest_interval = max(interval, sync.longest_merge_interval_seconds)
+    starts = {"previous": None}
 
     def cycle(number: int) -> None:
+        started, previous = time.monotonic(), starts["previous"]
+        starts["previous"] = started
         outcome = syncer.cycle(f"{context.run.run_id}-{number}", bootstrap=config.bootstrap and number == 1)
         if outcome.idle and recorded["at"] is not None and time.monotonic() - recorded["at"] < IDLE_RECORD_SECONDS:
             return
+        # How often cycles come, and what the run spends: the plots that show the CPU budget at work.
+        pacing = {"seconds_since_previous_cycle": started - previous if previous is not None else 0.0}
+        if budget is not None:
+            pacing["run_cpu_seconds_per_minute"] = budget.average_per_minute()
         context.log_event(AssetMaterialization(asset_key=books_source.key, metadata={**outcome.source, "cycle": number}))
-        context.log_event(AssetMaterialization(asset_key=books_iceberg.key, metadata={**outcome.merged, "cycle": number}))
+        context.log_event(AssetMaterialization(asset_key=books_iceberg.key, metadata={**outcome.merged, **pacing, "cycle": number}))
         # The checks that read the table or DynamoDB: after the run's first merge, then every few, never when idle.
         with_table = not outcome.idle and recorded["merges"] % sync.table_checks_every_cycles == 0
         for name, result in cycle_check_results(aws, spark, sync, parity if with_table else None).items():
@@ -157,6 +167,23 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
             compacted["at"] = now
             context.log.info(f"Compaction: {compaction.rewritten_data_files} files rewritten into {compaction.added_data_files}")
 
-    cycles = run_cycles(cycle, interval, run_minutes * 60)
-    context.log.info(f"Sync run done after {cycles} cycles ({run_minutes:g} minutes, one every {interval:g} s)")
+    throttled = {"now": False}
+
+    def throttle() -> float:
+        wait = budget.wait_seconds()
+        if (wait > 0) != throttled["now"]:
+            throttled["now"] = wait > 0
+            context.log.info(
+                f"CPU budget of {budget.per_minute:g} CPU-s a minute spent ({budget.average_per_minute():.1f} so far): cycles wait for "
+                f"its refill, at most {longest_interval:g} s apart"
+                if wait
+                else f"CPU budget has credit again: a cycle every {interval:g} s"
+            )
+        return wait
+
+    cycles = run_cycles(
+        cycle, interval, run_minutes * 60, throttle=throttle if budget else None, longest_interval_seconds=longest_interval
+    )
+    spent = f"; {budget.average_per_minute():.1f} CPU-s a minute, budget {budget.per_minute:g}" if budget else ""
+    context.log.info(f"Sync run done after {cycles} cycles ({run_minutes:g} minutes, one every {interval:g} s or more{spent})")
     yield from ()

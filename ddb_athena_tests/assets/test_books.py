@@ -120,6 +120,36 @@ def test_one_run_cycles_with_its_warm_session_and_records_every_cycle_with_its_c
     assert_same_keys(spark, settings, dynamodb)
 
 
+def test_a_run_that_spends_its_cpu_budget_cycles_less_often_up_to_the_longest_interval(spark, settings, instance):
+    dynamodb = settings.client("dynamodb")
+    simulator = BookSimulator(dynamodb, settings.books_table)
+    simulator.insert()
+    sync_books(instance)  # the bootstrap
+    writing = threading.Event()
+
+    def write_while_the_run_lasts():
+        while not writing.wait(0.5):
+            simulator.step()
+
+    writer = threading.Thread(target=write_while_the_run_lasts)
+    writer.start()
+    try:
+        # Half a CPU-second a minute: a warm cycle alone spends more, so after the first each waits for the refill.
+        result = sync_books(
+            instance, config={"run_minutes": 0.3, "merge_interval_seconds": 1}, sync_cpu_budget=0.5, longest_merge_interval_seconds=4
+        )
+    finally:
+        writing.set()
+        writer.join()
+    cycles = materializations_metadata(result, "books_iceberg")
+    gaps = [cycle["seconds_since_previous_cycle"] for cycle in cycles if cycle["cycle"] > 1]
+    assert len(gaps) >= 2 and min(gaps) >= 3.9, gaps  # every 4 s or more (a slow cycle), not every 1 s
+    assert all(cycle["run_cpu_seconds_per_minute"] > 0.5 for cycle in cycles)
+    messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
+    assert any(message.startswith("CPU budget of 0.5 CPU-s a minute spent") for message in messages)
+    assert any("CPU-s a minute, budget 0.5" in message for message in messages)  # the run's closing line
+
+
 def spark_job_ids(spark) -> set[int]:
     spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(30_000)  # the tracker learns of jobs asynchronously
     return set(spark.sparkContext.statusTracker().getJobIdsForGroup(None))

@@ -1,0 +1,89 @@
+"""A sync run's CPU budget: a token bucket over the CPU-seconds of the run's processes (this one, the JVM it
+starts, Spark's Python workers). No Dagster here.
+
+The bucket fills at the budget's rate, less the share set aside for bursts, and holds at most that share of
+the run's whole budget: a run of `run_minutes` spends at most `per_minute * run_minutes`, however its cycles
+vary. The bursts are the JVM's start and its first minutes of JIT compilation, and maintenance. When the
+bucket is empty, the loop waits until the refill has paid the deficit before the next cycle starts: merges
+come less often on a slow host, up to the longest interval the freshness target allows. On a host fast enough
+for the budget, the bucket never empties and every cycle keeps the configured interval.
+"""
+
+import time
+from typing import Callable
+
+import psutil
+
+# Of the run's whole budget: a warm-up and the maintenance passes of an hour's run fit in it (README "A sync
+# run's CPU budget").
+BURST_SHARE = 0.1
+
+
+class ProcessTreeCpu:
+    """CPU-seconds used by a process and its descendants since this meter was made. A descendant that has
+    ended keeps what it was last seen to use: the count never goes back."""
+
+    def __init__(self, root: psutil.Process | None = None):
+        self._root = root or psutil.Process()
+        self._start: dict[tuple[int, float], float] = {}
+        self._last: dict[tuple[int, float], float] = {}
+        for process, used in self._sample():
+            self._start[process] = used
+        self._last = dict(self._start)
+
+    def _sample(self) -> list[tuple[tuple[int, float], float]]:
+        sampled = []
+        for process in [self._root, *self._root.children(recursive=True)]:
+            try:
+                with process.oneshot():
+                    times = process.cpu_times()
+                    # (pid, start time): a pid the system reuses is another process.
+                    sampled.append(((process.pid, process.create_time()), times.user + times.system))
+            except psutil.NoSuchProcess:
+                continue
+        return sampled
+
+    def __call__(self) -> float:
+        for process, used in self._sample():
+            self._last[process] = used
+        return sum(used - self._start.get(process, 0.0) for process, used in self._last.items())
+
+
+class CpuBudget:
+    """`per_minute` CPU-seconds a minute on average over a run of `run_minutes`, with a tenth of the run's budget
+    for bursts. `cpu` counts the CPU-seconds spent so far, `clock` the wall seconds."""
+
+    def __init__(
+        self,
+        per_minute: float,
+        run_minutes: float,
+        cpu: Callable[[], float] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        if per_minute <= 0 or run_minutes <= 0:
+            raise ValueError(f"a CPU budget needs a positive rate and run length, got {per_minute} and {run_minutes}")
+        self.per_minute = per_minute
+        self.refill_per_second = per_minute * (1 - BURST_SHARE) / 60
+        self.burst = per_minute * run_minutes * BURST_SHARE
+        self._cpu = cpu or ProcessTreeCpu()
+        self._clock = clock
+        self._started = self._updated = clock()
+        self._spent = self._cpu()
+        self._spent_at_start = self._spent
+        self.balance = self.burst
+
+    def _update(self) -> None:
+        now, spent = self._clock(), self._cpu()
+        self.balance = min(self.burst, self.balance + (now - self._updated) * self.refill_per_second) - (spent - self._spent)
+        self._updated, self._spent = now, spent
+
+    def wait_seconds(self) -> float:
+        """How long from now the refill takes to pay what the bucket owes (0 when it has credit)."""
+        self._update()
+        return max(0.0, -self.balance) / self.refill_per_second
+
+    def average_per_minute(self) -> float:
+        """CPU-seconds a minute since the budget started."""
+        self._update()
+        elapsed = self._clock() - self._started
+        return (self._spent - self._spent_at_start) * 60 / elapsed if elapsed > 0 else 0.0
