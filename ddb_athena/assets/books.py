@@ -174,8 +174,8 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
         if (wait > 0) != throttled["now"]:
             throttled["now"] = wait > 0
             context.log.info(
-                f"CPU budget of {budget.per_minute:g} CPU-s a minute spent ({budget.average_per_minute():.1f} so far): cycles wait for "
-                f"its refill, at most {longest_interval:g} s apart"
+                f"CPU budget of {budget.per_minute:g} CPU-s a minute spent (the run has averaged {budget.average_per_minute():.1f}): "
+                f"cycles wait for its refill, at most {longest_interval:g} s apart"
                 if wait
                 else f"CPU budget has credit again: a cycle every {interval:g} s"
             )
