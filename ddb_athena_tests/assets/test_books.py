@@ -3,8 +3,10 @@
 import os
 import signal
 import threading
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
+from typing import Iterator
 
 import pytest
 from dagster import AssetKey, DagsterInstance
@@ -26,6 +28,24 @@ from ddb_athena_tests.spark.helpers import plant_file
 def instance():
     with DagsterInstance.ephemeral() as instance:
         yield instance
+
+
+@contextmanager
+def simulator_writing(simulator: BookSimulator, every_seconds: float) -> Iterator[None]:
+    """The simulator writes a change every `every_seconds` while the block runs (a sync run beside live traffic)."""
+    stop = threading.Event()
+
+    def write():
+        while not stop.wait(every_seconds):
+            simulator.step()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        writer.join()
 
 
 def assert_same_keys(spark, settings, dynamodb):
@@ -88,21 +108,10 @@ def test_one_run_cycles_with_its_warm_session_and_records_every_cycle_with_its_c
         simulator.insert()
     sync_books(instance)  # the bootstrap
 
-    writing = threading.Event()
-
-    def write_while_the_run_lasts():
-        while not writing.wait(0.7):
-            simulator.step()
-
-    writer = threading.Thread(target=write_while_the_run_lasts)
-    writer.start()
-    try:
+    with simulator_writing(simulator, every_seconds=0.7):
         # Long enough for three cycles even on a loaded machine, where one may take several seconds. Table checks
         # come at least six cycles (12 s) apart, so every key in flight at one is judged at the next.
         result = sync_books(instance, config={"run_minutes": 0.5, "merge_interval_seconds": 2}, parity_settle_seconds=5)
-    finally:
-        writing.set()
-        writer.join()
     cycles = materializations_metadata(result, "books_iceberg")
     assert len(cycles) >= 3 and [cycle["cycle"] for cycle in cycles] == sorted(cycle["cycle"] for cycle in cycles)
     assert len(materializations_metadata(result, "books_source")) == len(cycles)
@@ -125,22 +134,11 @@ def test_a_run_that_spends_its_cpu_budget_cycles_less_often_up_to_the_longest_in
     simulator = BookSimulator(dynamodb, settings.books_table)
     simulator.insert()
     sync_books(instance)  # the bootstrap
-    writing = threading.Event()
-
-    def write_while_the_run_lasts():
-        while not writing.wait(0.5):
-            simulator.step()
-
-    writer = threading.Thread(target=write_while_the_run_lasts)
-    writer.start()
-    try:
+    with simulator_writing(simulator, every_seconds=0.5):
         # Half a CPU-second a minute: a warm cycle alone spends more, so after the first each waits for the refill.
         result = sync_books(
             instance, config={"run_minutes": 0.3, "merge_interval_seconds": 1}, sync_cpu_budget=0.5, longest_merge_interval_seconds=4
         )
-    finally:
-        writing.set()
-        writer.join()
     cycles = materializations_metadata(result, "books_iceberg")
     gaps = [cycle["seconds_since_previous_cycle"] for cycle in cycles if cycle["cycle"] > 1]
     assert len(gaps) >= 2 and min(gaps) >= 3.9, gaps  # every 4 s or more (a slow cycle), not every 1 s
