@@ -67,9 +67,12 @@ class CpuBudget:
         self.burst = per_minute * run_minutes * BURST_SHARE
         self._cpu = cpu or ProcessTreeCpu()
         self._clock = clock
-        self._started = self._updated = clock()
-        self._spent = self._cpu()
-        self._spent_at_start = self._spent
+        self.restart()
+
+    def restart(self) -> None:
+        """A full bucket from now, and the average counted from now: what was spent before is not charged."""
+        self._started = self._updated = self._clock()
+        self._spent = self._spent_at_start = self._cpu()
         self.balance = self.burst
 
     def _update(self) -> None:

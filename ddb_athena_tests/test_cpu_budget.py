@@ -67,6 +67,17 @@ def test_over_a_whole_run_the_loop_spends_at_most_the_budget_and_merges_no_less_
         assert len(intervals) > 1
 
 
+def test_a_restart_forgets_what_was_spent_before_it():
+    clock, cpu = FakeClock(), FakeCpu()
+    budget = CpuBudget(per_minute=10, run_minutes=60, cpu=cpu, clock=clock)
+    clock.now, cpu.spent = 30, 100  # a bootstrap: far beyond the burst
+    assert budget.wait_seconds() > 0
+    budget.restart()
+    assert budget.wait_seconds() == 0 and budget.balance == budget.burst
+    clock.now, cpu.spent = 90, 106
+    assert budget.average_per_minute() == pytest.approx(6)
+
+
 def test_a_budget_needs_a_rate_and_a_run_length():
     for per_minute, run_minutes in ((0, 60), (10, 0), (-1, 60)):
         with pytest.raises(ValueError):
