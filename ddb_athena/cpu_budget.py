@@ -25,10 +25,7 @@ class ProcessTreeCpu:
 
     def __init__(self, root: psutil.Process | None = None):
         self._root = root or psutil.Process()
-        self._start: dict[tuple[int, float], float] = {}
-        self._last: dict[tuple[int, float], float] = {}
-        for process, used in self._sample():
-            self._start[process] = used
+        self._start: dict[tuple[int, float], float] = dict(self._sample())
         self._last = dict(self._start)
 
     def _sample(self) -> list[tuple[tuple[int, float], float]]:
