@@ -143,17 +143,20 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
             pacing["run_cpu_seconds_per_minute"] = budget.average_per_minute()
         context.log_event(AssetMaterialization(asset_key=books_source.key, metadata={**outcome.source, "cycle": number}))
         context.log_event(AssetMaterialization(asset_key=books_iceberg.key, metadata={**outcome.merged, **pacing, "cycle": number}))
-        if budget is not None and "bootstrap_file" in outcome.source:
-            # A scan of the whole table costs what the table's size makes it, not the stream's rate: not charged.
-            budget.restart()
         # The checks that read the table or DynamoDB: after the run's first merge, then every few, never when idle.
         with_table = not outcome.idle and recorded["merges"] % sync.table_checks_every_cycles == 0
         for name, result in cycle_check_results(aws, spark, sync, parity if with_table else None).items():
             context.log_event(evaluation(result, name))
         recorded.update(at=time.monotonic(), merges=recorded["merges"] + (not outcome.idle))
         # One writer: upkeep runs inside the loop, between merges, never beside them. Idle tables need none.
-        if outcome.idle:
-            return
+        if not outcome.idle:
+            upkeep()
+        if budget is not None and "bootstrap_file" in outcome.source:
+            # A scan of the whole table, and the checks and upkeep after it, cost what the table's size makes them,
+            # not the stream's rate: not charged.
+            budget.restart()
+
+    def upkeep() -> None:
         if maintained["state"] is None:
             maintained["state"] = maintenance_state(spark.spark_session, sync.books_iceberg_table)
         state, now = maintained["state"], datetime.now(timezone.utc)

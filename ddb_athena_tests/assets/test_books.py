@@ -148,6 +148,29 @@ def test_a_run_that_spends_its_cpu_budget_cycles_less_often_up_to_the_longest_in
     assert any("CPU-s a minute, budget 0.5" in message for message in messages)  # the run's closing line
 
 
+def test_a_run_that_bootstraps_is_not_charged_for_the_bootstrap_cycle(spark, settings, instance):
+    # A new deployment's first run: its first cycle scans the table, then checks and upkeep read it whole.
+    dynamodb = settings.client("dynamodb")
+    simulator = BookSimulator(dynamodb, settings.books_table)
+    for _ in range(20):
+        simulator.insert()
+    with simulator_writing(simulator, every_seconds=0.5):
+        # A burst of 0.025 CPU-s: any cycle charged spends it, so the budget throttles after the first charged one.
+        result = sync_books(
+            instance, config={"run_minutes": 0.5, "merge_interval_seconds": 1}, sync_cpu_budget=0.5, longest_merge_interval_seconds=4
+        )
+    assert materializations_metadata(result, "books_source")[0]["bootstrap_items"] >= 20  # and what the writer wrote before the scan
+    entries = instance.all_logs(result.run_id)
+    recorded_cycles = [
+        index
+        for index, entry in enumerate(entries)
+        if entry.asset_materialization is not None and entry.asset_materialization.asset_key == AssetKey("books_iceberg")
+    ]
+    spent = [index for index, entry in enumerate(entries) if entry.user_message.startswith("CPU budget of 0.5 CPU-s a minute spent")]
+    assert len(recorded_cycles) >= 2 and spent, (recorded_cycles, spent)
+    assert spent[0] > recorded_cycles[1], (recorded_cycles, spent)  # spent by the second cycle, the first charged one: not by the bootstrap's
+
+
 def spark_job_ids(spark) -> set[int]:
     spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(30_000)  # the tracker learns of jobs asynchronously
     return set(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
