@@ -5,7 +5,8 @@ The bucket fills at the budget's rate, less the share set aside for bursts, and 
 the run's whole budget: a run of `run_minutes` spends at most `per_minute * run_minutes`, however its cycles
 vary. The bursts are the JVM's start and its first minutes of JIT compilation, and maintenance. When the
 bucket is empty, the loop waits until the refill has paid the deficit before the next cycle starts: merges
-come less often on a slow host, up to the longest interval the freshness target allows. On a host fast enough
+come less often on a slow host, up to the longest interval the freshness target allows (past it, the loop
+starts the cycle anyway, and the run spends more than its budget). On a host fast enough
 for the budget, the bucket never empties and every cycle keeps the configured interval.
 """
 

@@ -146,6 +146,9 @@ def test_a_run_that_spends_its_cpu_budget_cycles_less_often_up_to_the_longest_in
     messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
     assert any(message.startswith("CPU budget of 0.5 CPU-s a minute spent") for message in messages)
     assert any("CPU-s a minute, budget 0.5" in message for message in messages)  # the run's closing line
+    # Held to the longest interval, the run cannot keep so small a budget: it says so, and what to change.
+    (overspent,) = [message for message in messages if message.startswith("The run spent")]
+    assert "over its budget of 0.5" in overspent and "longest_merge_interval_seconds" in overspent
 
 
 def test_a_run_that_bootstraps_is_not_charged_for_the_bootstrap_cycle(spark, settings, instance):
