@@ -1,12 +1,13 @@
-"""A sync run's CPU budget: a token bucket over the CPU-seconds of the run's processes (this one, the JVM it
-starts, Spark's Python workers). No Dagster here.
+"""The books sync's CPU budget: a token bucket over the CPU-seconds of a sync run's processes (this one, the JVM
+it starts, Spark's Python workers). No Dagster here.
 
-The bucket fills at the budget's rate, less the share set aside for bursts, and holds at most that share of
-the run's whole budget: a run of `run_minutes` spends at most `per_minute * run_minutes`, however its cycles
-vary. The bursts are the JVM's start and its first minutes of JIT compilation, and maintenance. When the
-bucket is empty, the loop waits until the refill has paid the deficit before the next cycle starts: merges
-come less often on a slow host, up to the longest interval the freshness target allows (past it, the loop
-starts the cycle anyway, and the run spends more than its budget). On a host fast enough
+The bucket fills at the budget's rate, less the share set aside for bursts, and holds at most that share of an
+hour's budget: any hour of syncing spends at most `per_minute * 60`, however its cycles vary, as long as the
+bucket is handed from each run to the next (`inherit`), so a run's start draws on what its predecessor left
+instead of on a fresh burst. The bursts are a run's start (its JVM, the first minutes of JIT compilation) and
+maintenance. When the bucket is empty, the loop waits until the refill has paid the deficit before the next
+cycle starts: merges come less often on a slow host, up to the longest interval the freshness target allows
+(past it, the loop starts the cycle anyway, and the sync spends more than its budget). On a host fast enough
 for the budget, the bucket never empties and every cycle keeps the configured interval.
 """
 
@@ -15,8 +16,8 @@ from typing import Callable
 
 import psutil
 
-# Of the run's whole budget: a warm-up and the maintenance passes of an hour's run fit in it (README "A sync
-# run's CPU budget").
+# Of an hour's budget: what a run's start and a maintenance pass cost beyond warm cycles (README "A sync run's
+# CPU budget").
 BURST_SHARE = 0.1
 
 
@@ -48,21 +49,15 @@ class ProcessTreeCpu:
 
 
 class CpuBudget:
-    """`per_minute` CPU-seconds a minute on average over a run of `run_minutes`, with a tenth of the run's budget
-    for bursts. `cpu` counts the CPU-seconds spent so far, `clock` the wall seconds."""
+    """`per_minute` CPU-seconds a minute on average over any hour, with a tenth of the hour's budget for bursts.
+    `cpu` counts the CPU-seconds spent so far, `clock` the wall seconds."""
 
-    def __init__(
-        self,
-        per_minute: float,
-        run_minutes: float,
-        cpu: Callable[[], float] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ):
-        if per_minute <= 0 or run_minutes <= 0:
-            raise ValueError(f"a CPU budget needs a positive rate and run length, got {per_minute} and {run_minutes}")
+    def __init__(self, per_minute: float, cpu: Callable[[], float] | None = None, clock: Callable[[], float] = time.monotonic):
+        if per_minute <= 0:
+            raise ValueError(f"a CPU budget needs a positive rate, got {per_minute}")
         self.per_minute = per_minute
         self.refill_per_second = per_minute * (1 - BURST_SHARE) / 60
-        self.burst = per_minute * run_minutes * BURST_SHARE
+        self.burst = per_minute * 60 * BURST_SHARE
         self._cpu = cpu or ProcessTreeCpu()
         self._clock = clock
         self.restart()
@@ -72,6 +67,12 @@ class CpuBudget:
         self._started = self._updated = self._clock()
         self._spent = self._spent_at_start = self._cpu()
         self.balance = self.burst
+
+    def inherit(self, balance: float, seconds_since: float) -> None:
+        """Starts from the bucket a previous run left (`balance`, negative while it owed), refilled for the
+        `seconds_since` it was recorded: a run's start is paid from it, not from a bucket of its own."""
+        self.balance = min(self.burst, balance + max(0.0, seconds_since) * self.refill_per_second)
+        self._updated = self._clock()
 
     def _update(self) -> None:
         now, spent = self._clock(), self._cpu()

@@ -166,8 +166,9 @@ class SyncSettings(ConfigurableResource):
         default=DEFAULT_SYNC_CPU_BUDGET,
         ge=0,
         le=MAX_SYNC_CPU_BUDGET,
-        description="CPU-seconds a minute a books_sync run may spend on average over its length (its processes: the run, "
-        "its JVM, Spark's Python workers); when spent, cycles come less often, up to longest_merge_interval_seconds. 0: no budget",
+        description="CPU-seconds a minute the books sync may spend on average over any hour (a books_sync run's processes: "
+        "the run, its JVM, Spark's Python workers; each run starts from the bucket the last one left); when spent, cycles "
+        "come less often, up to longest_merge_interval_seconds. 0: no budget",
     )
     longest_merge_interval_seconds: float = Field(
         default=DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS,

@@ -49,6 +49,9 @@ books_iceberg = AssetSpec(
 )
 # An idle cycle is recorded at most this often: enough for freshness and the plots, little for the event log.
 IDLE_RECORD_SECONDS = 60.0
+# CPU-s left in the budget's bucket after a cycle (negative: owed), recorded with the cycle: the next run starts
+# from it.
+CPU_BUDGET_BALANCE = "cpu_budget_balance"
 
 
 class BooksSyncConfig(Config):
@@ -106,6 +109,20 @@ def evaluation(result: AssetCheckResult, check_name: str) -> AssetCheckEvaluatio
     )
 
 
+def inherit_cpu_budget(context: AssetExecutionContext, budget: CpuBudget) -> None:
+    """Hands the bucket on: the run starts from what the last recorded cycle of the sync left in it, refilled
+    since. A first run, or one after runs without a budget, starts with a full bucket."""
+    latest = context.instance.get_latest_materialization_event(books_iceberg.key)
+    left = latest.asset_materialization.metadata.get(CPU_BUDGET_BALANCE) if latest and latest.asset_materialization else None
+    if left is None:
+        return
+    budget.inherit(left.value, time.time() - latest.timestamp)
+    context.log.info(
+        f"CPU budget: {budget.balance:.1f} CPU-s in the bucket, from the previous run's {left.value:.1f} "
+        f"and the refill since (at most {budget.burst:g})"
+    )
+
+
 @multi_asset(
     name="sync_books",
     specs=[books_source, books_iceberg],
@@ -127,7 +144,9 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
     compaction_interval, compacted = timedelta(minutes=sync.compaction_interval_minutes), {"at": datetime.now(timezone.utc)}
     # Remembers the keys that differed from DynamoDB, so a later cycle tells a change in flight from divergence.
     parity = ParityTracker(sync.parity_settle_seconds)
-    budget = CpuBudget(sync.sync_cpu_budget, run_minutes) if sync.sync_cpu_budget and run_minutes else None
+    budget = CpuBudget(sync.sync_cpu_budget) if sync.sync_cpu_budget and run_minutes else None
+    if budget is not None:
+        inherit_cpu_budget(context, budget)
     longest_interval = max(interval, sync.longest_merge_interval_seconds)
     starts = {"previous": None}
 
@@ -141,6 +160,7 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
         pacing = {"seconds_since_previous_cycle": started - previous if previous is not None else 0.0}
         if budget is not None:
             pacing["run_cpu_seconds_per_minute"] = budget.average_per_minute()
+            pacing[CPU_BUDGET_BALANCE] = budget.balance
         context.log_event(AssetMaterialization(asset_key=books_source.key, metadata={**outcome.source, "cycle": number}))
         context.log_event(AssetMaterialization(asset_key=books_iceberg.key, metadata={**outcome.merged, **pacing, "cycle": number}))
         # The checks that read the table or DynamoDB: after the run's first merge, then every few, never when idle.
