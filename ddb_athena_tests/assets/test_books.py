@@ -150,8 +150,8 @@ def test_a_run_that_spends_its_cpu_budget_cycles_less_often_up_to_the_longest_in
     assert any(message.startswith("CPU budget of 0.05 CPU-s a minute spent") for message in messages)
     assert any("CPU-s a minute, budget 0.05" in message for message in messages)  # the run's closing line
     # Held to the longest interval, the run cannot keep so small a budget: it says so, and what to change.
-    (overspent,) = [message for message in messages if message.startswith("The run spent")]
-    assert "over its budget of 0.05" in overspent and "longest_merge_interval_seconds" in overspent
+    (overspent,) = [message for message in messages if message.startswith("The run ends owing")]
+    assert "to its budget of 0.05 CPU-s a minute" in overspent and "longest_merge_interval_seconds (4 s) cut" in overspent
 
 
 def test_a_run_starts_from_the_cpu_budget_its_predecessor_left_not_from_a_full_bucket(spark, settings, instance):
@@ -183,7 +183,8 @@ def test_a_run_that_bootstraps_is_not_charged_for_the_bootstrap_cycle(spark, set
     with simulator_writing(simulator, every_seconds=0.5):
         # A burst of 0.3 CPU-s: any cycle charged spends it, so the budget throttles after the first charged one.
         result = sync_books(instance, config={"run_minutes": 0.5, "merge_interval_seconds": 1}, **TINY_BUDGET)
-    assert materializations_metadata(result, "books_source")[0]["bootstrap_items"] >= 20  # and what the writer wrote before the scan
+    # The first cycle scanned the table (the writer may have deleted some of the 20 before the scan).
+    assert materializations_metadata(result, "books_iceberg")[0]["bootstrap_file"]
     entries = instance.all_logs(result.run_id)
     recorded_cycles = [
         index
