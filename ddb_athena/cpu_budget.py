@@ -11,6 +11,7 @@ cycle starts: merges come less often on a slow host, up to the longest interval 
 for the budget, the bucket never empties and every cycle keeps the configured interval.
 """
 
+import math
 import time
 from typing import Callable
 
@@ -60,6 +61,8 @@ class CpuBudget:
         self.burst = per_minute * 60 * BURST_SHARE
         self._cpu = cpu or ProcessTreeCpu()
         self._clock = clock
+        # Waits the caller would not make in full (freshness first): each let a cycle start the refill had not paid for.
+        self.cut_waits = 0
         self.restart()
 
     def restart(self) -> None:
@@ -79,10 +82,13 @@ class CpuBudget:
         self.balance = min(self.burst, self.balance + (now - self._updated) * self.refill_per_second) - (spent - self._spent)
         self._updated, self._spent = now, spent
 
-    def wait_seconds(self) -> float:
-        """How long from now the refill takes to pay what the bucket owes (0 when it has credit)."""
+    def wait_seconds(self, longest_wait: float = math.inf) -> float:
+        """How long from now the refill takes to pay what the bucket owes (0 when it has credit). A wait longer
+        than `longest_wait`, the most the caller will wait, is counted in `cut_waits`."""
         self._update()
-        return max(0.0, -self.balance) / self.refill_per_second
+        wait = max(0.0, -self.balance) / self.refill_per_second
+        self.cut_waits += wait > max(0.0, longest_wait)
+        return wait
 
     def average_per_minute(self) -> float:
         """CPU-seconds a minute since the budget started."""

@@ -73,7 +73,7 @@ def run_cycles(
     stop: StopRequest | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-    throttle: Callable[[], float] | None = None,
+    throttle: Callable[[float], float] | None = None,
     longest_interval_seconds: float | None = None,
 ) -> int:
     """Calls `cycle(1)`, `cycle(2)`, ... one `interval_seconds` apart (start to start; back to back when a
@@ -81,8 +81,9 @@ def run_cycles(
     is requested. Returns right after the last cycle (a successor queued behind this run starts sooner)
     with how many cycles ran; a held stop is delivered then.
 
-    `throttle()`, asked after each cycle, is how long from then the next one should wait at least (a CPU
-    budget's refill); the interval it makes is never longer than `longest_interval_seconds`."""
+    `throttle(longest_wait)`, asked after each cycle, is how long from then the next one should wait at least (a
+    CPU budget's refill); the interval it makes is never longer than `longest_interval_seconds`, so the loop
+    waits at most `longest_wait` (negative when the cycle overran it), which the throttle is told."""
     if interval_seconds <= 0 or run_seconds < 0:
         raise ValueError(f"interval must be positive and run time not negative, got {interval_seconds} and {run_seconds}")
     longest = max(interval_seconds, longest_interval_seconds or interval_seconds)
@@ -96,7 +97,8 @@ def run_cycles(
             cycle(number)
             next_start = max(started + interval_seconds, clock())
             if throttle is not None:
-                next_start = max(next_start, min(clock() + throttle(), started + longest))
+                latest_start = started + longest
+                next_start = max(next_start, min(clock() + throttle(latest_start - clock()), latest_start))
             if stop.requested or next_start >= deadline:
                 break
             while not stop.requested and clock() < next_start:

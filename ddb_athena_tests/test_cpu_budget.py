@@ -60,11 +60,28 @@ def test_over_a_whole_run_the_loop_spends_at_most_the_budget_and_merges_no_less_
     intervals = {round(b - a, 6) for a, b in zip(starts, starts[1:])}
     assert cpu.spent <= 10 * 60 + cycle_cpu  # the budget of the hour, give or take the last cycle
     assert min(intervals) >= 10 and max(intervals) <= 20
+    assert budget.cut_waits == 0  # every wait the budget asked for was made in full (a 20-CPU-s first cycle too)
     if expected_intervals:
         assert intervals == expected_intervals
     else:
         assert cpu.spent * 60 / clock.now > 9.5  # paced to the budget, not below it
         assert len(intervals) > 1
+
+
+def test_a_host_whose_cycle_costs_more_than_the_longest_interval_refills_keeps_that_interval_and_counts_the_cut_waits():
+    # 4 CPU-s a cycle; 20 s of refill pays 3. Freshness first: cycles stay 20 s apart and the sync overspends.
+    clock, cpu, starts = FakeClock(), FakeCpu(), []
+    budget = CpuBudget(per_minute=10, cpu=cpu, clock=clock)
+
+    def cycle(number):
+        starts.append(clock.now)
+        cpu.spent += 4
+        clock.now += 1.5
+
+    run_cycles(cycle, 10, 3600, clock=clock, sleep=clock.sleep, throttle=budget.wait_seconds, longest_interval_seconds=20)
+    assert max(b - a for a, b in zip(starts, starts[1:])) == pytest.approx(20)
+    assert cpu.spent > 10 * 60 and budget.balance < 0
+    assert budget.cut_waits > len(starts) / 2
 
 
 def test_a_restart_forgets_what_was_spent_before_it():

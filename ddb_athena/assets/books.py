@@ -193,12 +193,10 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
             compacted["at"] = now
             context.log.info(f"Compaction: {compaction.rewritten_data_files} files rewritten into {compaction.added_data_files}")
 
-    # "cut": how many waits for the refill the longest interval cut short (a cycle the bucket could not pay for).
-    throttled = {"now": False, "cut": 0}
+    throttled = {"now": False}
 
-    def throttle() -> float:
-        wait = budget.wait_seconds()
-        throttled["cut"] += wait > 0 and time.monotonic() + wait > starts["previous"] + longest_interval
+    def throttle(longest_wait: float) -> float:
+        wait = budget.wait_seconds(longest_wait)
         if (wait > 0) != throttled["now"]:
             throttled["now"] = wait > 0
             context.log.info(
@@ -214,13 +212,13 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
     )
     spent = f"; {budget.average_per_minute():.1f} CPU-s a minute, budget {budget.per_minute:g}" if budget else ""
     context.log.info(f"Sync run done after {cycles} cycles ({run_minutes:g} minutes, one every {interval:g} s or more{spent})")
-    if budget is not None and throttled["cut"] and budget.balance < 0:
+    if budget is not None and budget.cut_waits and budget.balance < 0:
         # Freshness first: the longest interval bounds the wait, so a host where a cycle costs more than the
         # refill over that interval overspends. Say so, with the setting that trades one for the other. (A run
         # that only spent what its predecessor left, or owes nothing at its end, is within the budget.)
         context.log.warning(
             f"The run ends owing {-budget.balance:.1f} CPU-s to its budget of {budget.per_minute:g} CPU-s a minute, which "
-            f"its successor inherits: longest_merge_interval_seconds ({longest_interval:g} s) cut {throttled['cut']} waits for "
+            f"its successor inherits: longest_merge_interval_seconds ({longest_interval:g} s) cut {budget.cut_waits} waits for "
             "the refill short, because cycles cost more than the refill pays in that time. A longer longest interval holds "
             "the budget, at the cost of freshness."
         )
