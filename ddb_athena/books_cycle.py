@@ -53,8 +53,12 @@ class BooksSync:
         log: Callable[[str], None],
         warn: Callable[[str], None],
         capture_stream: bool = True,
+        before_write: Callable[[], None] = lambda: None,
     ):
+        """`before_write` is called before each step that writes (checkpoints, change files, the table, the manifest):
+        it raises when this writer may no longer write (its lease was lost)."""
         self._dynamodb, self._s3, self._spark = dynamodb, s3, spark
+        self._before_write = before_write
         self._scheme, self._table_name, self._iceberg_table, self._layout = source_scheme, table_name, iceberg_table, layout
         self._log, self._warn, self._capture_stream = log, warn, capture_stream
         self._namer = ChangeFileNamer()
@@ -70,6 +74,7 @@ class BooksSync:
         return CycleOutcome(source, merged or self._idle_metadata(), idle=merged is None)
 
     def capture(self, bootstrap: bool) -> dict:
+        self._before_write()
         started = time.monotonic()
         metadata: dict = {"bootstrap_items": 0}
         if bootstrap or not self._bootstrap_checked:
@@ -107,6 +112,7 @@ class BooksSync:
 
     def merge(self, batch: str) -> dict | None:
         """Merges exactly the change files present now; None (and no Spark at all) when there is nothing to do."""
+        self._before_write()
         started = time.monotonic()
         # A file the merge cannot take would otherwise sit in the prefix forever, its changes lost in silence.
         foreign = quarantine_foreign_files(self._s3, self._layout, batch)
@@ -119,6 +125,7 @@ class BooksSync:
         if not files:
             return {**self._idle_metadata(), "idle": False, "foreign_files_quarantined": len(foreign)} if foreign else None
         self._log(f"Merging {len(files)} change files into {self._iceberg_table}")
+        self._before_write()
         result = merge_change_files(
             self._spark(),
             BOOKS_SPEC,

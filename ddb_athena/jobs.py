@@ -1,29 +1,28 @@
 """Jobs: the books sync, the daily orders export and load, the cleanup of consumed source files,
 and table maintenance.
 
-Every job that writes a table or its source carries that table's concurrency tag, which
-dagster.yaml limits to one run at a time per table: runs queue behind each other, never overlap.
+Every asset and op that writes a table is in that table's pool (BOOKS_WRITER_POOL, ORDERS_WRITER_POOL), which
+dagster.yaml limits to one run at a time: whatever launches it (a schedule, Materialize, a backfill, a re-execution),
+a writer queues behind the running one. The writer lease (ddb_athena/writer_lease.py) stops the writers the queue
+does not see.
 """
 
 from dagster import AssetSelection, Config, OpExecutionContext, define_asset_job, job, op
 from pydantic import Field
 
-from ddb_athena.assets.books import maintenance_observation, sync_books
-from ddb_athena.assets.orders import orders_athena, orders_export
+from ddb_athena.assets.books import BOOKS_WRITER_POOL, maintenance_observation, sync_books
+from ddb_athena.assets.orders import ORDERS_WRITER_POOL, orders_athena, orders_export
 from ddb_athena.assets.upkeep import maintain
 from ddb_athena.capture.commit_manifests import delete_committed_files
-from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
+from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 
-BOOKS_CONCURRENCY_TAG = {"ddb_athena/writer": "books"}
-ORDERS_CONCURRENCY_TAG = {"ddb_athena/writer": "orders"}
-# Cleanup runs only delete files a commit has consumed: they need not wait for a writer, one per table at a time.
+# One cleanup run per table at a time (dagster.yaml).
 CLEANUP_TAG = "ddb_athena/cleanup"
 
 books_sync_job = define_asset_job(
     "books_sync",
     # The run evaluates the books checks in its cycles; their stand-alone steps stay out of it.
     selection=AssetSelection.assets(sync_books).without_checks(),
-    tags=BOOKS_CONCURRENCY_TAG,
     description="The long-lived books sync: capture the stream and MERGE it into library.books every few seconds.",
 )
 
@@ -31,7 +30,6 @@ books_sync_job = define_asset_job(
 orders_daily = define_asset_job(
     "orders_daily",
     selection=AssetSelection.assets(orders_export, orders_athena),
-    tags=ORDERS_CONCURRENCY_TAG,
     description="Export one day of orders from DynamoDB and load it into library.orders.",
 )
 
@@ -41,8 +39,7 @@ class CleanupConfig(Config):
     manifest_keys: list[str] = Field(description="commit manifests written by the materializations, oldest first")
 
 
-@op(description="Deletes exactly the source files that successful materializations consumed.")
-def delete_committed_source_files(context: OpExecutionContext, config: CleanupConfig, aws: AwsClientsResource) -> int:
+def _delete_committed_source_files(context: OpExecutionContext, config: CleanupConfig, aws: AwsClientsResource) -> int:
     deleted = 0
     for manifest_key in config.manifest_keys:
         deleted += delete_committed_files(aws.client("s3"), config.bucket, manifest_key)
@@ -50,18 +47,38 @@ def delete_committed_source_files(context: OpExecutionContext, config: CleanupCo
     return deleted
 
 
-@job(description="Cleanup requested by the cleanup sensor (tagged with the table whose files it deletes).")
-def source_cleanup():
-    delete_committed_source_files()
+DELETE_DESCRIPTION = "Deletes exactly the source files that successful materializations consumed."
+# Books change files are never read again once committed: their cleanup never waits for the hour-long sync.
+delete_committed_change_files = op(name="delete_committed_change_files", description=DELETE_DESCRIPTION)(_delete_committed_source_files)
+# A re-run of an orders partition re-uses its export's files: their cleanup waits in the orders writers' queue.
+delete_loaded_export_files = op(name="delete_loaded_export_files", description=DELETE_DESCRIPTION, pool=ORDERS_WRITER_POOL)(
+    _delete_committed_source_files
+)
 
 
-@op(description="Compacts library.books, expires old snapshots, removes orphan files and prunes old tombstones.")
-def maintain_books_table(context: OpExecutionContext, spark: IcebergSparkResource, sync: SyncSettings) -> None:
+@job(description="Deletes the books change files that commits consumed (requested by the cleanup sensor).")
+def books_source_cleanup():
+    delete_committed_change_files()
+
+
+@job(description="Deletes the orders export files that loads consumed, after their retention (requested by the cleanup sensor).")
+def orders_export_cleanup():
+    delete_loaded_export_files()
+
+
+@op(
+    description="Compacts library.books, expires old snapshots, removes orphan files and prunes old tombstones.",
+    pool=BOOKS_WRITER_POOL,
+)
+def maintain_books_table(
+    context: OpExecutionContext, spark: IcebergSparkResource, sync: SyncSettings, aws: AwsClientsResource, leases: WriterLeases
+) -> None:
+    leases.hold(context, aws.client("s3"), sync.bucket, sync.books_iceberg_table)
     context.log_event(maintenance_observation(maintain(spark, sync, sync.books_iceberg_table, with_tombstones=True)))
 
 
 # The sync run maintains the table itself every maintenance_interval_minutes; this job is for a table whose
-# sync is stopped. It carries the writer tag, so it waits for a running sync instead of competing with it.
-@job(tags=BOOKS_CONCURRENCY_TAG, description="Iceberg maintenance of library.books, on demand.")
+# sync is stopped. In the books writers' pool, it waits for a running sync instead of competing with it.
+@job(description="Iceberg maintenance of library.books, on demand.")
 def books_maintenance():
     maintain_books_table()

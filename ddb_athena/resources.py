@@ -23,10 +23,13 @@ from ddb_athena.settings import (
     DEFAULT_MERGE_INTERVAL_SECONDS,
     DEFAULT_SYNC_CPU_BUDGET,
     DEFAULT_SYNC_RUN_MINUTES,
+    DEFAULT_WRITER_LEASE_SECONDS,
     MAX_MERGE_INTERVAL_SECONDS,
     MAX_SYNC_CPU_BUDGET,
     MAX_SYNC_RUN_MINUTES,
+    MAX_WRITER_LEASE_SECONDS,
     MIN_MERGE_INTERVAL_SECONDS,
+    MIN_WRITER_LEASE_SECONDS,
     ORDERS_EXPORT_PREFIX,
     Settings,
 )
@@ -41,6 +44,7 @@ from ddb_athena.spark.job_submission import (
 )
 from ddb_athena.spark.orders_partition import OrdersLoadOutcome, OrdersLoadRequest, load_orders_partition
 from ddb_athena.spark.session_config import SparkIcebergOptions, iceberg_spark_config, python_workers_from
+from ddb_athena.writer_lease import WriterLease
 
 
 class AwsClientsResource(ResourceWithBoto3Configuration):
@@ -69,6 +73,36 @@ class AwsClientsResource(ResourceWithBoto3Configuration):
             verify=self.verify,
             config=Config(retries={"max_attempts": self.max_attempts, "mode": "standard"}),
         )
+
+
+class WriterLeases(ConfigurableResource):
+    """The writer lease of each table a run writes (ddb_athena/writer_lease.py): taken before the run's first write
+    to the table, renewed while the run lives, released when the run ends. Dagster's pools keep this instance's runs
+    from overlapping; the lease also stops writers the pools cannot see (the CLI's in-process runs, another instance)."""
+
+    ttl_seconds: float = Field(
+        default=DEFAULT_WRITER_LEASE_SECONDS,
+        ge=MIN_WRITER_LEASE_SECONDS,
+        le=MAX_WRITER_LEASE_SECONDS,
+        description="a writer renews its lease a few times within this; a dead writer's lease expires this long after "
+        "its last renewal. A run waits twice this for another writer's lease (long enough for a dead writer's to "
+        "expire), then stops with a message naming that writer",
+    )
+    _held: dict = PrivateAttr(default_factory=dict)
+
+    def hold(self, context, s3, bucket: str, table: str) -> WriterLease:
+        """This run's lease of `table`, taken on first use (waiting up to wait_seconds)."""
+        if table not in self._held:
+            lease = WriterLease(s3, bucket, table, f"Dagster run {context.run.run_id} ({context.run.job_name})", self.ttl_seconds)
+            context.log.info(f"Taking the writer lease of {table} (s3://{bucket}/{lease.key})")
+            lease.acquire()
+            self._held[table] = lease
+        return self._held[table]
+
+    def teardown_after_execution(self, context) -> None:
+        for lease in self._held.values():
+            lease.release()
+        self._held.clear()
 
 
 class IcebergSparkResource(ConfigurableResource):
@@ -346,6 +380,7 @@ def resources_from_settings(settings: Settings, **sync_options) -> dict:
             secret_access_key=credentials.get("AWS_SECRET_ACCESS_KEY"),
         ),
         "orders_load": orders_load_runner(settings),
+        "leases": WriterLeases(ttl_seconds=settings.writer_lease_seconds),
         "sync": SyncSettings(
             bucket=settings.bucket,
             books_table=settings.books_table,

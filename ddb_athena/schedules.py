@@ -15,14 +15,14 @@ from dagster import (
     schedule,
 )
 
-from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG, ORDERS_CONCURRENCY_TAG, books_sync_job, orders_daily
+from ddb_athena.jobs import books_sync_job, orders_daily
 from ddb_athena.resources import SyncSettings
 from ddb_athena.settings import Settings
 
 # Run monitoring (dagster.yaml) ends a sync run that is still going this long after its planned end: it hangs.
 SYNC_RUN_SLACK_MINUTES = 10
 
-# A successor is queued this long before the running sync run's planned end: the writer tag holds it until
+# A successor is queued this long before the running sync run's planned end: the books writers' pool holds it until
 # that run ends, then it starts at once instead of at the next tick.
 SUCCESSOR_LEAD_SECONDS = 90
 
@@ -32,7 +32,7 @@ _RUNNING = [DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 
 def sync_run_tags(sync: SyncSettings) -> dict[str, str]:
     max_runtime = (sync.sync_run_minutes + SYNC_RUN_SLACK_MINUTES) * 60 + sync.merge_interval_seconds
-    return {**BOOKS_CONCURRENCY_TAG, "dagster/max_runtime": str(int(max_runtime))}
+    return {"dagster/max_runtime": str(int(max_runtime))}
 
 
 def _seconds_left(record, run_seconds: float) -> float:
@@ -59,6 +59,5 @@ orders_daily_schedule = build_schedule_from_partitioned_job(
     name="orders_daily_schedule",
     hour_of_day=Settings.from_env().orders_schedule_hour,
     minute_of_hour=0,
-    tags=ORDERS_CONCURRENCY_TAG,
     default_status=DefaultScheduleStatus.RUNNING,
 )

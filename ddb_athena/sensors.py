@@ -4,18 +4,18 @@ Books change files are deleted as soon as their merge committed; orders export f
 `export_retention_days` (0: at once). Removing them never affects readers: the Iceberg tables
 do not reference source files. One cleanup run per table and tick takes every manifest found
 since the last tick, every DDB_ATHENA_CLEANUP_INTERVAL_SECONDS (5 minutes by default): a run is a process
-of its own, so one per 10-second sync cycle would cost more than the merges. Books cleanup runs do not
-carry the writer tag: they never wait behind the sync.
+of its own, so one per 10-second sync cycle would cost more than the merges. Books cleanup runs never wait
+behind the sync; orders cleanup runs are in the orders writers' pool (a re-run of a partition re-uses its files).
 """
 
 import json
 import time
 
-from dagster import AssetKey, AssetRecordsFilter, DefaultSensorStatus, RunRequest, SensorEvaluationContext, SkipReason, sensor
+from dagster import AssetKey, AssetRecordsFilter, DefaultSensorStatus, JobDefinition, RunRequest, SensorEvaluationContext, SkipReason, sensor
 
 from ddb_athena.assets.books import books_iceberg
 from ddb_athena.assets.orders import orders_athena
-from ddb_athena.jobs import CLEANUP_TAG, ORDERS_CONCURRENCY_TAG, source_cleanup
+from ddb_athena.jobs import CLEANUP_TAG, books_source_cleanup, orders_export_cleanup
 from ddb_athena.resources import SyncSettings
 from ddb_athena.settings import Settings
 
@@ -25,7 +25,7 @@ CLEANUP_BATCH = 100
 
 
 def cleanup_requests(
-    context: SensorEvaluationContext, asset_key: AssetKey, bucket: str, tags: dict, after: int | None, retention_seconds: float = 0.0
+    context: SensorEvaluationContext, asset_key: AssetKey, bucket: str, job: JobDefinition, after: int | None, retention_seconds: float = 0.0
 ):
     """At most one cleanup run for the materializations after `after` that consumed files, keyed by the
     events it covers so it never runs twice. A materialization younger than the retention stops the scan:
@@ -44,10 +44,12 @@ def cleanup_requests(
     if not manifests:
         return [], cursor
     table = asset_key.to_user_string()
+    (op_name,) = [node.name for node in job.graph.nodes]
     request = RunRequest(
         run_key=f"cleanup-{table}-{after or 0}-{cursor}",
-        run_config={"ops": {"delete_committed_source_files": {"config": {"bucket": bucket, "manifest_keys": manifests}}}},
-        tags={**tags, CLEANUP_TAG: table},
+        job_name=job.name,
+        run_config={"ops": {op_name: {"config": {"bucket": bucket, "manifest_keys": manifests}}}},
+        tags={CLEANUP_TAG: table},
     )
     return [request], cursor
 
@@ -60,18 +62,20 @@ def _cursors(cursor: str | None) -> dict[str, int]:
     return {books_iceberg.key.to_user_string(): parsed} if isinstance(parsed, int) else parsed
 
 
-@sensor(job=source_cleanup, minimum_interval_seconds=Settings.from_env().cleanup_interval_seconds, default_status=DefaultSensorStatus.RUNNING)
+@sensor(
+    jobs=[books_source_cleanup, orders_export_cleanup],
+    minimum_interval_seconds=Settings.from_env().cleanup_interval_seconds,
+    default_status=DefaultSensorStatus.RUNNING,
+)
 def cleanup_after_materialization(context: SensorEvaluationContext, sync: SyncSettings):
     cursors = _cursors(context.cursor)
     requests = []
-    # Books cleanups never wait for the hour-long sync (it never reads a committed file again). Orders cleanups
-    # take the orders writer tag: a re-run of a partition re-uses its export's files, which must not vanish mid-load.
-    for asset_key, tags, retention_days in (
-        (books_iceberg.key, {}, 0.0),
-        (orders_athena.key, ORDERS_CONCURRENCY_TAG, sync.export_retention_days),
+    for asset_key, job, retention_days in (
+        (books_iceberg.key, books_source_cleanup, 0.0),
+        (orders_athena.key, orders_export_cleanup, sync.export_retention_days),
     ):
         name = asset_key.to_user_string()
-        found, cursor = cleanup_requests(context, asset_key, sync.bucket, tags, cursors.get(name), retention_days * SECONDS_PER_DAY)
+        found, cursor = cleanup_requests(context, asset_key, sync.bucket, job, cursors.get(name), retention_days * SECONDS_PER_DAY)
         requests += found
         if cursor is not None:
             cursors[name] = cursor

@@ -46,6 +46,9 @@ MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS = 1.0, 60.0
 # less often, up to the longest interval (p95 freshness is about the interval plus a few seconds; target 30 s).
 DEFAULT_SYNC_CPU_BUDGET, MAX_SYNC_CPU_BUDGET = 10.0, 120.0
 DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS = 20.0
+# A writer renews its table's lease a few times within this; a dead writer's lease expires this long after its last
+# renewal, so a successor (a crashed sync's replacement) waits up to that long.
+DEFAULT_WRITER_LEASE_SECONDS, MIN_WRITER_LEASE_SECONDS, MAX_WRITER_LEASE_SECONDS = 30.0, 5.0, 600.0
 # A day at most: a run's max runtime (its length plus slack) is how long a hung one holds the books writer.
 DEFAULT_SYNC_RUN_MINUTES, MAX_SYNC_RUN_MINUTES = 60.0, 1440.0
 
@@ -118,6 +121,7 @@ class Settings:
     sync_run_minutes: float = DEFAULT_SYNC_RUN_MINUTES
     sync_cpu_budget: float = DEFAULT_SYNC_CPU_BUDGET
     longest_merge_interval_seconds: float = DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS
+    writer_lease_seconds: float = DEFAULT_WRITER_LEASE_SECONDS
     books_capture: str = "run"
     orders_load: str = "in_process"
     # Only the EMR settings the environment sets; the runner's defaults stand for the rest.
@@ -187,6 +191,9 @@ class Settings:
             sync_run_minutes=_number_between(env, "DDB_ATHENA_SYNC_RUN_MINUTES", DEFAULT_SYNC_RUN_MINUTES, 0, MAX_SYNC_RUN_MINUTES, "minutes"),
             sync_cpu_budget=_number_between(env, "DDB_ATHENA_SYNC_CPU_BUDGET", DEFAULT_SYNC_CPU_BUDGET, 0, MAX_SYNC_CPU_BUDGET, "CPU-seconds a minute"),
             longest_merge_interval_seconds=_longest_merge_interval(env, merge_interval),
+            writer_lease_seconds=_number_between(
+                env, "DDB_ATHENA_WRITER_LEASE_SECONDS", DEFAULT_WRITER_LEASE_SECONDS, MIN_WRITER_LEASE_SECONDS, MAX_WRITER_LEASE_SECONDS, "seconds"
+            ),
         )
 
     @property

@@ -90,7 +90,6 @@ def test_a_date_range_backfill_from_the_cli_queues_one_orders_run_per_day(tmp_pa
     assert completed.returncode == 0, completed.stderr
     with DagsterInstance.from_config(str(tmp_path)) as instance:
         runs = instance.get_runs(RunsFilter(job_name="orders_daily"))
-        # Queued behind the orders concurrency tag: the daemon of `dagster dev` runs them one at a time.
+        # Queued: the daemon of `dagster dev` runs them one at a time (the orders writers' pool).
         assert sorted(run.tags["dagster/partition"] for run in runs) == days
         assert {run.status for run in runs} == {DagsterRunStatus.QUEUED}
-        assert {run.tags["ddb_athena/writer"] for run in runs} == {"orders"}

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import yaml
 from dagster import AssetKey, DagsterInstance, DefaultScheduleStatus, DefaultSensorStatus, Definitions
+from dagster._core.instance.config import PoolGranularity
 
 from ddb_athena.definitions import defs
-from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG, ORDERS_CONCURRENCY_TAG
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -20,7 +20,6 @@ def test_lineage_jobs_schedules_and_sensors_are_wired():
     sync = defs.resolve_job_def("books_sync")
     for job in (sync, defs.resolve_implicit_global_asset_job_def()):  # the latter serves `dagster asset materialize`
         assert job.executor_def.name == "in_process"  # one process, so one SparkSession per run
-    assert sync.tags == BOOKS_CONCURRENCY_TAG
     checks = {key.name for key in graph.asset_check_keys}
     assert {"books_backlog", "books_quarantine_empty", "books_unique_id", "books_row_count_parity"} <= checks
     assert any("freshness" in name for name in checks)
@@ -28,9 +27,24 @@ def test_lineage_jobs_schedules_and_sensors_are_wired():
         assert schedule.default_status == DefaultScheduleStatus.RUNNING
     for sensor in defs.sensors:
         assert sensor.default_status == DefaultSensorStatus.RUNNING
-    for job_name in ("books_sync", "books_maintenance"):
-        assert defs.resolve_job_def(job_name).tags == BOOKS_CONCURRENCY_TAG
-    assert "ddb_athena/writer" not in defs.resolve_job_def("source_cleanup").tags  # cleanup never waits for the sync
+
+def pools_of(job) -> dict[str, str | None]:
+    return {node.name: node.definition.pool for node in job.graph.nodes}
+
+
+def test_every_step_that_writes_a_table_is_in_its_writers_pool_whatever_job_runs_it():
+    # The implicit asset job is what the UI's Materialize, a backfill and `dagster asset materialize` run.
+    implicit = pools_of(defs.resolve_implicit_global_asset_job_def())
+    assert implicit["sync_books"] == "books_writer"
+    assert implicit["orders_export"] == implicit["orders_athena"] == "orders_writer"
+    assert pools_of(defs.resolve_job_def("books_sync")) == {"sync_books": "books_writer"}
+    assert pools_of(defs.resolve_job_def("books_maintenance")) == {"maintain_books_table": "books_writer"}
+    orders = pools_of(defs.resolve_job_def("orders_daily"))
+    assert orders["orders_export"] == orders["orders_athena"] == "orders_writer"
+    # A re-run of a partition re-uses its export files: their cleanup waits for the orders writer; books cleanup never
+    # waits for the sync (it never reads a committed file again).
+    assert pools_of(defs.resolve_job_def("orders_export_cleanup")) == {"delete_loaded_export_files": "orders_writer"}
+    assert pools_of(defs.resolve_job_def("books_source_cleanup")) == {"delete_committed_change_files": None}
 
 
 def test_orders_lineage_partitions_job_and_checks_are_wired():
@@ -40,18 +54,18 @@ def test_orders_lineage_partitions_job_and_checks_are_wired():
         # The first partition is the configured start date (the suite sets it: see conftest.py).
         assert graph.get(AssetKey(name)).partitions_def.get_first_partition_key() == os.environ["DDB_ATHENA_ORDERS_START_DATE"]
     orders = defs.resolve_job_def("orders_daily")
-    assert orders.tags == ORDERS_CONCURRENCY_TAG and orders.partitions_def is not None
+    assert orders.partitions_def is not None
     assert orders.executor_def.name == "in_process"
     checks = {key.name for key in graph.asset_check_keys if key.asset_key == AssetKey("orders_athena")}
     assert checks == {"freshness_check", "orders_export_reconciles", "orders_no_mutated_documents", "orders_quarantine_empty", "orders_unique_order_id"}
 
 
-def test_the_instance_config_queues_books_runs_one_at_a_time(tmp_path):
+def test_the_instance_config_runs_one_writer_run_per_pool_and_frees_a_dead_runs_slot(tmp_path):
     (tmp_path / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
     with DagsterInstance.from_config(str(tmp_path)) as instance:
-        limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
-    (tag,) = [limit for limit in limits if limit["key"] in BOOKS_CONCURRENCY_TAG]
-    assert tag["limit"] == 1
+        pools = instance.get_concurrency_config().pool_config
+        assert pools.pool_granularity == PoolGranularity.RUN and pools.default_pool_limit == 1
+        assert instance.run_monitoring_settings["free_slots_after_run_end_seconds"] > 0
 
 
 def test_workspace_points_at_the_definitions_module():

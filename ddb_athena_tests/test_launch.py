@@ -65,5 +65,5 @@ def test_the_launcher_waits_for_the_webserver_and_its_run_is_queued_in_that_inst
             webserver.wait(timeout=60)
     with DagsterInstance.from_config(str(tmp_path)) as instance:
         (run,) = instance.get_runs(RunsFilter(job_name="orders_daily"))
-    assert run.tags["dagster/partition"] == partition and run.tags["ddb_athena/writer"] == "orders"
+    assert run.tags["dagster/partition"] == partition
     assert run.status == DagsterRunStatus.QUEUED  # the daemon of `dagster dev` would start it; none runs here

@@ -1,7 +1,6 @@
 from dagster import DagsterRunStatus, RunRequest, SkipReason, build_schedule_context, instance_for_test
 from dagster._core.storage.dagster_run import DagsterRun
 
-from ddb_athena.jobs import BOOKS_CONCURRENCY_TAG
 from ddb_athena.resources import SyncSettings
 from ddb_athena.schedules import books_every_minute
 
@@ -15,12 +14,11 @@ def tick(instance, sync_run_minutes: float = 60):
         return books_every_minute(context)
 
 
-def test_books_sync_is_launched_every_minute_with_the_concurrency_tag_and_a_max_runtime_past_its_length():
+def test_books_sync_is_launched_every_minute_with_a_max_runtime_past_its_length():
     assert books_every_minute.cron_schedule == "* * * * *"
     with instance_for_test() as instance:
         request = tick(instance)
     assert isinstance(request, RunRequest)
-    assert request.tags["ddb_athena/writer"] == BOOKS_CONCURRENCY_TAG["ddb_athena/writer"]
     # Run monitoring ends a run still going 10 minutes after its planned hour (it hangs); the next tick replaces it.
     assert int(request.tags["dagster/max_runtime"]) == 70 * 60 + 10
 
@@ -40,7 +38,7 @@ def test_a_tick_waits_while_the_sync_runs_and_queues_one_successor_in_its_last_m
             instance.delete_run(run.run_id)
         # A finished run, or another job's run, does not hold the schedule back.
         instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.SUCCESS))
-        instance.add_run(DagsterRun(job_name="source_cleanup", status=DagsterRunStatus.STARTED))
+        instance.add_run(DagsterRun(job_name="books_source_cleanup", status=DagsterRunStatus.STARTED))
         assert isinstance(tick(instance), RunRequest)
 
 
@@ -48,7 +46,6 @@ def test_orders_run_daily_at_the_configured_hour_for_the_day_that_ended():
     from datetime import datetime, time, timedelta, timezone
 
     from ddb_athena.definitions import defs
-    from ddb_athena.jobs import ORDERS_CONCURRENCY_TAG
 
     orders_daily_schedule = defs.resolve_schedule_def("orders_daily_schedule")  # partitions come from the assets
     assert orders_daily_schedule.cron_schedule == "0 2 * * *" and orders_daily_schedule.execution_timezone in (None, "UTC")
@@ -58,7 +55,6 @@ def test_orders_run_daily_at_the_configured_hour_for_the_day_that_ended():
         context = build_schedule_context(instance=instance, scheduled_execution_time=tick)
         (request,) = orders_daily_schedule.evaluate_tick(context).run_requests
     assert request.partition_key == (today - timedelta(days=1)).isoformat()
-    assert request.tags["ddb_athena/writer"] == ORDERS_CONCURRENCY_TAG["ddb_athena/writer"]
 
 
 def test_schedule_hour_and_start_date_come_from_the_environment():

@@ -6,7 +6,7 @@ import pytest
 from dagster import build_sensor_context, instance_for_test
 
 from ddb_athena.capture.change_files import SourceLayout, list_change_files
-from ddb_athena.jobs import source_cleanup
+from ddb_athena.jobs import books_source_cleanup, orders_export_cleanup
 from ddb_athena.sensors import cleanup_after_materialization
 from ddb_athena.simulate import BookSimulator
 from ddb_athena_tests.dagster_helpers import local_resources, materialization_metadata, sync_books
@@ -37,14 +37,15 @@ def test_each_materialization_gets_one_cleanup_that_deletes_only_what_it_committ
 
     # One run for everything committed since the last tick (a run per 10-second cycle would cost more than the merges).
     (request,), cursor = evaluate(instance)
-    assert request.run_config["ops"]["delete_committed_source_files"]["config"]["manifest_keys"] == [
+    assert request.job_name == "books_source_cleanup"
+    assert request.run_config["ops"]["delete_committed_change_files"]["config"]["manifest_keys"] == [
         first["commit_manifest"],
         second["commit_manifest"],
     ]
-    assert request.tags["ddb_athena/cleanup"] == "books_iceberg" and "ddb_athena/writer" not in request.tags  # never waits for the sync
+    assert request.tags["ddb_athena/cleanup"] == "books_iceberg"
     assert evaluate(instance, cursor)[0] == []  # evaluated again: nothing new, nothing twice
 
-    assert source_cleanup.execute_in_process(run_config=request.run_config, resources=local_resources()).success
+    assert books_source_cleanup.execute_in_process(run_config=request.run_config, resources=local_resources()).success
     assert list_change_files(settings.client("s3"), SourceLayout(settings.bucket, "books_source")) == [late]
 
 
@@ -65,10 +66,10 @@ def test_an_orders_load_gets_one_cleanup_of_exactly_its_export_and_the_retention
 
     requests, cursor = evaluate(instance)
     (request,) = requests
-    # With the orders writer tag: a re-run of the partition re-uses these files and must not lose them mid-load.
-    assert request.tags["ddb_athena/cleanup"] == "orders_athena" and request.tags["ddb_athena/writer"] == "orders"
+    # In the orders writers' pool: a re-run of the partition re-uses these files and must not lose them mid-load.
+    assert request.job_name == "orders_export_cleanup" and request.tags["ddb_athena/cleanup"] == "orders_athena"
     assert evaluate(instance, cursor)[0] == []
-    assert source_cleanup.execute_in_process(run_config=request.run_config, resources=local_resources(), tags=request.tags).success
+    assert orders_export_cleanup.execute_in_process(run_config=request.run_config, resources=local_resources(), tags=request.tags).success
     assert [obj["Key"] for obj in list_keys(s3, settings.bucket, f"orders_export/{days.yesterday}/")] == [f"orders_export/{days.yesterday}/_export.json"]
     assert spark.table(f"{settings.namespace}.orders").count() == 3  # the table does not reference export files
 

@@ -27,7 +27,7 @@ from ddb_athena.books_cycle import BooksSync
 from ddb_athena.cpu_budget import CpuBudget
 from ddb_athena.cycle_loop import run_cycles
 from ddb_athena.key_parity import ParityTracker
-from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
+from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.settings import MAX_MERGE_INTERVAL_SECONDS, MAX_SYNC_RUN_MINUTES, MIN_MERGE_INTERVAL_SECONDS
 from ddb_athena.spark.maintenance import MaintenanceResult, MaintenanceState, compact_with_tombstones, maintenance_state
 
@@ -47,6 +47,9 @@ books_iceberg = AssetSpec(
     description="library.books: the books table in Iceberg, kept in sync by a MERGE INTO every few seconds.",
     skippable=True,
 )
+# Every run that writes library.books (sync, bootstrap, maintenance) is in this pool, which dagster.yaml limits to one
+# run at a time: Materialize, a backfill or a re-execution queues behind the running writer.
+BOOKS_WRITER_POOL = "books_writer"
 # An idle cycle is recorded at most this often: enough for freshness and the plots, little for the event log.
 IDLE_RECORD_SECONDS = 60.0
 # CPU-s left in the budget's bucket after a cycle (negative: owed), recorded with the cycle: the next run starts
@@ -74,7 +77,12 @@ class BooksSyncConfig(Config):
 
 
 def books_syncer(
-    aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, log: Callable[[str], None], warn: Callable[[str], None]
+    aws: AwsClientsResource,
+    spark: IcebergSparkResource,
+    sync: SyncSettings,
+    log: Callable[[str], None],
+    warn: Callable[[str], None],
+    before_write: Callable[[], None],
 ) -> BooksSync:
     """The sync cycle's state, from the resources (its SparkSession is created by the first cycle that needs it)."""
     return BooksSync(
@@ -89,6 +97,7 @@ def books_syncer(
         log=log,
         warn=warn,
         capture_stream=sync.books_capture == "run",
+        before_write=before_write,
     )
 
 
@@ -126,15 +135,24 @@ def inherit_cpu_budget(context: AssetExecutionContext, budget: CpuBudget) -> Non
 @multi_asset(
     name="sync_books",
     specs=[books_source, books_iceberg],
+    pool=BOOKS_WRITER_POOL,
     description="Captures the books stream and MERGEs it into library.books every merge_interval_seconds for run_minutes.",
 )
-def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings):
+def sync_books(
+    context: AssetExecutionContext,
+    config: BooksSyncConfig,
+    aws: AwsClientsResource,
+    spark: IcebergSparkResource,
+    sync: SyncSettings,
+    leases: WriterLeases,
+):
     # Imported here: the checks module imports this one for the asset keys.
     from ddb_athena.checks.books import cycle_check_results, files_compact_result
 
     run_minutes = sync.sync_run_minutes if config.run_minutes is None else config.run_minutes
     interval = sync.merge_interval_seconds if config.merge_interval_seconds is None else config.merge_interval_seconds
-    syncer = books_syncer(aws, spark, sync, log=context.log.info, warn=context.log.warning)
+    lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.books_iceberg_table)
+    syncer = books_syncer(aws, spark, sync, log=context.log.info, warn=context.log.warning, before_write=lease.check)
     recorded = {"at": None, "merges": 0}
     maintenance_interval = timedelta(minutes=sync.maintenance_interval_minutes)
     orphan_sweep_interval = timedelta(hours=sync.orphan_sweep_interval_hours)
@@ -177,6 +195,7 @@ def sync_books(context: AssetExecutionContext, config: BooksSyncConfig, aws: Aws
             budget.restart()
 
     def upkeep() -> None:
+        lease.check()
         if maintained["state"] is None:
             maintained["state"] = maintenance_state(spark.spark_session, sync.books_iceberg_table)
         state, now = maintained["state"], datetime.now(timezone.utc)

@@ -27,11 +27,14 @@ from ddb_athena.exports.table_export import (
     load_record,
     utc_now,
 )
-from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, OrdersLoadRunner, SyncSettings
+from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, OrdersLoadRunner, SyncSettings, WriterLeases
 from ddb_athena.settings import Settings
 from ddb_athena.spark.export_load import ExportDataFile, loaded_full_export, table_loaded
 from ddb_athena.spark.orders_partition import OrdersLoadRequest, OrdersUpkeep
 
+# Both orders assets are in this pool, which dagster.yaml limits to one run at a time: a backfill's partitions run one
+# after the other, so on a table never loaded the first pays for the full export and the others find it loaded.
+ORDERS_WRITER_POOL = "orders_writer"
 # Partitions are part of the definitions, so their start is read when the code location loads.
 orders_partitions = DailyPartitionsDefinition(start_date=Settings.from_env().orders_start_date, timezone="UTC")
 
@@ -47,14 +50,22 @@ class OrdersExportConfig(Config):
 @asset(
     partitions_def=orders_partitions,
     group_name="orders",
+    pool=ORDERS_WRITER_POOL,
     kinds={"dynamodb", "s3"},
     description="The day's DynamoDB export of orders in S3: a full export first (or on request), then one "
     "incremental export per day, [day, day + 1). Days that the loaded full export covers export nothing.",
 )
 def orders_export(
-    context: AssetExecutionContext, config: OrdersExportConfig, aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings
+    context: AssetExecutionContext,
+    config: OrdersExportConfig,
+    aws: AwsClientsResource,
+    spark: IcebergSparkResource,
+    sync: SyncSettings,
+    leases: WriterLeases,
 ) -> MaterializeResult:
     started = time.monotonic()
+    # Held until the run ends: whether the table is loaded decides the export, and the load that follows changes it.
+    leases.hold(context, aws.client("s3"), sync.bucket, sync.orders_iceberg_table)
     window = context.partition_time_window
     session, table = spark.spark_session, sync.orders_iceberg_table
     full = config.bootstrap or not table_loaded(session, table)
@@ -114,14 +125,21 @@ ORDERS_LOAD_CHECKS = [
     deps=[orders_export],
     partitions_def=orders_partitions,
     group_name="orders",
+    pool=ORDERS_WRITER_POOL,
     kinds={"spark", "iceberg"},
     check_specs=ORDERS_LOAD_CHECKS,
     description="library.orders: orders in Iceberg, partitioned by day of created_at, loaded with an insert-only MERGE INTO.",
 )
 def orders_athena(
-    context: AssetExecutionContext, aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, orders_load: OrdersLoadRunner
+    context: AssetExecutionContext,
+    aws: AwsClientsResource,
+    spark: IcebergSparkResource,
+    sync: SyncSettings,
+    orders_load: OrdersLoadRunner,
+    leases: WriterLeases,
 ):
     started = time.monotonic()
+    lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.orders_iceberg_table)
     s3, layout, partition = aws.client("s3"), sync.orders_layout, context.partition_key
     record = load_record(s3, layout, partition)
     if record is None or record.status != "COMPLETED":
@@ -144,6 +162,7 @@ def orders_athena(
         now=utc_now(),
         full_export_arn=record.export_arn if record.export_type == FULL_EXPORT else None,
     )
+    lease.check()
     outcome, job_metadata = orders_load.load(context, request, spark, aws)
     result = outcome.load
     manifest = (

@@ -392,3 +392,32 @@ def test_with_the_capture_lambda_a_change_written_during_the_bootstrap_scan_appl
     assert (row["id"], row["name"]) == ("scanned", "changed during the scan")
     # The merge time reaches the row (it joins the changes as data, no longer as a literal).
     assert before <= row["_synced_at"].replace(tzinfo=timezone.utc) <= datetime.now(timezone.utc)
+
+
+def test_a_writer_outside_the_run_queue_stops_without_writing_while_another_holds_the_lease(spark, settings, tmp_path):
+    """`dagster asset materialize` runs in its own process, outside the queue and its pools: the lease stops it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ddb_athena.writer_lease import WriterLease
+
+    BookSimulator(settings.client("dynamodb"), settings.books_table).insert()
+    s3 = settings.client("s3")
+    table = f"{settings.namespace}.books"
+    running = WriterLease(s3, settings.bucket, table, "Dagster run 1234abcd (books_sync)", ttl_seconds=5)
+    running.acquire()
+    try:
+        command = [
+            sys.executable, "-m", "dagster", "asset", "materialize", "-m", "ddb_athena.definitions", "--select", "books_source,books_iceberg",
+            "--config-json", '{"ops": {"sync_books": {"config": {"run_minutes": 0}}}}',
+        ]
+        env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "DDB_ATHENA_WRITER_LEASE_SECONDS": "5"}
+        completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[2], timeout=300)
+        running.check()  # still the running writer's
+    finally:
+        running.release()
+    assert completed.returncode != 0
+    assert f"{table} has another writer: Dagster run 1234abcd (books_sync)" in completed.stdout + completed.stderr
+    assert list(list_keys(s3, settings.bucket, "books_source/")) == []  # no checkpoint, no change file, no snapshot
+    assert not spark.catalog.tableExists(table)
