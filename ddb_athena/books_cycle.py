@@ -15,7 +15,7 @@ from typing import Callable
 
 from pyspark.sql import SparkSession
 
-from ddb_athena.capture.bootstrap import bootstrap_snapshot, pending_snapshot
+from ddb_athena.capture.bootstrap import bootstrap_snapshot, delete_unsealed_parts, pending_snapshot, with_snapshot_parts
 from ddb_athena.capture.change_files import ChangeFileNamer, SourceLayout, list_change_files
 from ddb_athena.capture.commit_manifests import committed_files, write_commit_manifest
 from ddb_athena.capture.quarantine import quarantine_foreign_files
@@ -84,11 +84,15 @@ class BooksSync:
             if bootstrap or (missing and not pending_snapshot(self._s3, self._layout)):
                 reason = "requested" if bootstrap else f"{self._iceberg_table} does not exist yet"
                 self._log(f"Bootstrap ({reason}): scanning {self._table_name}; stream changes captured after its start apply on top")
-                if self._capture_stream:
-                    # The whole retained stream is replayed after the scan; that ordering is what makes the scan exact.
-                    self._capture.reset_checkpoints()
+                delete_unsealed_parts(self._s3, self._layout)
                 snapshot = bootstrap_snapshot(self._dynamodb, self._s3, self._table_name, BOOKS_SPEC.key.attribute, self._layout, self._namer)
-                metadata.update(bootstrap_items=snapshot.items, bootstrap_file=snapshot.change_file)
+                self._log(f"Snapshot of {snapshot.items} items sealed in {len(snapshot.parts)} parts: {snapshot.change_file}")
+                if self._capture_stream:
+                    # Only now that the snapshot is durable: the whole retained stream is replayed after it, which is what
+                    # makes the scan exact. A bootstrap that failed before this left the old positions, and with them
+                    # the gap that the next capture reports.
+                    self._capture.reset_checkpoints()
+                metadata.update(bootstrap_items=snapshot.items, bootstrap_file=snapshot.change_file, bootstrap_parts=len(snapshot.parts))
         if not self._capture_stream:
             # The capture Lambda (reading the stream from its start) names its files after the snapshot's.
             metadata.update(capture="lambda", duration_seconds=time.monotonic() - started, source=self._layout.uri(self._layout.changes_prefix))
@@ -121,7 +125,7 @@ class BooksSync:
         # Exactly the files present now: later arrivals wait for the next cycle, none is skipped. Files an earlier
         # cycle committed wait only for their cleanup: merging them again would change nothing and cost a Spark job.
         committed = committed_files(self._s3, self._layout)
-        files = [key for key in list_change_files(self._s3, self._layout) if key not in committed]
+        files = with_snapshot_parts(self._s3, self._layout, [key for key in list_change_files(self._s3, self._layout) if key not in committed])
         if not files:
             return {**self._idle_metadata(), "idle": False, "foreign_files_quarantined": len(foreign)} if foreign else None
         self._log(f"Merging {len(files)} change files into {self._iceberg_table}")
@@ -135,7 +139,9 @@ class BooksSync:
             ensure=not self._tables_ensured,
         )
         self._tables_ensured = True
-        manifest = write_commit_manifest(self._s3, self._layout, batch, files, self._iceberg_table, result.snapshot_id)
+        # A bootstrap's manifest also lists its snapshot parts, which lie beside the change prefix.
+        files_prefix = f"{self._layout.prefix}/" if result.bootstrap_file else None
+        manifest = write_commit_manifest(self._s3, self._layout, batch, files, self._iceberg_table, result.snapshot_id, files_prefix=files_prefix)
         if result.records_quarantined:
             self._warn(f"Quarantined {result.records_quarantined} records: {result.quarantine_reasons}")
         now = datetime.now(timezone.utc)

@@ -103,6 +103,21 @@ def _launch(args, settings: Settings) -> int:
     return 0 if follow_run(args.host, args.port, run_id, log) == DagsterRunStatus.SUCCESS else 1
 
 
+def _bootstrap(args, settings: Settings) -> int:
+    from dagster import DagsterRunStatus
+
+    from ddb_athena.jobs import BOOTSTRAP_JOB_NAME
+    from ddb_athena.launch import follow_run, launch_run
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    run_id = launch_run(args.host, args.port, BOOTSTRAP_JOB_NAME, {}, f" for {args.table}", args.ready_timeout, log)
+    if not args.follow:
+        return 0
+    return 0 if follow_run(args.host, args.port, run_id, log) == DagsterRunStatus.SUCCESS else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ddb-athena", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -143,6 +158,18 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--ready-timeout", type=float, default=600, help="seconds to wait for the webserver and its code location")
     launch.add_argument("--follow", action="store_true", help="log the run's status until it finishes; exit 1 unless it succeeds")
     launch.set_defaults(handler=_launch)
+
+    bootstrap = commands.add_parser(
+        "bootstrap",
+        help="rebuild a streamed table from a scan of DynamoDB (the recovery from a stream gap): queues the books_bootstrap "
+        "run through the running Dagster webserver; the running sync ends its cycle and resumes after it",
+    )
+    bootstrap.add_argument("table", choices=["books"])
+    bootstrap.add_argument("--host", default="127.0.0.1")
+    bootstrap.add_argument("--port", type=int, default=3000)
+    bootstrap.add_argument("--ready-timeout", type=float, default=600, help="seconds to wait for the webserver and its code location")
+    bootstrap.add_argument("--follow", action="store_true", help="log the run's status until it finishes; exit 1 unless it succeeds")
+    bootstrap.set_defaults(handler=_bootstrap)
 
     wait = commands.add_parser("wait-for-runs", help="wait until no run of the Dagster instance ($DAGSTER_HOME) is in progress")
     wait.add_argument("--timeout", type=float, default=60, help="seconds; exit 1 if runs are still in progress then")

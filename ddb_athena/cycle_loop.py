@@ -17,14 +17,19 @@ _WAIT_STEP_SECONDS = 0.2
 
 
 class StopRequest:
-    """The first stop signal received while held, if any."""
+    """The first stop signal received while held, if any, or the loop's owner asking it to end after this cycle."""
 
     def __init__(self):
         self.signal: int | None = None
+        self.ending = False
 
     @property
     def requested(self) -> bool:
-        return self.signal is not None
+        return self.signal is not None or self.ending
+
+    def end_after_cycle(self) -> None:
+        """The loop ends after the running cycle, as at its deadline (no signal is delivered)."""
+        self.ending = True
 
     @contextmanager
     def held(self) -> Iterator[None]:

@@ -10,20 +10,32 @@ does not see.
 from dagster import AssetSelection, Config, OpExecutionContext, define_asset_job, job, op
 from pydantic import Field
 
-from ddb_athena.assets.books import BOOKS_WRITER_POOL, maintenance_observation, sync_books
+from ddb_athena.assets.books import BOOKS_WRITER_POOL, SYNC_JOB_NAME, maintenance_observation, sync_books
 from ddb_athena.assets.orders import ORDERS_WRITER_POOL, orders_athena, orders_export
 from ddb_athena.assets.upkeep import maintain
 from ddb_athena.capture.commit_manifests import delete_committed_files
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 
+BOOTSTRAP_JOB_NAME = "books_bootstrap"
 # One cleanup run per table at a time (dagster.yaml).
 CLEANUP_TAG = "ddb_athena/cleanup"
 
 books_sync_job = define_asset_job(
-    "books_sync",
+    SYNC_JOB_NAME,
     # The run evaluates the books checks in its cycles; their stand-alone steps stay out of it.
     selection=AssetSelection.assets(sync_books).without_checks(),
     description="The long-lived books sync: capture the stream and MERGE it into library.books every few seconds.",
+)
+
+# The recovery from a stream gap, queued like any books writer. Its priority puts it ahead of a sync successor waiting
+# in the same pool, and the running sync gives way to it after its cycle (assets/books.py, waiting_writer).
+books_bootstrap = define_asset_job(
+    BOOTSTRAP_JOB_NAME,
+    selection=AssetSelection.assets(sync_books).without_checks(),
+    config={"ops": {"sync_books": {"config": {"bootstrap": True, "run_minutes": 0}}}},
+    tags={"dagster/priority": "10"},
+    description="Rebuilds library.books from a scan of the DynamoDB table and the stream after it: the recovery from a stream "
+    "gap. The running sync ends after its cycle; the schedule resumes it after the bootstrap.",
 )
 
 

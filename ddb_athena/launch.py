@@ -39,15 +39,29 @@ def launch_partition_run(
     log: Callable[[str], None],
     sleep: Callable[[float], None] = time.sleep,
 ) -> str:
-    """Submits the run once the webserver answers and knows the job; returns its run id."""
+    """Submits the partition's run once the webserver answers and knows the job; returns its run id."""
     date.fromisoformat(partition)  # a daily partition key; a typo fails here, not in the run
+    return launch_run(host, port, job_name, {PARTITION_TAG: partition}, f" for partition {partition}", ready_timeout_seconds, log, sleep)
+
+
+def launch_run(
+    host: str,
+    port: int,
+    job_name: str,
+    tags: dict[str, str],
+    what: str,
+    ready_timeout_seconds: float,
+    log: Callable[[str], None],
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """Submits a run of the job (into the instance's run queue) once the webserver answers and knows the job."""
     deadline = time.monotonic() + ready_timeout_seconds
     last_waiting_for = None
     while True:
         try:
             client = DagsterGraphQLClient(host, port_number=port)
-            run_id = client.submit_job_execution(job_name, tags={PARTITION_TAG: partition})
-            log(f"launched {job_name} for partition {partition}: run {run_id}, http://{host}:{port}/runs/{run_id}")
+            run_id = client.submit_job_execution(job_name, tags=tags)
+            log(f"launched {job_name}{what}: run {run_id}, http://{host}:{port}/runs/{run_id}")
             return run_id
         except DagsterGraphQLClientError as error:
             waiting_for = _waiting_for(error)

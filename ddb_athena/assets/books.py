@@ -18,6 +18,10 @@ from dagster import (
     AssetObservation,
     AssetSpec,
     Config,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    RunsFilter,
     multi_asset,
 )
 from pydantic import Field
@@ -25,7 +29,7 @@ from pydantic import Field
 from ddb_athena.assets.upkeep import maintain
 from ddb_athena.books_cycle import BooksSync
 from ddb_athena.cpu_budget import CpuBudget
-from ddb_athena.cycle_loop import run_cycles
+from ddb_athena.cycle_loop import StopRequest, run_cycles
 from ddb_athena.key_parity import ParityTracker
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.settings import MAX_MERGE_INTERVAL_SECONDS, MAX_SYNC_RUN_MINUTES, MIN_MERGE_INTERVAL_SECONDS
@@ -50,6 +54,8 @@ books_iceberg = AssetSpec(
 # Every run that writes library.books (sync, bootstrap, maintenance) is in this pool, which dagster.yaml limits to one
 # run at a time: Materialize, a backfill or a re-execution queues behind the running writer.
 BOOKS_WRITER_POOL = "books_writer"
+# The long-lived sync's job: a run of it gives way to any other books writer that waits (see waiting_writer).
+SYNC_JOB_NAME = "books_sync"
 # An idle cycle is recorded at most this often: enough for freshness and the plots, little for the event log.
 IDLE_RECORD_SECONDS = 60.0
 # CPU-s left in the budget's bucket after a cycle (negative: owed), recorded with the cycle: the next run starts
@@ -118,6 +124,16 @@ def evaluation(result: AssetCheckResult, check_name: str) -> AssetCheckEvaluatio
     )
 
 
+def waiting_writer(instance: DagsterInstance) -> DagsterRun | None:
+    """A queued run, other than a sync's successor, that writes library.books (a bootstrap, Materialize, a maintenance):
+    the sync ends after its cycle so that it runs now, not at the end of the hour; the schedule resumes the sync after."""
+    for run in instance.get_runs(filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED]), limit=50):
+        pools = (run.run_op_concurrency.all_pools or set()) if run.run_op_concurrency else set()
+        if run.job_name != SYNC_JOB_NAME and BOOKS_WRITER_POOL in pools:
+            return run
+    return None
+
+
 def inherit_cpu_budget(context: AssetExecutionContext, budget: CpuBudget) -> None:
     """Hands the bucket on: the run starts from what the last recorded cycle of the sync left in it, refilled
     since. A first run, or one after runs without a budget, starts with a full bucket."""
@@ -167,8 +183,13 @@ def sync_books(
         inherit_cpu_budget(context, budget)
     longest_interval = max(interval, sync.longest_merge_interval_seconds)
     starts = {"previous": None}
+    stop = StopRequest()
 
     def cycle(number: int) -> None:
+        waiting = waiting_writer(context.instance)
+        if waiting is not None and not stop.requested:
+            context.log.info(f"Ending the sync after this cycle: run {waiting.run_id} ({waiting.job_name}) waits to write {sync.books_iceberg_table}")
+            stop.end_after_cycle()
         started, previous = time.monotonic(), starts["previous"]
         starts["previous"] = started
         outcome = syncer.cycle(f"{context.run.run_id}-{number}", bootstrap=config.bootstrap and number == 1)
@@ -227,7 +248,7 @@ def sync_books(
         return wait
 
     cycles = run_cycles(
-        cycle, interval, run_minutes * 60, throttle=throttle if budget else None, longest_interval_seconds=longest_interval
+        cycle, interval, run_minutes * 60, stop=stop, throttle=throttle if budget else None, longest_interval_seconds=longest_interval
     )
     spent = f"; {budget.average_per_minute():.1f} CPU-s a minute, budget {budget.per_minute:g}" if budget else ""
     context.log.info(f"Sync run done after {cycles} cycles ({run_minutes:g} minutes, one every {interval:g} s or more{spent})")

@@ -42,6 +42,11 @@ class SourceLayout:
         return f"{self.prefix}/_manifests/"
 
     @property
+    def snapshots_prefix(self) -> str:
+        """A bootstrap's snapshot parts, read only once the snapshot is sealed (capture/bootstrap.py)."""
+        return f"{self.prefix}/_snapshots/"
+
+    @property
     def quarantine_prefix(self) -> str:
         return f"{self.prefix}/quarantine/"
 

@@ -15,10 +15,9 @@ from ddb_athena.capture.change_files import ChangeFileNamer, ChangeRecord, Sourc
 from ddb_athena.capture.checkpoints import CheckpointStore, ShardCheckpoint
 
 BOOTSTRAP_HINT = (
-    "Recover with a bootstrap (a full scan ordered before the stream's remaining changes): "
-    "dagster asset materialize -m ddb_athena.definitions --select books_source,books_iceberg "
-    "--config-json '{\"ops\": {\"sync_books\": {\"config\": {\"bootstrap\": true, \"run_minutes\": 0}}}}' "
-    "(or launch the books_sync job from the UI with that run config)."
+    "Recover with a bootstrap (a full scan ordered before the stream's remaining changes): `ddb-athena bootstrap books`, "
+    "or launch the books_bootstrap job from the Dagster UI. It waits for the running sync to end its cycle, and the "
+    "sync resumes after it."
 )
 
 

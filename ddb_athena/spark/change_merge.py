@@ -16,7 +16,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
-from ddb_athena.capture.change_files import EVENT_NAMES, is_change_file
+from ddb_athena.capture.bootstrap import snapshot_group
+from ddb_athena.capture.change_files import EVENT_NAMES, SNAPSHOT_KIND, is_change_file, parse_change_file_name
 from ddb_athena.dynamodb_json import item_problem
 from ddb_athena.identifiers import dotted_name, qualified_name, string_literal, validate_identifier
 from ddb_athena.spark.plan_settings import session_settings
@@ -238,8 +239,7 @@ def merge_change_files(
         # One pass for every count this function needs: per file, outcome and kind of record.
         with session_settings(spark, STREAM_BATCH_PLAN):
             summary = spark.sql(
-                f"SELECT file_name, reason, event_name = 'SNAPSHOT' AS is_snapshot, count(*) AS count FROM {validated_view} "
-                "GROUP BY file_name, reason, event_name = 'SNAPSHOT'"
+                f"SELECT file_name, reason, count(*) AS count FROM {validated_view} GROUP BY file_name, reason"
             ).collect()
         result.records_read = sum(row["count"] for row in summary)
         for row in summary:
@@ -250,14 +250,14 @@ def merge_change_files(
             bad = validated.where("reason IS NOT NULL").select("source_file", "line", "reason")
             bad.coalesce(1).write.mode("append").json(quarantine_uri)
 
-        # A snapshot file replaces everything captured before it (see capture/bootstrap.py).
+        # A snapshot (its seal and parts) replaces everything captured before it (see capture/bootstrap.py).
         cutoff = table_properties(spark, target).get(BOOTSTRAP_FILE_PROPERTY) or ""
+        first_file, result.bootstrap_file = _newest_snapshot(change_file_uris, cutoff)
+        first_file = first_file or cutoff
         valid = [row for row in summary if row["reason"] is None and row["file_name"] > cutoff]
-        result.bootstrap_file = max((row["file_name"] for row in valid if row["is_snapshot"]), default=None)
-        first_file = max(cutoff, result.bootstrap_file or "")
         applicable = sum(row["count"] for row in valid if row["file_name"] >= first_file)
         result.records_superseded = result.records_read - result.records_quarantined - applicable
-        if not applicable:
+        if not applicable and not result.bootstrap_file:
             return _with_snapshot(spark, target, result)
 
         synced_at = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
@@ -270,6 +270,18 @@ def merge_change_files(
     finally:
         validated.unpersist()
     return _with_snapshot(spark, target, result)
+
+
+def _newest_snapshot(change_file_uris: list[str], cutoff: str) -> tuple[str | None, str | None]:
+    """The first and last file names of the newest snapshot named after `cutoff` (its seal, then its parts), from the
+    names alone: an empty table's snapshot has no records, and still replaces the table."""
+    names = [uri.rsplit("/", 1)[-1] for uri in change_file_uris]
+    snapshots = [name for name in names if parse_change_file_name(name)[1] == SNAPSHOT_KIND and name > cutoff]
+    if not snapshots:
+        return None, None
+    newest = max(snapshot_group(name) for name in snapshots)
+    members = [name for name in snapshots if snapshot_group(name) == newest]
+    return min(members), max(members)
 
 
 def _with_snapshot(spark: SparkSession, target: str, result: MergeResult) -> MergeResult:

@@ -1,6 +1,6 @@
 """A bootstrap scan with writes landing between its pages still converges to DynamoDB exactly."""
 
-from ddb_athena.capture.bootstrap import bootstrap_snapshot
+from ddb_athena.capture.bootstrap import bootstrap_snapshot, with_snapshot_parts
 from ddb_athena.capture.change_files import ChangeFileNamer, SourceLayout, list_change_files
 from ddb_athena.capture.stream_reader import StreamCapture
 from ddb_athena.spark.change_merge import merge_change_files
@@ -52,11 +52,12 @@ def test_changes_made_during_the_scan_are_ordered_after_it(spark, settings):
     namer = ChangeFileNamer()
     capture = StreamCapture(dynamodb, settings.client("dynamodbstreams"), s3, "books", layout, namer=namer)
     capture.reset_checkpoints()
-    snapshot = bootstrap_snapshot(WritesBetweenScanPages(dynamodb, write_during_scan), s3, "books", "id", layout, namer)
-    assert snapshot.items >= 14
+    # Parts of about five items: a snapshot of several parts, as a big table's is.
+    snapshot = bootstrap_snapshot(WritesBetweenScanPages(dynamodb, write_during_scan), s3, "books", "id", layout, namer, part_bytes=500)
+    assert snapshot.items >= 14 and len(snapshot.parts) >= 3
     capture.capture()  # the whole retained stream, replayed after the snapshot
     table = f"{settings.namespace}.books"
-    files = list_change_files(s3, layout)
+    files = with_snapshot_parts(s3, layout, list_change_files(s3, layout))
     merge_change_files(spark, BOOKS_SPEC, table, [layout.uri(k, "s3a") for k in files], layout.uri(layout.quarantine_prefix, "s3a"))
     expected = dynamodb_rows(dynamodb, "books")
     assert expected["b00"]["name"] == "updated-after-it-was-scanned" and "b01" not in expected
