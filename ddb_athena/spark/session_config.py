@@ -76,6 +76,9 @@ def iceberg_spark_config(options: SparkIcebergOptions) -> dict[str, str]:
         # This package is installed in the interpreter that runs the workers (`spark.pyspark.python`); on a
         # cluster it arrives with the job, after the daemon starts, so the cluster keeps Spark's own daemon.
         config["spark.python.daemon.module"] = PYTHON_DAEMON_MODULE
+        # Nothing listens beyond loopback: the driver's RPC and block manager bind 127.0.0.1 (tasks run in this JVM),
+        # and the web UI, which Spark binds to every interface, is off (turn it on with extra config to debug).
+        config.update({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1", "spark.ui.enabled": "false"})
     if options.jars_packages:
         config["spark.jars.packages"] = options.jars_packages
     elif options.jars:

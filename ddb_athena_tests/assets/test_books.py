@@ -529,3 +529,34 @@ def test_a_bootstrap_whose_merge_fails_is_merged_by_the_next_sync_without_a_seco
     assert materialization_metadata(resumed, "books_source")["bootstrap_items"] == 0  # the sealed snapshot, not a new scan
     assert materialization_metadata(resumed, "books_iceberg")["bootstrap_file"]
     assert_same_keys(spark, settings, dynamodb)
+
+
+def queued_run(instance, job_name: str, pools: set[str]):
+    """A run waiting in the queue, as the UI, a backfill or `ddb-athena bootstrap` leave it."""
+    from dagster import DagsterRunStatus
+    from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+    from dagster._core.storage.dagster_run import DagsterRun, RunOpConcurrency
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+    location = InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="ddb_athena.definitions"))
+    origin = RemoteJobOrigin(RemoteRepositoryOrigin(location, "__repository__"), job_name)
+    concurrency = RunOpConcurrency(root_key_counts={pool: 1 for pool in pools}, has_unconstrained_root_nodes=not pools, all_pools=pools)
+    return instance.add_run(DagsterRun(job_name=job_name, status=DagsterRunStatus.QUEUED, remote_job_origin=origin, run_op_concurrency=concurrency))
+
+
+def test_a_sync_run_gives_way_after_its_cycle_to_a_books_writer_waiting_in_the_queue(spark, settings, instance):
+    from ddb_athena.assets.books import waiting_writer
+
+    BookSimulator(settings.client("dynamodb"), settings.books_table).insert()
+    sync_books(instance)
+    queued_run(instance, "books_sync", {"books_writer"})  # a sync's successor: the running sync does not end for it
+    queued_run(instance, "orders_daily", {"orders_writer"})  # another table's writer: neither
+    assert waiting_writer(instance) is None
+    bootstrap = queued_run(instance, "books_bootstrap", {"books_writer"})
+    assert waiting_writer(instance).run_id == bootstrap.run_id
+
+    result = sync_books(instance, config={"run_minutes": 2, "merge_interval_seconds": 1})
+    assert len(materializations_metadata(result, "books_iceberg")) == 1  # one cycle, not two minutes of them
+    messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
+    assert any(f"run {bootstrap.run_id} (books_bootstrap) waits to write" in message for message in messages)
+    assert any(message.startswith("Sync run done after 1 cycles") for message in messages)

@@ -88,7 +88,10 @@ def test_the_aws_profile_is_complete_and_carries_nothing_local(master):
     config = iceberg_spark_config(SparkIcebergOptions(profile="aws", warehouse="s3://prod/warehouse", master=master))
     assert config["spark.sql.catalog.lake.glue.skip-archive"] == "true"
     assert config["spark.hadoop.fs.s3a.aws.credentials.provider"] == "com.amazonaws.auth.DefaultAWSCredentialsProviderChain"
-    assert not [key for key in config if key.startswith(LOCAL_ONLY)] and "127.0.0.1" not in str(config)
+    # No emulator endpoint (a local master's driver binds loopback: its tasks run in the same JVM).
+    loopback_binds = {"spark.driver.bindAddress", "spark.driver.host"}
+    assert not [key for key in config if key.startswith(LOCAL_ONLY)]
+    assert "127.0.0.1" not in str([value for key, value in config.items() if key not in loopback_binds])
     assert "spark.jars" not in config and "spark.sql.catalog.lake.type" not in config  # no local JARs, no Hadoop catalog
     if master is None:  # on EMR or Glue: the platform's Iceberg and its s3:// file system stay
         assert "spark.jars.packages" not in config and "spark.hadoop.fs.s3.impl" not in config
@@ -221,3 +224,16 @@ def test_a_cluster_keeps_sparks_own_python_daemon():
     config = iceberg_spark_config(SparkIcebergOptions(profile="aws", warehouse="s3://prod/warehouse", master=None))
     assert "spark.python.daemon.module" not in config
     assert iceberg_spark_config(LOCAL)["spark.python.daemon.module"] == "ddb_athena.spark.python_daemon"
+
+
+def test_nothing_a_run_workers_spark_opens_listens_beyond_loopback(spark):
+    import ipaddress
+
+    import psutil
+
+    jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    listening = [c.laddr for c in psutil.Process(jvm_pid).net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+    assert listening  # the driver's RPC and block manager, py4j's gateway
+    addresses = [ipaddress.ip_address(address.ip) for address in listening]
+    assert all((getattr(address, "ipv4_mapped", None) or address).is_loopback for address in addresses), listening
+    assert spark.conf.get("spark.ui.enabled") == "false"
