@@ -143,7 +143,10 @@ class BooksSync:
         files_prefix = f"{self._layout.prefix}/" if result.bootstrap_file else None
         manifest = write_commit_manifest(self._s3, self._layout, batch, files, self._iceberg_table, result.snapshot_id, files_prefix=files_prefix)
         if result.records_quarantined:
-            self._warn(f"Quarantined {result.records_quarantined} records: {result.quarantine_reasons}")
+            self._warn(
+                f"Quarantined {result.records_quarantined} records: {result.quarantine_reasons}; {result.keys_held} keys held at their "
+                "state before this batch (their newest change is among them)"
+            )
         now = datetime.now(timezone.utc)
         return {
             "rows_inserted": result.inserted,
@@ -154,6 +157,7 @@ class BooksSync:
             "files_consumed": len(files),
             "records_consumed": result.records_read,
             "records_quarantined": result.records_quarantined,
+            "keys_held": result.keys_held,
             "foreign_files_quarantined": len(foreign),
             "records_superseded_by_bootstrap": result.records_superseded,
             "snapshot_id": result.snapshot_id,

@@ -22,9 +22,9 @@ def _number(text: Any, path: str) -> Decimal:
     try:
         number = Decimal(text)
     except InvalidOperation:
-        raise DynamoDBTypeError(f"{path}: {text!r} is not a number") from None
+        raise DynamoDBTypeError(f"{path}: N is not a number") from None
     if not number.is_finite():
-        raise DynamoDBTypeError(f"{path}: {text!r} is not a finite number")
+        raise DynamoDBTypeError(f"{path}: N is not a finite number")
     return number
 
 
@@ -36,7 +36,7 @@ def _binary(value: Any, path: str) -> bytes:
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
-        raise DynamoDBTypeError(f"{path}: {value[:40]!r} is not valid base64") from None
+        raise DynamoDBTypeError(f"{path}: B is not valid base64") from None
 
 
 def _string(value: Any, path: str) -> str:

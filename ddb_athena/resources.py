@@ -245,7 +245,12 @@ class SyncSettings(ConfigurableResource):
         description="between maintenances, the sync run compacts library.books and its tombstones this often: every cycle "
         "reads the table, and its cost grows with each commit's small files",
     )
-    tombstone_retention_days: float = 7.0
+    tombstone_retention_days: float = Field(
+        default=7.0,
+        ge=1.0,
+        description="deletes are remembered this long, so that an older change of a deleted key never resurrects it; at "
+        "least a day, the stream's retention: no change older than that can be replayed from the stream",
+    )
     export_timeout_minutes: float = Field(default=180.0, description="how long to wait for a DynamoDB export")
     export_poll_seconds: float = Field(default=30.0, description="how often to ask DynamoDB about a running export")
     export_retention_days: float = Field(

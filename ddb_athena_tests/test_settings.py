@@ -160,3 +160,13 @@ def test_a_malformed_emr_setting_fails_when_the_code_location_loads():
     environ = {**AWS, "DDB_ATHENA_ORDERS_LOAD": "emr_serverless", **EMR_STACK_OUTPUTS, "DDB_ATHENA_EMR_CODE_URI": "/home/me/emr"}
     with pytest.raises(JobSubmissionError, match="code location '/home/me/emr'"):
         resources_from_settings(Settings.from_env(environ))
+
+
+def test_deletes_are_remembered_at_least_as_long_as_the_stream_keeps_changes():
+    import pydantic
+
+    from ddb_athena.resources import SyncSettings
+
+    with pytest.raises(pydantic.ValidationError, match="tombstone_retention_days"):
+        SyncSettings(bucket="b", books_table="books", tombstone_retention_days=0.5)
+    assert SyncSettings(bucket="b", books_table="books", tombstone_retention_days=1).tombstone_retention_days == 1

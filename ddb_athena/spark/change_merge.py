@@ -58,6 +58,8 @@ class MergeResult:
     updated: int = 0
     deleted: int = 0
     stale_skipped: int = 0
+    # Keys whose newest change in the batch was quarantined: none of their changes was applied.
+    keys_held: int = 0
     bootstrap_file: str | None = None
     snapshot_id: int | None = None
     newest_change_at: datetime | None = None
@@ -153,7 +155,7 @@ def _validated_changes_sql(spec: TableSpec, lines_view: str) -> str:
     envelope_problem = (
         "CASE "
         "WHEN get_json_object(line, '$') IS NULL THEN 'not valid JSON' "
-        f"WHEN event_name IS NULL OR event_name NOT IN ({events}) THEN concat('unknown event name: ', coalesce(event_name, 'none')) "
+        f"WHEN event_name IS NULL OR event_name NOT IN ({events}) THEN 'missing or unknown event_name' "
         f"WHEN sequence_number IS NULL OR NOT sequence_number RLIKE '^[0-9]{{1,{SEQUENCE_DIGITS}}}$' THEN 'missing or malformed sequence_number' "
         f"WHEN key IS NULL THEN 'missing key attribute {key.attribute} ({key.type_tag})' "
         "WHEN try_cast(approximate_creation_time AS timestamp) IS NULL THEN 'missing or malformed approximate_creation_time' "
@@ -187,29 +189,39 @@ def _utc(moment: datetime | None) -> datetime | None:
     return moment.replace(tzinfo=timezone.utc) if moment else None
 
 
-def _latest_changes_sql(spec: TableSpec, validated_view: str) -> str:
-    """One row per key of the valid changes in files after `:cutoff` and from `:first_file` on, typed: the change
-    with the highest stream sequence number (ties: the later file), with the merge time `:synced_at`.
-
-    The merge time joins as data (a one-row VALUES relation), not as a literal: Spark inlines timestamp literals
-    into the Java it generates, so a new literal every cycle meant new classes to compile and JIT every cycle
-    (about a fifth of a warm sync run's CPU)."""
+def _ranked_changes_sql(spec: TableSpec, validated_view: str) -> str:
+    """Every change in files after `:cutoff` and from `:first_file` on whose key and sequence number can be read,
+    quarantined or not, typed and ranked per key: `_rank` 1 is the change with the highest stream sequence number (ties:
+    the later file). A key whose newest change is quarantined is held: none of its older changes is applied, since
+    applying one would present a state the key has already left."""
     # The key comes from the record's Keys: a REMOVE has no image to take it from.
     typed = [
         "key",
         "event_name",
         "file_name",
+        "reason",
         f"key AS {spec.key.name}",
         *typed_columns_sql(spec.columns, "image"),
         f"new_image AS {ITEM_COLUMN}",
         f"lpad(sequence_number, {SEQUENCE_DIGITS}, '0') AS {SEQUENCE_COLUMN}",
         f"CAST(approximate_creation_time AS timestamp) AS {CHANGED_AT_COLUMN}",
     ]
+    readable = f"key IS NOT NULL AND sequence_number RLIKE '^[0-9]{{1,{SEQUENCE_DIGITS}}}$'"
+    changes = f"SELECT {', '.join(typed)} FROM {validate_identifier(validated_view)} WHERE {readable} AND file_name > :cutoff AND file_name >= :first_file"
+    return f"SELECT *, row_number() OVER (PARTITION BY key ORDER BY {SEQUENCE_COLUMN} DESC, file_name DESC) AS _rank FROM ({changes})"
+
+
+def _latest_changes_sql(spec: TableSpec, validated_view: str) -> str:
+    """One row per key of the changes in files after `:cutoff` and from `:first_file` on, typed: the newest change of
+    each key (see _ranked_changes_sql) unless it is quarantined, with the merge time `:synced_at`.
+
+    The merge time joins as data (a one-row VALUES relation), not as a literal: Spark inlines timestamp literals
+    into the Java it generates, so a new literal every cycle meant new classes to compile and JIT every cycle
+    (about a fifth of a warm sync run's CPU)."""
     names = ["key", "event_name", "file_name", spec.key.name, *(column.name for column in spec.columns), ITEM_COLUMN, SEQUENCE_COLUMN, CHANGED_AT_COLUMN]
-    changes = f"SELECT {', '.join(typed)} FROM {validate_identifier(validated_view)} WHERE reason IS NULL AND file_name > :cutoff AND file_name >= :first_file"
-    ranked = f"SELECT *, row_number() OVER (PARTITION BY key ORDER BY {SEQUENCE_COLUMN} DESC, file_name DESC) AS _rank FROM ({changes})"
     merged_at = f"SELECT CAST(col1 AS timestamp) AS {SYNCED_AT_COLUMN} FROM VALUES (:synced_at)"
-    return f"SELECT {', '.join(names)}, {SYNCED_AT_COLUMN} FROM ({ranked}) CROSS JOIN ({merged_at}) WHERE _rank = 1"
+    ranked = _ranked_changes_sql(spec, validated_view)
+    return f"SELECT {', '.join(names)}, {SYNCED_AT_COLUMN} FROM ({ranked}) CROSS JOIN ({merged_at}) WHERE _rank = 1 AND reason IS NULL"
 
 
 def merge_change_files(
@@ -257,6 +269,12 @@ def merge_change_files(
         valid = [row for row in summary if row["reason"] is None and row["file_name"] > cutoff]
         applicable = sum(row["count"] for row in valid if row["file_name"] >= first_file)
         result.records_superseded = result.records_read - result.records_quarantined - applicable
+        if result.records_quarantined:
+            held = spark.sql(
+                f"SELECT count(*) AS held FROM ({_ranked_changes_sql(spec, validated_view)}) WHERE _rank = 1 AND reason IS NOT NULL",
+                args={"cutoff": cutoff, "first_file": first_file},
+            )
+            result.keys_held = held.collect()[0]["held"]
         if not applicable and not result.bootstrap_file:
             return _with_snapshot(spark, target, result)
 
