@@ -51,6 +51,9 @@ class CheckpointStore:
         )
         return stamped
 
+    def delete(self, checkpoint: ShardCheckpoint) -> None:
+        self._s3.delete_object(Bucket=self._layout.bucket, Key=self._key(checkpoint.stream_arn, checkpoint.shard_id))
+
     def delete_all(self) -> int:
         keys = [obj["Key"] for obj in list_keys(self._s3, self._layout.bucket, self._layout.checkpoints_prefix)]
         for key in keys:

@@ -3,6 +3,11 @@
 A shard's checkpoint advances only after the change file holding its records is durable, so a
 crash at any point re-reads, never skips. Losing records to the stream's 24-hour trim is
 detected and reported, never papered over: the way back is a bootstrap.
+
+As AWS documents GetRecords, an empty page is not the end of a shard ("it might take multiple calls to get to a
+portion of the shard that contains stream records"): a closed shard is read until GetRecords returns no next
+iterator, an open one until several pages in a row come back empty (caught up). A finished shard's checkpoint is
+deleted once a child has one of its own: each capture reads the open shards' checkpoints, not the stream's history.
 """
 
 from collections import Counter
@@ -19,6 +24,10 @@ BOOTSTRAP_HINT = (
     "or launch the books_bootstrap job from the Dagster UI. It waits for the running sync to end its cycle, and the "
     "sync resumes after it."
 )
+
+
+# Empty pages in a row after which an open shard counts as caught up (each is one GetRecords request).
+EMPTY_PAGES_CAUGHT_UP = 3
 
 
 class StreamGapError(RuntimeError):
@@ -63,6 +72,12 @@ def list_shards(streams, stream_arn: str) -> list[dict]:
         start = description.get("LastEvaluatedShardId")
         if not start:
             return shards
+
+
+def finished_shards(checkpoints: dict[str, ShardCheckpoint]) -> set[str]:
+    """Shards read to their end: finished checkpoints, and the parents of shards with a checkpoint (a child is read
+    only once its parent is finished, and the parent's checkpoint is deleted after that)."""
+    return {c.shard_id for c in checkpoints.values() if c.finished} | {c.parent_shard_id for c in checkpoints.values() if c.parent_shard_id}
 
 
 def parents_first(shards: list[dict]) -> list[dict]:
@@ -122,10 +137,10 @@ class StreamCapture:
                 f"was re-created cannot be read. {BOOTSTRAP_HINT}"
             )
         shards = parents_first(list_shards(self._streams, stream_arn))
-        self._fail_on_gaps(shards, checkpoints)
+        finished = finished_shards(checkpoints)
+        self._fail_on_gaps(shards, checkpoints, finished)
 
         result = CaptureResult(stream_arn=stream_arn)
-        finished = {shard_id for shard_id, c in checkpoints.items() if c.finished}
         listed = {shard["ShardId"] for shard in shards}
         for shard in shards:
             shard_id, parent_id = shard["ShardId"], shard.get("ParentShardId")
@@ -136,11 +151,26 @@ class StreamCapture:
             if result.records >= self._max_records:
                 break
             checkpoint = checkpoints.get(shard_id) or ShardCheckpoint(stream_arn, shard_id, parent_id)
-            if self._capture_shard(checkpoint, result).finished:
+            closed = "EndingSequenceNumber" in shard.get("SequenceNumberRange", {})
+            checkpoints[shard_id] = self._capture_shard(checkpoint, result, closed)
+            if checkpoints[shard_id].finished:
                 finished.add(shard_id)
+        self._prune(shards, checkpoints)
         return result
 
-    def _fail_on_gaps(self, shards: list[dict], checkpoints: dict[str, ShardCheckpoint]) -> None:
+    def _prune(self, shards: list[dict], checkpoints: dict[str, ShardCheckpoint]) -> None:
+        """Deletes the checkpoints of finished shards whose children all have one of their own (each names its parent,
+        which is then known as finished without its own checkpoint)."""
+        children: dict[str, list[str]] = {}
+        for shard in shards:
+            children.setdefault(shard.get("ParentShardId"), []).append(shard["ShardId"])
+        for checkpoint in list(checkpoints.values()):
+            kids = children.get(checkpoint.shard_id, [])
+            if checkpoint.finished and kids and all(kid in checkpoints for kid in kids):
+                self._checkpoints.delete(checkpoint)
+                del checkpoints[checkpoint.shard_id]
+
+    def _fail_on_gaps(self, shards: list[dict], checkpoints: dict[str, ShardCheckpoint], finished: set[str]) -> None:
         listed = {shard["ShardId"] for shard in shards}
         for checkpoint in checkpoints.values():
             if not checkpoint.finished and checkpoint.shard_id not in listed:
@@ -152,7 +182,7 @@ class StreamCapture:
             return  # first capture of this stream: history before it comes from the bootstrap scan
         for shard in shards:
             parent = shard.get("ParentShardId")
-            if shard["ShardId"] not in checkpoints and parent and parent not in listed and parent not in checkpoints:
+            if shard["ShardId"] not in checkpoints.keys() | finished and parent and parent not in listed and parent not in finished:
                 raise StreamGapError(
                     f"Shard {shard['ShardId']} descends from {parent}, which was trimmed before it was captured. "
                     f"{BOOTSTRAP_HINT}"
@@ -174,10 +204,11 @@ class StreamCapture:
                 ) from error
             raise
 
-    def _capture_shard(self, checkpoint: ShardCheckpoint, result: CaptureResult) -> ShardCheckpoint:
+    def _capture_shard(self, checkpoint: ShardCheckpoint, result: CaptureResult, closed: bool) -> ShardCheckpoint:
         iterator: str | None = self._iterator(checkpoint)
         pending: list[ChangeRecord] = []
         last_read = checkpoint.sequence_number
+        empty_pages = 0
         result.shards_read += 1
         while iterator is not None and result.records + len(pending) < self._max_records:
             try:
@@ -197,12 +228,14 @@ class StreamCapture:
             if len(pending) >= self._records_per_file:
                 checkpoint = self._flush(checkpoint, pending, result, finished=False)
                 pending = []
-            if not records and iterator is not None:
+            empty_pages = 0 if records else empty_pages + 1
+            if not closed and empty_pages >= EMPTY_PAGES_CAUGHT_UP:
                 break  # caught up with an open shard
         return self._flush(checkpoint, pending, result, finished=iterator is None)
 
     def _flush(self, checkpoint: ShardCheckpoint, records: list[ChangeRecord], result: CaptureResult, finished: bool) -> ShardCheckpoint:
-        if not records and not finished:
+        # A shard's first checkpoint is written even with no record: it names the parent, finished from then on.
+        if not records and not finished and checkpoint.updated_at is not None:
             return checkpoint
         if records:
             key = write_change_file(self._s3, self._layout, self._namer.next_name("stream"), records)

@@ -31,9 +31,11 @@ class FakeShard:
 class FakeStreams:
     """Iterators are `shard|position`; behaviour switches let a test inject AWS's failure modes."""
 
-    def __init__(self, shards: list[FakeShard], page_size: int = 2):
+    def __init__(self, shards: list[FakeShard], page_size: int = 2, empty_page_before_each: bool = False):
         self.shards = {shard.shard_id: shard for shard in shards}
         self.page_size = page_size
+        # As AWS may: an empty page mid-shard (a portion of the shard without records), its next iterator further on.
+        self.empty_page_before_each = empty_page_before_each
         self.expire_next_get_records = 0
         self.trimmed_before: dict[str, int] = {}  # shard -> first retained sequence
         self.calls: list[str] = []
@@ -77,8 +79,10 @@ class FakeStreams:
             self.expire_next_get_records -= 1
             raise client_error("ExpiredIteratorException", "GetRecords")
         shard_id, position = ShardIterator.split("|")
-        shard, position = self.shards[shard_id], int(position)
         self.calls.append(shard_id)
+        if self.empty_page_before_each and not position.endswith("~"):
+            return {"Records": [], "NextShardIterator": f"{shard_id}|{position}~"}
+        shard, position = self.shards[shard_id], int(position.rstrip("~"))
         page = shard.records[position : position + min(Limit, self.page_size)]
         end = position + len(page)
         response = {"Records": page}

@@ -125,8 +125,9 @@ def test_split_shards_are_read_parent_first_and_closed_shards_are_finished(setti
     assert sorted(order) == ["100", "101", "102", "200", "201", "300", "400"]
     assert order[:3] == ["100", "101", "102"] and order.index("201") < order.index("400")
     checkpoints = {c.shard_id: c for c in CheckpointStore(settings.client("s3"), layout).load_all()}
-    assert checkpoints["shard-0-parent"].finished and checkpoints["shard-0-parent"].sequence_number == "102"
-    assert checkpoints["shard-1-child"].finished and checkpoints["shard-1-child"].sequence_number == "201"
+    # Finished shards whose children have gone past them are forgotten: a capture reads the open shards' checkpoints.
+    assert "shard-0-parent" not in checkpoints and "shard-1-child" not in checkpoints
+    assert checkpoints["shard-3-grandchild"].sequence_number == "400"
     assert not checkpoints["shard-2-child"].finished and checkpoints["shard-2-child"].sequence_number == "300"
     # The finished parent is not read again.
     streams.calls.clear()
@@ -185,3 +186,32 @@ def test_a_recreated_stream_is_not_mistaken_for_a_fresh_start(settings, layout):
     capture = fake_capture(settings, layout, streams)
     assert capture.reset_checkpoints() == 1
     assert capture.capture().records == 1
+
+
+def test_an_empty_page_is_not_the_end_of_a_shard(settings, layout):
+    streams = split_stream()
+    streams.empty_page_before_each = True  # every page of records comes after an empty one
+    result = fake_capture(settings, layout, streams).capture()
+    assert result.records == 7
+    assert sorted(captured_sequences(settings.client("s3"), layout)) == ["100", "101", "102", "200", "201", "300", "400"]
+    # The closed parent was read to its end (no next iterator) and its children started in the same capture.
+    assert fake_capture(settings, layout, streams).capture().records == 0
+
+
+def test_a_closed_parent_with_nothing_left_is_finished_so_its_children_start(settings, layout):
+    streams = split_stream()
+    store = CheckpointStore(settings.client("s3"), layout)
+    store.save(ShardCheckpoint(STREAM_ARN, "shard-0-parent", sequence_number="102"))  # every record read, end not yet seen
+    result = fake_capture(settings, layout, streams).capture()
+    assert sorted(captured_sequences(settings.client("s3"), layout)) == ["200", "201", "300", "400"] and result.records == 4
+
+
+def test_pruned_parents_are_still_known_as_finished_after_the_stream_trims_them(settings, layout):
+    streams = split_stream()
+    streams.shards["shard-2-child"].records = []  # a child that has had no record yet
+    fake_capture(settings, layout, streams).capture()
+    assert "shard-0-parent" not in {c.shard_id for c in CheckpointStore(settings.client("s3"), layout).load_all()}
+    # A day later the stream has trimmed the parent: its silent child is no gap, and the parent is not read again.
+    del streams.shards["shard-0-parent"]
+    streams.shards["shard-2-child"].records = [stream_record(301, "b")]
+    assert fake_capture(settings, layout, streams).capture().records == 1
