@@ -15,9 +15,9 @@ from ddb_athena.checks.books import (
     books_unique_id,
 )
 from ddb_athena.checks.orders import orders_freshness_checks, orders_unique_order_id
-from ddb_athena.jobs import books_bootstrap, books_maintenance, books_source_cleanup, books_sync_job, orders_daily, orders_export_cleanup
+from ddb_athena.jobs import books_bootstrap, books_key_parity, books_maintenance, books_source_cleanup, books_sync_job, orders_daily, orders_export_cleanup
 from ddb_athena.resources import resources_from_settings
-from ddb_athena.schedules import books_every_minute, orders_daily_schedule
+from ddb_athena.schedules import books_every_minute, books_key_parity_daily, orders_daily_schedule
 from ddb_athena.sensors import cleanup_after_materialization
 from ddb_athena.settings import Settings
 
@@ -39,8 +39,8 @@ defs = Definitions(
         *orders_freshness_checks,
         orders_unique_order_id,
     ],
-    jobs=[books_sync_job, books_bootstrap, books_source_cleanup, orders_export_cleanup, books_maintenance, orders_daily],
-    schedules=[books_every_minute, orders_daily_schedule],
+    jobs=[books_sync_job, books_bootstrap, books_key_parity, books_source_cleanup, orders_export_cleanup, books_maintenance, orders_daily],
+    schedules=[books_every_minute, books_key_parity_daily, orders_daily_schedule],
     sensors=[cleanup_after_materialization, freshness_sensor],
     resources=resources_from_settings(Settings.from_env()),
     # Every job, `dagster asset materialize` included, runs in one process: one SparkSession per run.

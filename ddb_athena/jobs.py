@@ -14,6 +14,7 @@ from ddb_athena.assets.books import BOOKS_WRITER_POOL, SYNC_JOB_NAME, maintenanc
 from ddb_athena.assets.orders import ORDERS_WRITER_POOL, orders_athena, orders_export
 from ddb_athena.assets.upkeep import maintain
 from ddb_athena.capture.commit_manifests import delete_committed_files
+from ddb_athena.checks.books import books_row_count_parity
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 
 BOOTSTRAP_JOB_NAME = "books_bootstrap"
@@ -36,6 +37,13 @@ books_bootstrap = define_asset_job(
     tags={"dagster/priority": "10"},
     description="Rebuilds library.books from a scan of the DynamoDB table and the stream after it: the recovery from a stream "
     "gap. The running sync ends after its cycle; the schedule resumes it after the bootstrap.",
+)
+
+# The one check that reads the user's DynamoDB table (a paced key scan): a run of its own, once a day by its schedule.
+books_key_parity = define_asset_job(
+    "books_key_parity",
+    selection=AssetSelection.checks(books_row_count_parity),
+    description="Compares the keys of library.books with the DynamoDB table's (a scan paced to a share of its read capacity).",
 )
 
 

@@ -101,9 +101,57 @@ class ParityTracker:
         return parity
 
 
-def dynamodb_keys(dynamodb, table_name: str, attribute: str, type_tag: str) -> list[str]:
-    """Every item's key, read consistently (a scan that reads only the key attribute)."""
-    pages = dynamodb.get_paginator("scan").paginate(
-        TableName=table_name, ProjectionExpression="#key", ExpressionAttributeNames={"#key": attribute}, ConsistentRead=True
-    )
-    return [item[attribute][type_tag] for page in pages for item in page["Items"]]
+@dataclass
+class KeyScan:
+    """A key scan paced to a read rate: what it read, and the read units DynamoDB says it consumed."""
+
+    keys: list[str] = field(default_factory=list)
+    read_units: float = 0.0
+    seconds: float = 0.0
+    pages: int = 0
+
+
+def read_rate_for(dynamodb, table_name: str, capacity_share: float, on_demand_read_units_per_second: float) -> float:
+    """Read units a second a scan may use: a share of a provisioned table's read capacity (the application keeps the
+    rest), or a fixed rate on an on-demand table, whichever is lower."""
+    provisioned = dynamodb.describe_table(TableName=table_name)["Table"].get("ProvisionedThroughput", {}).get("ReadCapacityUnits") or 0
+    return min(on_demand_read_units_per_second, capacity_share * provisioned) if provisioned else on_demand_read_units_per_second
+
+
+def paced_keys(
+    dynamodb,
+    table_name: str,
+    attribute: str,
+    type_tag: str,
+    read_units_per_second: float,
+    segments: int = 4,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> KeyScan:
+    """Every item's key, in `segments` scan segments read in turn, paced so that the read units consumed (as DynamoDB
+    reports them) average at most `read_units_per_second`. Eventually consistent: half the units of a consistent read,
+    and a key in flight is told apart by the settle time anyway. A projection does not lower the units: they count
+    the items' whole size."""
+    if read_units_per_second <= 0:
+        raise ValueError(f"a scan's read rate must be positive, got {read_units_per_second}")
+    scan, started = KeyScan(), clock()
+    paginator = dynamodb.get_paginator("scan")
+    for segment in range(segments):
+        pages = paginator.paginate(
+            TableName=table_name,
+            ProjectionExpression="#key",
+            ExpressionAttributeNames={"#key": attribute},
+            Segment=segment,
+            TotalSegments=segments,
+            ReturnConsumedCapacity="TOTAL",
+        )
+        for page in pages:
+            scan.keys += [item[attribute][type_tag] for item in page["Items"]]
+            scan.read_units += page.get("ConsumedCapacity", {}).get("CapacityUnits", 0.0)
+            scan.pages += 1
+            # Paced by what was consumed so far: the next page waits until the average is back at the rate.
+            wait = started + scan.read_units / read_units_per_second - clock()
+            if wait > 0:
+                sleep(wait)
+    scan.seconds = clock() - started
+    return scan

@@ -212,7 +212,7 @@ class SyncSettings(ConfigurableResource):
         "p95 freshness is about the interval plus a few seconds",
     )
     table_checks_every_cycles: int = Field(
-        default=6, ge=1, description="the checks that read the table and DynamoDB run on every n-th recorded cycle"
+        default=6, ge=1, description="the check that reads the Iceberg table (unique ids) runs on every n-th recorded cycle"
     )
     parity_settle_seconds: float = Field(
         default=60.0,
@@ -220,6 +220,19 @@ class SyncSettings(ConfigurableResource):
         description="a key that differs between library.books and DynamoDB this long is divergence, not a change in flight "
         "(it must exceed a merge interval plus the capture delay)",
     )
+    parity_scan_read_units_per_second: float = Field(
+        default=100.0,
+        gt=0,
+        description="the daily key parity check scans the DynamoDB table at most this fast (read units a second, as "
+        "DynamoDB reports them; eventually consistent: 0.5 a 4 KB item)",
+    )
+    parity_scan_capacity_share: float = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="on a provisioned table, the scan uses at most this share of its read capacity (the application keeps the rest)",
+    )
+    parity_scan_segments: int = Field(default=4, ge=1, le=1000, description="scan segments the key parity check reads in turn")
     snapshot_retention_hours: float = Field(
         default=1.0, ge=1.0, description="expire snapshots older than this; at least 1 hour, longer than the longest query"
     )

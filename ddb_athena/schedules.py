@@ -1,4 +1,4 @@
-"""Schedules: the books sync's launcher and watchdog (every minute it starts a sync run unless one is queued or
+"""Schedules: the daily key parity check; the books sync's launcher and watchdog (every minute it starts a sync run unless one is queued or
 running, so a run that ended or crashed is replaced within a minute; the run maintains its table itself), orders
 daily at a configurable hour (UTC) for the day that just ended."""
 
@@ -9,13 +9,14 @@ from dagster import (
     DefaultScheduleStatus,
     RunRequest,
     RunsFilter,
+    ScheduleDefinition,
     ScheduleEvaluationContext,
     SkipReason,
     build_schedule_from_partitioned_job,
     schedule,
 )
 
-from ddb_athena.jobs import books_sync_job, orders_daily
+from ddb_athena.jobs import books_key_parity, books_sync_job, orders_daily
 from ddb_athena.resources import SyncSettings
 from ddb_athena.settings import Settings
 
@@ -59,5 +60,15 @@ orders_daily_schedule = build_schedule_from_partitioned_job(
     name="orders_daily_schedule",
     hour_of_day=Settings.from_env().orders_schedule_hour,
     minute_of_hour=0,
+    default_status=DefaultScheduleStatus.RUNNING,
+)
+
+
+# The key parity check reads the whole DynamoDB table: once a day, not with the sync's cycles.
+books_key_parity_daily = ScheduleDefinition(
+    name="books_key_parity_daily",
+    job=books_key_parity,
+    cron_schedule=f"0 {Settings.from_env().parity_scan_hour} * * *",
+    execution_timezone="UTC",
     default_status=DefaultScheduleStatus.RUNNING,
 )

@@ -34,6 +34,8 @@ BOOKS_SOURCE_PREFIX = "books_source"
 ORDERS_EXPORT_PREFIX = "orders_export"
 DEFAULT_ORDERS_START_DATE = "2026-11-01"
 DEFAULT_ORDERS_SCHEDULE_HOUR = 2
+# The key parity check scans the user's DynamoDB table: once a day, at this hour (UTC).
+DEFAULT_PARITY_SCAN_HOUR = 3
 # Every cleanup run is a process of its own (a few CPU-seconds of imports): one every few minutes, not every
 # minute. Committed files waiting for it cost nothing: the sync skips them.
 DEFAULT_CLEANUP_INTERVAL_SECONDS = 300
@@ -64,9 +66,10 @@ def _start_date(text: str) -> str:
         raise SettingsError(f"DDB_ATHENA_ORDERS_START_DATE={text!r}: expected a date like 2026-11-01") from None
 
 
-def _hour(text: str) -> int:
+def _hour(env: Mapping[str, str], name: str, default: int) -> int:
+    text = env.get(name, str(default))
     if not text.isdigit() or not 0 <= int(text) <= 23:
-        raise SettingsError(f"DDB_ATHENA_ORDERS_SCHEDULE_HOUR={text!r}: expected an hour of the day, 0 to 23 (UTC)")
+        raise SettingsError(f"{name}={text!r}: expected an hour of the day, 0 to 23 (UTC)")
     return int(text)
 
 
@@ -116,6 +119,7 @@ class Settings:
     spark_packages: str | None = None
     orders_start_date: str = DEFAULT_ORDERS_START_DATE
     orders_schedule_hour: int = DEFAULT_ORDERS_SCHEDULE_HOUR
+    parity_scan_hour: int = DEFAULT_PARITY_SCAN_HOUR
     cleanup_interval_seconds: int = DEFAULT_CLEANUP_INTERVAL_SECONDS
     merge_interval_seconds: float = DEFAULT_MERGE_INTERVAL_SECONDS
     sync_run_minutes: float = DEFAULT_SYNC_RUN_MINUTES
@@ -182,7 +186,8 @@ class Settings:
             spark_master=env.get("DDB_ATHENA_SPARK_MASTER") or ("local[2]" if local else None),
             spark_packages=env.get("DDB_ATHENA_SPARK_PACKAGES") or None,
             orders_start_date=_start_date(env.get("DDB_ATHENA_ORDERS_START_DATE", DEFAULT_ORDERS_START_DATE)),
-            orders_schedule_hour=_hour(env.get("DDB_ATHENA_ORDERS_SCHEDULE_HOUR", str(DEFAULT_ORDERS_SCHEDULE_HOUR))),
+            orders_schedule_hour=_hour(env, "DDB_ATHENA_ORDERS_SCHEDULE_HOUR", DEFAULT_ORDERS_SCHEDULE_HOUR),
+            parity_scan_hour=_hour(env, "DDB_ATHENA_PARITY_SCAN_HOUR", DEFAULT_PARITY_SCAN_HOUR),
             books_capture=books_capture,
             orders_load=orders_load,
             emr=emr,

@@ -23,7 +23,6 @@ import psutil
 from ddb_athena.assets.books import books_syncer
 from ddb_athena.books_cycle import BooksSync
 from ddb_athena.checks.books import cycle_check_results
-from ddb_athena.key_parity import ParityTracker
 from ddb_athena.resources import resources_from_settings
 from ddb_athena.settings import Settings
 from ddb_athena_bench.freshness import OUT, local_stack
@@ -81,7 +80,6 @@ def warm_sync(scratch: Path, interval: float, warm_up_cycles: int) -> Iterator[t
 def run(minutes: float, interval: float) -> None:
     with warm_sync(OUT / "sync-cpu-stack", interval, WARM_UP_CYCLES) as (resources, syncer, excluded):
         aws, spark, sync = resources["aws"], resources["spark"], resources["sync"]
-        parity = ParityTracker(sync.parity_settle_seconds)
         me = psutil.Process()
         jvm = next(child.pid for child in me.children(recursive=True) if child.name() == "java")
         tracker = spark.spark_session.sparkContext.statusTracker()
@@ -95,7 +93,7 @@ def run(minutes: float, interval: float) -> None:
             number += 1
             cycle_started = time.monotonic()
             syncer.cycle(f"cycle-{number}")
-            cycle_check_results(aws, spark, sync, parity if number % TABLE_CHECKS_EVERY == 0 else None)
+            cycle_check_results(aws, spark, sync, number % TABLE_CHECKS_EVERY == 0)
             if time.monotonic() - minute_at >= 60:
                 python, children, now = _cpu(me), _children_cpu(me, excluded), time.monotonic()
                 per_minute = 60 / (now - minute_at)

@@ -30,7 +30,6 @@ from ddb_athena.assets.upkeep import maintain
 from ddb_athena.books_cycle import BooksSync
 from ddb_athena.cpu_budget import CpuBudget
 from ddb_athena.cycle_loop import StopRequest, run_cycles
-from ddb_athena.key_parity import ParityTracker
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.settings import MAX_MERGE_INTERVAL_SECONDS, MAX_SYNC_RUN_MINUTES, MIN_MERGE_INTERVAL_SECONDS
 from ddb_athena.spark.maintenance import MaintenanceResult, MaintenanceState, compact_with_tombstones, maintenance_state
@@ -72,7 +71,8 @@ class BooksSyncConfig(Config):
         default=None,
         ge=0,
         le=MAX_SYNC_RUN_MINUTES,
-        description="How long this run keeps syncing; 0: one cycle. Default: the sync resource's sync_run_minutes.",
+        description="How long this run keeps syncing; 0: one cycle. Default: the sync resource's sync_run_minutes for a "
+        "books_sync run, one cycle for any other (Materialize in the UI, a bootstrap).",
     )
     merge_interval_seconds: float | None = Field(
         default=None,
@@ -165,7 +165,9 @@ def sync_books(
     # Imported here: the checks module imports this one for the asset keys.
     from ddb_athena.checks.books import cycle_check_results, files_compact_result
 
-    run_minutes = sync.sync_run_minutes if config.run_minutes is None else config.run_minutes
+    # Materialize in the UI is one cycle now, not an hour's sync beside the schedule's: the schedule's runs are the sync.
+    default_minutes = sync.sync_run_minutes if context.run.job_name == SYNC_JOB_NAME else 0.0
+    run_minutes = default_minutes if config.run_minutes is None else config.run_minutes
     interval = sync.merge_interval_seconds if config.merge_interval_seconds is None else config.merge_interval_seconds
     lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.books_iceberg_table)
     syncer = books_syncer(aws, spark, sync, log=context.log.info, warn=context.log.warning, before_write=lease.check)
@@ -176,8 +178,6 @@ def sync_books(
     maintained = {"state": None}
     # Compaction alone, more often than maintenance: counted from the run's start.
     compaction_interval, compacted = timedelta(minutes=sync.compaction_interval_minutes), {"at": datetime.now(timezone.utc)}
-    # Remembers the keys that differed from DynamoDB, so a later cycle tells a change in flight from divergence.
-    parity = ParityTracker(sync.parity_settle_seconds)
     budget = CpuBudget(sync.sync_cpu_budget) if sync.sync_cpu_budget and run_minutes else None
     if budget is not None:
         inherit_cpu_budget(context, budget)
@@ -204,7 +204,7 @@ def sync_books(
         context.log_event(AssetMaterialization(asset_key=books_iceberg.key, metadata={**outcome.merged, **pacing, "cycle": number}))
         # The checks that read the table or DynamoDB: after the run's first merge, then every few, never when idle.
         with_table = not outcome.idle and recorded["merges"] % sync.table_checks_every_cycles == 0
-        for name, result in cycle_check_results(aws, spark, sync, parity if with_table else None).items():
+        for name, result in cycle_check_results(aws, spark, sync, with_table).items():
             context.log_event(evaluation(result, name))
         recorded.update(at=time.monotonic(), merges=recorded["merges"] + (not outcome.idle))
         # One writer: upkeep runs inside the loop, between merges, never beside them. Idle tables need none.

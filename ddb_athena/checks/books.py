@@ -1,8 +1,9 @@
 """Asset checks of the books pipeline: freshness, backlog, quarantine, unique ids, parity with DynamoDB.
 
-The sync run evaluates backlog, quarantine, unique ids and parity in its cycles (`cycle_check_results`);
-the same checks can be run on their own from the UI. Freshness is evaluated by its sensor, so it turns red
-even when no sync runs at all."""
+The sync run evaluates backlog, quarantine and unique ids in its cycles (`cycle_check_results`): they read S3 and
+the Iceberg table, never DynamoDB. Parity with DynamoDB scans the user's table, so it runs once a day (its own job
+and schedule), paced to a share of the table's read capacity, its consumed read units in its metadata. Every check
+can be run on its own from the UI. Freshness is evaluated by its sensor, so it turns red even when no sync runs."""
 
 import json
 import warnings
@@ -15,7 +16,7 @@ from ddb_athena.capture.change_files import is_change_file, list_keys
 from ddb_athena.capture.commit_manifests import committed_files
 from ddb_athena.capture.quarantine import quarantined_reasons
 from ddb_athena.checks.table_checks import unique_key_result
-from ddb_athena.key_parity import KeyParity, ParityTracker, dynamodb_keys
+from ddb_athena.key_parity import KeyParity, KeyScan, ParityTracker, paced_keys, read_rate_for
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.spark.change_merge import row_versions, tombstone_versions
 from ddb_athena.spark.maintenance import TableFiles, table_files
@@ -62,28 +63,47 @@ def quarantine_result(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheck
     )
 
 
-def key_parity_result(parity: KeyParity) -> AssetCheckResult:
+def key_parity_result(parity: KeyParity, scans: list[KeyScan]) -> AssetCheckResult:
     return AssetCheckResult(
         passed=parity.passed,
         severity=AssetCheckSeverity.WARN,
-        metadata=parity.metadata(),
+        metadata={
+            **parity.metadata(),
+            "dynamodb_scans": len(scans),
+            "dynamodb_read_units": sum(scan.read_units for scan in scans),
+            "dynamodb_scan_seconds": sum(scan.seconds for scan in scans),
+        },
         description=None if parity.passed else "Keys differ from DynamoDB for longer than a change takes to merge: a lost change or a "
         "hand-made edit of the table. A bootstrap run (config bootstrap: true) rebuilds the table from DynamoDB.",
     )
 
 
-def observe_key_parity(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, tracker: ParityTracker, wait: bool) -> KeyParity:
-    """Compares the keys of library.books and DynamoDB; `wait`: until what was in flight at the first look has settled."""
+def key_parity_readers(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, scans: list[KeyScan]) -> tuple:
+    """What a ParityTracker reads: library.books's keys and row versions, DynamoDB's keys (a paced scan, appended to
+    `scans`), the newest tombstones of some keys."""
     key = BOOKS_SPEC.key
     dynamodb = aws.client("dynamodb")
-    readers = (
+    rate = read_rate_for(dynamodb, sync.books_table, sync.parity_scan_capacity_share, sync.parity_scan_read_units_per_second)
+
+    def dynamodb_keys() -> list[str]:
+        scans.append(paced_keys(dynamodb, sync.books_table, key.attribute, key.type_tag, rate, sync.parity_scan_segments))
+        return scans[-1].keys
+
+    return (
         lambda: row_versions(spark.spark_session, sync.books_iceberg_table, key.name),
-        lambda: dynamodb_keys(dynamodb, sync.books_table, key.attribute, key.type_tag),
+        dynamodb_keys,
         lambda keys: tombstone_versions(spark.spark_session, sync.books_iceberg_table, key.name, keys),
     )
-    if wait:
-        return tracker.observe_until_settled(*readers, poll_seconds=min(PARITY_POLL_SECONDS, sync.parity_settle_seconds))
-    return tracker.observe(*readers)
+
+
+def observe_key_parity(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings) -> tuple[KeyParity, list[KeyScan]]:
+    """Compares the keys of library.books and DynamoDB until what was in flight at the first look has settled; each
+    look is a paced scan of DynamoDB's keys (returned too, for what they read)."""
+    scans: list[KeyScan] = []
+    parity = ParityTracker(sync.parity_settle_seconds).observe_until_settled(
+        *key_parity_readers(aws, spark, sync, scans), poll_seconds=min(PARITY_POLL_SECONDS, sync.parity_settle_seconds)
+    )
+    return parity, scans
 
 
 @asset_check(asset=books_iceberg.key, description="No change file waits to be merged longer than the backlog limit (2 minutes).")
@@ -104,10 +124,11 @@ def books_unique_id(spark: IcebergSparkResource, sync: SyncSettings) -> AssetChe
 @asset_check(
     asset=books_iceberg.key,
     description="library.books holds the same keys as the DynamoDB table; a key may differ while its change is in flight "
-    "(up to parity_settle_seconds, 60 by default), and warns if it differs longer.",
+    "(up to parity_settle_seconds, 60 by default), and warns if it differs longer. Scans the DynamoDB table's keys, paced "
+    "to a share of its read capacity: daily by its schedule (books_key_parity).",
 )
 def books_row_count_parity(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:
-    return key_parity_result(observe_key_parity(aws, spark, sync, ParityTracker(sync.parity_settle_seconds), wait=True))
+    return key_parity_result(*observe_key_parity(aws, spark, sync))
 
 
 def files_compact_result(files: TableFiles) -> AssetCheckResult:
@@ -133,13 +154,10 @@ def books_files_compact(spark: IcebergSparkResource, sync: SyncSettings) -> Asse
     return files_compact_result(table_files(spark.spark_session, sync.books_iceberg_table))
 
 
-def cycle_check_results(
-    aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, parity: ParityTracker | None
-) -> dict[str, AssetCheckResult]:
-    """The checks a sync cycle evaluates, by check name: those reading S3 always, those reading the table and
-    DynamoDB (a Spark job, a scan) only when given the run's `parity` tracker (it remembers what was in flight)."""
+def cycle_check_results(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, with_table: bool) -> dict[str, AssetCheckResult]:
+    """The checks a sync cycle evaluates, by check name: those reading S3 always, the one reading the table (a Spark
+    job) when `with_table`. None reads DynamoDB."""
     results = {"books_backlog": backlog_result(aws, sync), "books_quarantine_empty": quarantine_result(aws, sync)}
-    if parity is not None:
+    if with_table:
         results["books_unique_id"] = unique_key_result(spark.spark_session, sync.books_iceberg_table, BOOKS_SPEC.key.name)
-        results["books_row_count_parity"] = key_parity_result(observe_key_parity(aws, spark, sync, parity, wait=False))
     return results

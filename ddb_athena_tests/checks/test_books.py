@@ -4,7 +4,7 @@ import pytest
 from dagster import AssetCheckSeverity, DagsterInstance
 
 from ddb_athena.capture.change_files import SourceLayout, change_file_name
-from ddb_athena.checks.books import books_backlog, books_row_count_parity, observe_key_parity
+from ddb_athena.checks.books import books_backlog, books_row_count_parity, key_parity_readers
 from ddb_athena.key_parity import EXTRA, MISSING, ParityTracker
 from ddb_athena.simulate import BookSimulator
 from ddb_athena_tests.dagster_helpers import check_results, local_resources, materialization_metadata, sync_books
@@ -24,7 +24,11 @@ def test_checks_pass_on_a_healthy_sync_and_fail_on_bad_input_backlog_and_drift(s
         simulator.insert()
     healthy = check_results(sync_books(instance))
     assert all(result.passed for result in healthy.values()), healthy
-    assert healthy["books_row_count_parity"].metadata["iceberg_rows"].value == 5
+    resources = local_resources()
+    parity = books_row_count_parity(aws=resources["aws"], spark=resources["spark"], sync=resources["sync"])
+    assert parity.passed and parity.metadata["iceberg_rows"].value == 5
+    # What the scan cost, as DynamoDB reports it.
+    assert parity.metadata["dynamodb_scans"].value == 1 and parity.metadata["dynamodb_read_units"].value > 0
 
     # A malformed change file: quarantined, the check turns red, the rest still merges.
     layout = SourceLayout(settings.bucket, "books_source")
@@ -34,7 +38,7 @@ def test_checks_pass_on_a_healthy_sync_and_fail_on_bad_input_backlog_and_drift(s
     assert not after_bad_file["books_quarantine_empty"].passed
     assert after_bad_file["books_quarantine_empty"].metadata["quarantined_records"].value == 1
     assert "not valid JSON" in after_bad_file["books_quarantine_empty"].metadata["reasons"].value
-    assert after_bad_file["books_row_count_parity"].passed  # the good change was merged
+    assert after_bad_file["books_unique_id"].passed  # the good change was merged
 
     # An item no sync merges (none runs) differs longer than the settle time: the check, run on its own, waits
     # that long for it and then warns. A backlog past the bound fails.
@@ -58,12 +62,14 @@ def test_parity_tells_a_change_in_flight_from_a_row_deleted_by_hand(spark, setti
     aws, spark_resource, sync = resources["aws"], resources["spark"], resources["sync"]
     tracker = ParityTracker(settle_seconds=30)
 
+    readers = key_parity_readers(aws, spark_resource, sync, [])
+
     # Written after the merge, before the check's scan: in flight, and merged by the next cycle.
     simulator.insert("book-in-flight")
-    first = observe_key_parity(aws, spark_resource, sync, tracker, wait=False)
+    first = tracker.observe(*readers)
     assert first.passed and first.in_flight == {"book-in-flight": MISSING}
     sync_books(instance)
-    assert observe_key_parity(aws, spark_resource, sync, tracker, wait=False).in_flight == {}
+    assert tracker.observe(*readers).in_flight == {}
 
     # A row deleted from the table by hand (as with a DELETE in Athena): no change will ever bring it back.
     (victim,) = spark.sql(f"SELECT id FROM {settings.namespace}.books LIMIT 1").collect()[0]
@@ -83,8 +89,10 @@ def test_a_key_changed_again_between_two_looks_is_in_flight_at_both_and_stuck_on
     # No settle time: a key that differs the same way at two looks is stuck, unless a change was merged for it.
     tracker = ParityTracker(settle_seconds=0)
 
+    readers = key_parity_readers(resources["aws"], resources["spark"], resources["sync"], [])
+
     def look():
-        return observe_key_parity(resources["aws"], resources["spark"], resources["sync"], tracker, wait=False)
+        return tracker.observe(*readers)
 
     def delete(book_id):
         dynamodb.delete_item(TableName=settings.books_table, Key={"id": {"S": book_id}})
@@ -119,9 +127,57 @@ def test_a_foreign_file_in_the_change_prefix_is_quarantined_turns_the_check_red_
     assert not checks["books_quarantine_empty"].passed
     assert "not a change file" in checks["books_quarantine_empty"].metadata["reasons"].value
     assert materialization_metadata(result, "books_iceberg")["foreign_files_quarantined"] == 1
-    assert checks["books_row_count_parity"].passed and checks["books_backlog"].passed  # the real change merged
+    assert checks["books_unique_id"].passed and checks["books_backlog"].passed  # the real change merged
     assert "Contents" not in s3.list_objects_v2(Bucket=settings.bucket, Prefix=stray)
     # It stays red on later runs until someone deals with it, and it is quarantined once.
     later = sync_books(instance)
     assert not check_results(later)["books_quarantine_empty"].passed
     assert materialization_metadata(later, "books_iceberg")["foreign_files_quarantined"] == 0
+
+
+class PagedScan:
+    """A DynamoDB client whose scans return `pages` pages of one key each per segment, each consuming `units`."""
+
+    def __init__(self, pages: int, units: float, provisioned: int = 0):
+        self.pages, self.units, self.provisioned, self.requests = pages, units, provisioned, []
+
+    def describe_table(self, TableName):
+        return {"Table": {"ProvisionedThroughput": {"ReadCapacityUnits": self.provisioned}}}
+
+    def get_paginator(self, operation):
+        client = self
+
+        class Pages:
+            def paginate(self, **kwargs):
+                client.requests.append(kwargs)
+                for number in range(client.pages):
+                    key = f"s{kwargs['Segment']}-{number}"
+                    yield {"Items": [{"id": {"S": key}}], "ConsumedCapacity": {"CapacityUnits": client.units}}
+
+        return Pages()
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def test_the_key_scan_is_segmented_eventually_consistent_and_paced_to_its_read_rate():
+    from ddb_athena.key_parity import paced_keys, read_rate_for
+
+    # On demand: the configured rate. Provisioned: a share of the table's read capacity, never above that rate.
+    assert read_rate_for(PagedScan(1, 1), "books", 0.1, 100) == 100
+    assert read_rate_for(PagedScan(1, 1, provisioned=200), "books", 0.1, 100) == 20
+    dynamodb, clock = PagedScan(pages=10, units=50.0), Clock()
+    scan = paced_keys(dynamodb, "books", "id", "S", read_units_per_second=20, segments=4, clock=clock, sleep=clock.sleep)
+    assert len(scan.keys) == 40 and scan.read_units == 2000 and scan.pages == 40
+    assert scan.seconds >= 2000 / 20 - 50 / 20  # every page but the last waited its share
+    assert scan.read_units / scan.seconds <= 20 * 1.05
+    assert [request["Segment"] for request in dynamodb.requests] == [0, 1, 2, 3]
+    assert all(request["ReturnConsumedCapacity"] == "TOTAL" and "ConsistentRead" not in request for request in dynamodb.requests)

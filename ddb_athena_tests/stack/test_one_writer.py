@@ -1,0 +1,191 @@
+"""The real stack (dagster-webserver and dagster-daemon, the schedules and sensors running) as a user meets it: a
+sync running, Materialize clicked, an orders backfill of three days on a table never loaded, launched over GraphQL as
+the UI does. Then the tables, read back with PyIceberg (as Athena reads them), equal DynamoDB; at most one writer per
+table ever ran at once (from the run records); one full export was paid."""
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from datetime import time as day_time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster_graphql import DagsterGraphQLClient
+
+from ddb_athena.assets.books import BOOKS_WRITER_POOL
+from ddb_athena.assets.orders import ORDERS_WRITER_POOL
+from ddb_athena.simulate import BookSimulator, order_item
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+FINISHED = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+
+pytestmark = [pytest.mark.stack, pytest.mark.usefixtures("days")]
+
+LAUNCH_BACKFILL = """
+mutation ($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def dagster_stack(home: Path, port: int, env: dict):
+    """dagster-webserver and dagster-daemon on one instance, as `make dev` runs them; every process they started (code
+    servers, run workers and their JVMs) is stopped with them."""
+    (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+    DagsterInstance.from_config(str(home)).dispose()  # its storage created once, before two processes race to
+    logs = home / "logs"
+    logs.mkdir()
+    commands = {
+        "webserver": [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+        "daemon": [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+    }
+    processes = [
+        subprocess.Popen(command, cwd=REPO, env=env, stdout=(logs / f"{name}.log").open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+        for name, command in commands.items()
+    ]
+    try:
+        yield logs
+    finally:
+        for process in processes:
+            os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                os.killpg(process.pid, signal.SIGKILL)  # run workers left behind
+            except ProcessLookupError:
+                pass
+
+
+def wait_for(what: str, condition, timeout: float, poll: float = 2.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def writer_runs(instance: DagsterInstance, pool: str) -> list:
+    """The runs that write a table: those with a step in its writers' pool, whatever job they ran."""
+    return [record for record in instance.get_run_records() if pool in pools_of(record.dagster_run)]
+
+
+def pools_of(run) -> set[str]:
+    concurrency = run.run_op_concurrency
+    return set(concurrency.all_pools or ()) if concurrency else set()
+
+
+def overlaps(records) -> list[tuple[str, str]]:
+    """Pairs of runs that were in progress at the same moment (by the times the runs recorded)."""
+    spans = sorted((record.start_time, record.end_time or time.time(), record.dagster_run.run_id) for record in records if record.start_time)
+    return [(a[2], b[2]) for a, b in zip(spans, spans[1:]) if b[0] < a[1]]
+
+
+def iceberg_rows(warehouse: str, namespace: str, table: str) -> list[dict]:
+    from pyiceberg.table import StaticTable
+
+    return StaticTable.from_metadata(str(Path(urlparse(warehouse).path) / namespace / table)).scan().to_arrow().to_pylist()
+
+
+def dynamodb_items(settings, table: str, key: str) -> dict[str, dict]:
+    pages = settings.client("dynamodb").get_paginator("scan").paginate(TableName=table, ConsistentRead=True)
+    return {item[key]["S"]: item for page in pages for item in page["Items"]}
+
+
+def test_a_sync_materialize_and_an_orders_backfill_on_a_new_deployment_keep_one_writer_per_table(settings, days, tmp_path):
+    dynamodb = settings.client("dynamodb")
+    books = BookSimulator(dynamodb, settings.books_table, rng=random.Random(7))
+    for _ in range(20):
+        books.insert()
+    rng = random.Random(3)
+    partitions = [(days.today - timedelta(days=back)).isoformat() for back in (3, 2, 1)]
+    for partition in partitions:
+        for hour in range(0, 24, 6):
+            created = datetime.combine(datetime.fromisoformat(partition).date(), day_time(hour), tzinfo=timezone.utc)
+            dynamodb.put_item(TableName=settings.orders_table, Item=order_item(rng, created))
+
+    port = free_port()
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "DDB_ATHENA_SYNC_RUN_MINUTES": "1.5"}
+    with dagster_stack(tmp_path, port, env), DagsterInstance.from_config(str(tmp_path)) as instance:
+        def sync_started():
+            return instance.get_runs(RunsFilter(job_name="books_sync", statuses=[DagsterRunStatus.STARTED]))
+
+        wait_for("the minute schedule to start a books_sync run", sync_started, timeout=240)
+        stop_writing = threading.Event()
+
+        def write():
+            while not stop_writing.wait(0.3):
+                books.step()
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            client = DagsterGraphQLClient("127.0.0.1", port_number=port)
+            # Materialize on books_iceberg, as the UI's button launches it: the implicit asset job, default config.
+            materialize_run = client.submit_job_execution("__ASSET_JOB", asset_selection=[["books_source"], ["books_iceberg"]])
+            # The UI's backfill of three days of orders, on a table never loaded.
+            launched = client._execute(
+                LAUNCH_BACKFILL,
+                {"params": {"assetSelection": [{"path": ["orders_export"]}, {"path": ["orders_athena"]}], "partitionNames": partitions}},
+            )["launchPartitionBackfill"]
+            assert launched["__typename"] == "LaunchBackfillSuccess", launched
+
+            def orders_done():
+                runs = [record.dagster_run for record in writer_runs(instance, ORDERS_WRITER_POOL)]
+                return len(runs) == 3 and all(run.status in FINISHED for run in runs)
+
+            wait_for("the backfill's three runs", orders_done, timeout=600, poll=5)
+            wait_for("Materialize's run", lambda: instance.get_run_by_id(materialize_run).status in FINISHED, timeout=300)
+            time.sleep(20)  # writes beside the sync that resumed after Materialize
+        finally:
+            stop_writing.set()
+            writer.join()
+
+        assert instance.get_run_by_id(materialize_run).status == DagsterRunStatus.SUCCESS
+        orders_runs = writer_runs(instance, ORDERS_WRITER_POOL)
+        assert {record.dagster_run.status for record in orders_runs} == {DagsterRunStatus.SUCCESS}
+        assert sorted(record.dagster_run.tags["dagster/partition"] for record in orders_runs) == partitions
+
+        expected_books = dynamodb_items(settings, settings.books_table, "id")
+
+        def books_caught_up():
+            rows = iceberg_rows(settings.warehouse, settings.namespace, "books")
+            return {row["id"] for row in rows} == set(expected_books) and len(rows) == len(expected_books)
+
+        wait_for("library.books to catch up with DynamoDB", books_caught_up, timeout=180, poll=5)
+        books_runs = writer_runs(instance, BOOKS_WRITER_POOL)
+        assert len(books_runs) >= 3  # the sync, Materialize, the sync after it
+
+        assert overlaps(books_runs) == [] and overlaps(orders_runs) == []
+
+    rows = iceberg_rows(settings.warehouse, settings.namespace, "orders")
+    order_ids = [row["order_id"] for row in rows]
+    assert len(order_ids) == len(set(order_ids)) == len(dynamodb_items(settings, settings.orders_table, "order_id")) == 12
+    table_arn = dynamodb.describe_table(TableName=settings.orders_table)["Table"]["TableArn"]
+    exports = dynamodb.list_exports(TableArn=table_arn)["ExportSummaries"]
+    assert len(exports) == 1  # one full export, whatever the partitions' order
