@@ -118,6 +118,21 @@ def _bootstrap(args, settings: Settings) -> int:
     return 0 if follow_run(args.host, args.port, run_id, log) == DagsterRunStatus.SUCCESS else 1
 
 
+def _replay_failures(args, settings: Settings) -> int:
+    from ddb_athena.capture.change_files import SourceLayout
+    from ddb_athena.capture.failed_batches import replay
+    from ddb_athena.settings import BOOKS_SOURCE_PREFIX
+
+    queue_url = args.queue_url or settings.capture_failure_queue_url
+    if not queue_url:
+        print("No queue: pass --queue-url or set DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URL (the stack's CaptureFailureQueueUrl)", file=sys.stderr)
+        return 2
+    layout = SourceLayout(settings.bucket, BOOKS_SOURCE_PREFIX)
+    result = replay(settings.client("sqs"), settings.client("dynamodbstreams"), settings.client("s3"), queue_url, layout, log=print)
+    print(f"{result.records} records captured again in {len(result.replayed)} change files; {len(result.not_replayable)} batches no longer in the stream")
+    return 1 if result.not_replayable else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ddb-athena", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -170,6 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
     bootstrap.add_argument("--ready-timeout", type=float, default=600, help="seconds to wait for the webserver and its code location")
     bootstrap.add_argument("--follow", action="store_true", help="log the run's status until it finishes; exit 1 unless it succeeds")
     bootstrap.set_defaults(handler=_bootstrap)
+
+    replay = commands.add_parser(
+        "replay-failures", help="capture again the stream batches the capture Lambda gave up on (its on-failure queue)"
+    )
+    replay.add_argument("--queue-url", help="default: DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URL")
+    replay.set_defaults(handler=_replay_failures)
 
     wait = commands.add_parser("wait-for-runs", help="wait until no run of the Dagster instance ($DAGSTER_HOME) is in progress")
     wait.add_argument("--timeout", type=float, default=60, help="seconds; exit 1 if runs are still in progress then")

@@ -8,6 +8,7 @@ from ddb_athena.assets.books import sync_books
 from ddb_athena.assets.orders import orders_athena, orders_export
 from ddb_athena.checks.books import (
     books_backlog,
+    books_capture_failures,
     books_files_compact,
     books_freshness_checks,
     books_quarantine_empty,
@@ -32,6 +33,7 @@ defs = Definitions(
     asset_checks=[
         *books_freshness_checks,
         books_backlog,
+        books_capture_failures,
         books_quarantine_empty,
         books_unique_id,
         books_row_count_parity,

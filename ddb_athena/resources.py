@@ -183,6 +183,11 @@ class SyncSettings(ConfigurableResource):
     books_capture: Literal["run", "lambda"] = Field(
         default="run", description="who reads the books stream: the sync run itself, or the capture Lambda (deploy/ddb_athena.yaml)"
     )
+    capture_failure_queue_url: str | None = Field(
+        default=None,
+        description="the capture Lambda's on-failure queue (the stack's CaptureFailureQueueUrl): batches it gave up on, "
+        "which turn books_capture_failures red until `ddb-athena replay-failures` captures them again",
+    )
     backlog_limit_minutes: float = Field(default=2.0, description="oldest unmerged change file allowed, in minutes")
     sync_run_minutes: float = Field(
         default=DEFAULT_SYNC_RUN_MINUTES,
@@ -406,6 +411,7 @@ def resources_from_settings(settings: Settings, **sync_options) -> dict:
             namespace=settings.namespace,
             **{
                 "books_capture": settings.books_capture,
+                "capture_failure_queue_url": settings.capture_failure_queue_url,
                 "merge_interval_seconds": settings.merge_interval_seconds,
                 "sync_run_minutes": settings.sync_run_minutes,
                 "sync_cpu_budget": settings.sync_cpu_budget,

@@ -127,6 +127,8 @@ class Settings:
     longest_merge_interval_seconds: float = DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS
     writer_lease_seconds: float = DEFAULT_WRITER_LEASE_SECONDS
     books_capture: str = "run"
+    # The capture Lambda's on-failure queue (the stack's CaptureFailureQueueUrl), with books_capture "lambda".
+    capture_failure_queue_url: str | None = None
     orders_load: str = "in_process"
     # Only the EMR settings the environment sets; the runner's defaults stand for the rest.
     emr: Mapping[str, str] = field(default_factory=dict)
@@ -189,6 +191,7 @@ class Settings:
             orders_schedule_hour=_hour(env, "DDB_ATHENA_ORDERS_SCHEDULE_HOUR", DEFAULT_ORDERS_SCHEDULE_HOUR),
             parity_scan_hour=_hour(env, "DDB_ATHENA_PARITY_SCAN_HOUR", DEFAULT_PARITY_SCAN_HOUR),
             books_capture=books_capture,
+            capture_failure_queue_url=env.get("DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URL") or None,
             orders_load=orders_load,
             emr=emr,
             cleanup_interval_seconds=_cleanup_interval(env.get("DDB_ATHENA_CLEANUP_INTERVAL_SECONDS", str(DEFAULT_CLEANUP_INTERVAL_SECONDS))),

@@ -14,6 +14,7 @@ from dagster import AssetCheckResult, AssetCheckSeverity, SupersessionWarning, a
 from ddb_athena.assets.books import books_iceberg
 from ddb_athena.capture.change_files import is_change_file, list_keys
 from ddb_athena.capture.commit_manifests import committed_files
+from ddb_athena.capture.failed_batches import failure_queue_depth
 from ddb_athena.capture.quarantine import quarantined_reasons
 from ddb_athena.checks.table_checks import unique_key_result
 from ddb_athena.key_parity import KeyParity, KeyScan, ParityTracker, paced_keys, read_rate_for
@@ -60,6 +61,16 @@ def quarantine_result(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheck
             "quarantine": layout.uri(layout.quarantine_prefix),
         },
         description=None if not reasons else "Inspect the quarantined records, fix or re-inject them, then delete them.",
+    )
+
+
+def capture_failures_result(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheckResult:
+    depth = failure_queue_depth(aws.client("sqs"), sync.capture_failure_queue_url)
+    return AssetCheckResult(
+        passed=depth == 0,
+        metadata={"failed_batches": depth, "queue": sync.capture_failure_queue_url},
+        description=None if not depth else "The capture Lambda gave up on stream batches: their changes are missing from "
+        "library.books. `ddb-athena replay-failures` captures them again while the stream holds them (24 hours).",
     )
 
 
@@ -116,6 +127,17 @@ def books_quarantine_empty(aws: AwsClientsResource, sync: SyncSettings) -> Asset
     return quarantine_result(aws, sync)
 
 
+@asset_check(
+    asset=books_iceberg.key,
+    description="With the capture Lambda: no stream batch waits in its on-failure queue (each is a range of changes "
+    "missing from the table until `ddb-athena replay-failures` captures it again).",
+)
+def books_capture_failures(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheckResult:
+    if not sync.capture_failure_queue_url:
+        return AssetCheckResult(passed=True, metadata={"queue": "none: the sync run reads the stream itself"})
+    return capture_failures_result(aws, sync)
+
+
 @asset_check(asset=books_iceberg.key, description="No id appears twice in library.books.")
 def books_unique_id(spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:
     return unique_key_result(spark.spark_session, sync.books_iceberg_table, BOOKS_SPEC.key.name)
@@ -158,6 +180,8 @@ def cycle_check_results(aws: AwsClientsResource, spark: IcebergSparkResource, sy
     """The checks a sync cycle evaluates, by check name: those reading S3 always, the one reading the table (a Spark
     job) when `with_table`. None reads DynamoDB."""
     results = {"books_backlog": backlog_result(aws, sync), "books_quarantine_empty": quarantine_result(aws, sync)}
+    if sync.capture_failure_queue_url:
+        results["books_capture_failures"] = capture_failures_result(aws, sync)
     if with_table:
         results["books_unique_id"] = unique_key_result(spark.spark_session, sync.books_iceberg_table, BOOKS_SPEC.key.name)
     return results

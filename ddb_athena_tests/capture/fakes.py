@@ -68,6 +68,10 @@ class FakeStreams:
         first_retained = self.trimmed_before.get(ShardId)
         if ShardIteratorType == "TRIM_HORIZON":
             position = 0 if first_retained is None else self._position_after(shard, str(first_retained - 1))
+        elif ShardIteratorType == "AT_SEQUENCE_NUMBER":
+            if first_retained is not None and int(SequenceNumber) < first_retained:
+                raise client_error("TrimmedDataAccessException", "GetShardIterator")
+            position = self._position_after(shard, str(int(SequenceNumber) - 1))
         else:
             if first_retained is not None and int(SequenceNumber) + 1 < first_retained:
                 raise client_error("TrimmedDataAccessException", "GetShardIterator")

@@ -198,7 +198,7 @@ class Resolver:
 
 ROLES = {
     "capture_lambda": ["CaptureFunctionRole"],
-    "dagster_runs": ["DagsterRunRole", "DagsterEmrServerlessPolicy", "DagsterStreamCapturePolicy"],
+    "dagster_runs": ["DagsterRunRole", "DagsterEmrServerlessPolicy", "DagsterStreamCapturePolicy", "DagsterCaptureFailuresPolicy"],
     "spark_job": ["SparkJobRole"],
 }
 
