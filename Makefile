@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test dev bench bench-freshness bench-sync-cpu bench-sync-phases lambda emr-job lint clean
+.PHONY: install test test-fast dev bench bench-bootstrap bench-freshness bench-sync-cpu bench-sync-phases lambda emr-job lint clean
 
 install: $(INSTALLED)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing.
@@ -19,6 +19,10 @@ $(INSTALLED): setup.py
 test: install lint
 	$(BIN)/python -m pytest ddb_athena_tests
 
+# The inner loop: all but the stack tests (the real webserver and daemon, several minutes each).
+test-fast: install lint
+	$(BIN)/python -m pytest ddb_athena_tests -m "not stack"
+
 lint: install
 	$(BIN)/ruff check ddb_athena ddb_athena_tests ddb_athena_bench
 
@@ -28,6 +32,10 @@ dev: install
 bench: install
 	$(BIN)/python -m ddb_athena_bench.books_merge
 	$(BIN)/python -m ddb_athena_bench.orders_load
+
+# Peak RSS of a books bootstrap's scan of 100k and 1M items of ~1 KB: snapshot parts of 64 MB against one object.
+bench-bootstrap: install
+	$(BIN)/python -m ddb_athena_bench.bootstrap_memory
 
 # The real local stack for 30 minutes (a sync run's JVM takes the first few to warm up): freshness p50/p95/max,
 # CPU per minute, file counts (report and chart in .ddb_athena/bench/). On an otherwise idle machine: it measures CPU.

@@ -5,9 +5,10 @@ Dagster's pool keeps the runs of one instance from overlapping; the lease also s
 the lease before its first write (`If-None-Match: *`), renews it while it lives (`If-Match` on its own ETag), checks
 it before every commit, and deletes it when done (`If-Match`, so it never deletes a successor's).
 
-A holder that dies stops renewing. A contender judges that by its own clock, never the holder's: the lease is
-expired once its ETag has not changed for `ttl_seconds` of the contender's watching, and is then taken over with
-`If-Match` on that ETag (of two contenders, one wins). No Dagster here.
+A holder that dies stops renewing. A contender judges that by its own clock: the lease is expired once its ETag has
+not changed for `ttl_seconds` of the contender's watching, or at once when the holder's last renewal is older than
+twice that by the contender's wall clock (a holder long dead; the margin absorbs clock skew). It is then taken over
+with `If-Match` on that ETag (of two contenders, one wins). No Dagster here.
 """
 
 import json
@@ -69,13 +70,14 @@ class WriterLease:
         ttl_seconds: float,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     ):
         if ttl_seconds <= 0:
             raise ValueError(f"a lease's time to live must be positive, got {ttl_seconds}")
         self._s3, self.bucket, self.table, self.holder = s3, bucket, table, holder
         self.key = f"{LEASE_PREFIX}{table}.json"
         self.ttl_seconds = ttl_seconds
-        self._clock, self._sleep = clock, sleep
+        self._clock, self._sleep, self._wall_clock = clock, sleep, wall_clock
         self._etag: str | None = None
         self._renewed_at: float | None = None
         self._lost: str | None = None
@@ -84,7 +86,7 @@ class WriterLease:
         self._renewer: threading.Thread | None = None
 
     def _body(self) -> bytes:
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        now = self._wall_clock().isoformat(timespec="seconds")
         return json.dumps(
             {"holder": self.holder, "table": self.table, "host": socket.gethostname(), "pid": os.getpid(), "renewed_at": now, "ttl_seconds": self.ttl_seconds}
         ).encode("utf-8")
@@ -120,7 +122,7 @@ class WriterLease:
         if state is None:
             return False  # released between the two requests: the next attempt creates it
         first_seen = watched.setdefault(state.etag, self._clock())
-        if self._clock() - first_seen < self.ttl_seconds:
+        if self._clock() - first_seen < self.ttl_seconds and not self._long_dead(state):
             return False
         try:
             requested_at = self._clock()
@@ -130,6 +132,13 @@ class WriterLease:
             if _precondition_failed(error) or _not_found(error):
                 return False  # renewed, released or taken by another contender meanwhile
             raise
+
+    def _long_dead(self, state: LeaseState) -> bool:
+        try:
+            renewed_at = datetime.fromisoformat(state.body["renewed_at"])
+        except (KeyError, TypeError, ValueError):
+            return False
+        return (self._wall_clock() - renewed_at).total_seconds() > 2 * self.ttl_seconds
 
     def acquire(self, wait_seconds: float | None = None) -> None:
         """Takes the lease, waiting up to `wait_seconds` (default: twice its time to live, long enough for a dead

@@ -117,3 +117,20 @@ def test_a_holder_whose_lease_was_taken_over_cannot_commit(settings):
         contender.check()
     finally:
         contender.release()
+
+
+def test_a_lease_renewed_long_ago_is_taken_at_once(settings):
+    from datetime import datetime, timedelta, timezone
+
+    long_ago = datetime.now(timezone.utc) - timedelta(minutes=5)
+    dead = lease(settings, "a writer dead for minutes", ttl=30.0, wall_clock=lambda: long_ago)
+    dead.acquire()
+    dead._stop.set()  # its process is gone: no more renewals
+    started = time.monotonic()
+    successor = lease(settings, "the next writer", ttl=30.0)
+    successor.acquire(wait_seconds=60)
+    try:
+        assert time.monotonic() - started < 5  # not a time to live of watching
+        assert successor.read().body["holder"] == "the next writer"
+    finally:
+        successor.release()
