@@ -1,7 +1,7 @@
 """Dagster resources: AWS clients, the Iceberg-configured SparkSession, the sync settings, and where the orders load runs."""
 
 from datetime import timedelta
-from typing import Literal
+from typing import Callable, Literal
 
 import boto3
 from botocore.config import Config
@@ -337,11 +337,18 @@ class OrdersLoadRunner(ConfigurableResource):
         )
 
     def load(
-        self, context: AssetExecutionContext, request: OrdersLoadRequest, spark: IcebergSparkResource, aws: AwsClientsResource
+        self,
+        context: AssetExecutionContext,
+        request: OrdersLoadRequest,
+        spark: IcebergSparkResource,
+        aws: AwsClientsResource,
+        before_commit: Callable[[], None],
     ) -> tuple[OrdersLoadOutcome, dict]:
-        """The outcome, and what the job platform adds to the metadata (e.g. the EMR Serverless job run id)."""
+        """The outcome, and what the job platform adds to the metadata (e.g. the EMR Serverless job run id). In this
+        process `before_commit` guards the commit; a job checks the request's writer lease itself."""
         if self.mode == "in_process":
-            return load_orders_partition(spark.spark_session, request), {}
+            return load_orders_partition(spark.spark_session, request, before_commit), {}
+        before_commit()
         extras = {orders_load_job.REQUEST_EXTRA: request.to_json()}
         if self.mode == "spark_submit":
             # Credentials reach the job through its environment (S3A reads them there), never its command line.

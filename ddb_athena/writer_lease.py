@@ -12,8 +12,6 @@ with `If-Match` on that ETag (of two contenders, one wins). No Dagster here.
 """
 
 import json
-import os
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -22,7 +20,8 @@ from typing import Callable
 
 from botocore.exceptions import ClientError
 
-LEASE_PREFIX = "_writer_leases/"
+from ddb_athena.lease_record import describe_holder, lease_body, lease_key, seconds_since_renewal
+
 # Renewals per lifetime: a holder survives two failed renewals in a row (a slow or throttled request).
 RENEWALS_PER_TTL = 3
 POLL_SECONDS = 2.0
@@ -54,10 +53,6 @@ def _not_found(error: ClientError) -> bool:
     return error.response.get("Error", {}).get("Code", "") in ("NoSuchKey", "404", "NotFound")
 
 
-def describe_holder(body: dict) -> str:
-    return f"{body.get('holder', 'an unknown writer')} on {body.get('host', '?')} (pid {body.get('pid', '?')}), renewed {body.get('renewed_at', '?')}"
-
-
 class WriterLease:
     """The lease of one table. `acquire()`, then `check()` before each commit, then `release()`; or `with lease:`."""
 
@@ -75,7 +70,7 @@ class WriterLease:
         if ttl_seconds <= 0:
             raise ValueError(f"a lease's time to live must be positive, got {ttl_seconds}")
         self._s3, self.bucket, self.table, self.holder = s3, bucket, table, holder
-        self.key = f"{LEASE_PREFIX}{table}.json"
+        self.key = lease_key(table)
         self.ttl_seconds = ttl_seconds
         self._clock, self._sleep, self._wall_clock = clock, sleep, wall_clock
         self._etag: str | None = None
@@ -85,14 +80,9 @@ class WriterLease:
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
-    def _body(self) -> bytes:
-        now = self._wall_clock().isoformat(timespec="seconds")
-        return json.dumps(
-            {"holder": self.holder, "table": self.table, "host": socket.gethostname(), "pid": os.getpid(), "renewed_at": now, "ttl_seconds": self.ttl_seconds}
-        ).encode("utf-8")
-
     def _put(self, **condition) -> str:
-        response = self._s3.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(), ContentType="application/json", **condition)
+        body = lease_body(self.holder, self.table, self.ttl_seconds, self._wall_clock())
+        response = self._s3.put_object(Bucket=self.bucket, Key=self.key, Body=body, ContentType="application/json", **condition)
         return response["ETag"]
 
     def read(self) -> LeaseState | None:
@@ -134,11 +124,8 @@ class WriterLease:
             raise
 
     def _long_dead(self, state: LeaseState) -> bool:
-        try:
-            renewed_at = datetime.fromisoformat(state.body["renewed_at"])
-        except (KeyError, TypeError, ValueError):
-            return False
-        return (self._wall_clock() - renewed_at).total_seconds() > 2 * self.ttl_seconds
+        age = seconds_since_renewal(state.body, self._wall_clock())
+        return age is not None and age > 2 * self.ttl_seconds
 
     def acquire(self, wait_seconds: float | None = None) -> None:
         """Takes the lease, waiting up to `wait_seconds` (default: twice its time to live, long enough for a dead
@@ -234,3 +221,4 @@ class WriterLease:
 
     def __exit__(self, *exc) -> None:
         self.release()
+

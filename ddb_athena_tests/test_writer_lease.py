@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -120,8 +121,6 @@ def test_a_holder_whose_lease_was_taken_over_cannot_commit(settings):
 
 
 def test_a_lease_renewed_long_ago_is_taken_at_once(settings):
-    from datetime import datetime, timedelta, timezone
-
     long_ago = datetime.now(timezone.utc) - timedelta(minutes=5)
     dead = lease(settings, "a writer dead for minutes", ttl=30.0, wall_clock=lambda: long_ago)
     dead.acquire()
@@ -134,3 +133,33 @@ def test_a_lease_renewed_long_ago_is_taken_at_once(settings):
         assert successor.read().body["holder"] == "the next writer"
     finally:
         successor.release()
+
+
+def test_a_job_commits_only_while_its_launching_run_holds_the_lease(spark, settings):
+    """The orders load job on EMR Serverless reads the lease through its own file system before its MERGE."""
+    from dataclasses import replace
+
+    from ddb_athena.spark.orders_load_job import WriterLeaseLost, still_the_writer
+    from ddb_athena.spark.orders_partition import OrdersLoadRequest, OrdersUpkeep
+
+    launcher = lease(settings, "Dagster run 5678 (orders_daily)", ttl=30.0)
+    uri = f"s3a://{settings.bucket}/{launcher.key}"
+    request = OrdersLoadRequest(
+        "library.orders", "lake", [], "s3a://b/q", datetime.now(timezone.utc), OrdersUpkeep(1, 1, 1), datetime.now(timezone.utc),
+        writer_lease={"uri": uri, "holder": "Dagster run 5678 (orders_daily)", "ttl_seconds": 30.0},
+    )
+    with pytest.raises(WriterLeaseLost, match="nobody holds it"):
+        still_the_writer(spark, request)
+    launcher.acquire()
+    try:
+        still_the_writer(spark, request)
+        other = replace(request, writer_lease={**request.writer_lease, "holder": "Dagster run 9999 (orders_daily)"})
+        with pytest.raises(WriterLeaseLost, match="held by Dagster run 5678"):
+            still_the_writer(spark, other)
+    finally:
+        launcher.release()
+    stale = lease(settings, "Dagster run 5678 (orders_daily)", ttl=30.0, wall_clock=lambda: datetime.now(timezone.utc) - timedelta(minutes=5))
+    stale.acquire()
+    stale._stop.set()
+    with pytest.raises(WriterLeaseLost, match="has not renewed it since"):
+        still_the_writer(spark, request)

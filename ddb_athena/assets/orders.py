@@ -161,9 +161,9 @@ def orders_athena(
         upkeep=OrdersUpkeep(sync.snapshot_retention_hours, sync.snapshot_retain_last, sync.orphan_file_age_days),
         now=utc_now(),
         full_export_arn=record.export_arn if record.export_type == FULL_EXPORT else None,
+        writer_lease={"uri": layout.uri(lease.key, spark.source_scheme), "holder": lease.holder, "ttl_seconds": lease.ttl_seconds},
     )
-    lease.check()
-    outcome, job_metadata = orders_load.load(context, request, spark, aws)
+    outcome, job_metadata = orders_load.load(context, request, spark, aws, before_commit=lease.check)
     result = outcome.load
     manifest = (
         write_commit_manifest(

@@ -15,6 +15,7 @@
 import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import Callable
 
 from pyspark.sql import DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
@@ -242,8 +243,10 @@ def load_export_files(
     files: list[ExportDataFile],
     quarantine_uri: str,
     exported_at: datetime,
+    before_commit: Callable[[], None] = lambda: None,
 ) -> ExportLoadResult:
     """Loads exactly these export data files into `target` (a `namespace.table` in the default catalog).
+    `before_commit` is called right before the MERGE: it raises when this writer may no longer commit.
 
     The files are parsed once: the counts come from observations of the MERGE's own pass. Further
     passes happen only when they have something to find (bad lines, damaged files, copies within
@@ -276,6 +279,7 @@ def load_export_files(
     view = validate_identifier(f"{spec.table}_export_batch")
     deduplicated.select(*spec.table_column_names).createOrReplaceTempView(view)
     before = current_snapshot_id(spark, target)
+    before_commit()
     with session_settings(spark, _LOAD_PLAN_SETTINGS):
         spark.sql(insert_only_merge_sql(spec, target, view))
     result.snapshot_id = current_snapshot_id(spark, target)

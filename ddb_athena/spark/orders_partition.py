@@ -8,6 +8,7 @@ Serverless), which receives the request through Dagster Pipes and reports the ou
 
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
+from typing import Callable
 
 from pyspark.sql import SparkSession
 
@@ -37,6 +38,8 @@ class OrdersLoadRequest:
     now: datetime
     # Set when the files are a full export: the table then holds every order as of `exported_at`.
     full_export_arn: str | None = None
+    # The launching run's writer lease (uri, holder, ttl_seconds): a job checks it before it commits.
+    writer_lease: dict | None = None
 
     def to_json(self) -> dict:
         return {
@@ -57,6 +60,7 @@ class OrdersLoadRequest:
             upkeep=OrdersUpkeep(**data["upkeep"]),
             now=datetime.fromisoformat(data["now"]),
             full_export_arn=data.get("full_export_arn"),
+            writer_lease=data.get("writer_lease"),
         )
 
 
@@ -75,8 +79,11 @@ class OrdersLoadOutcome:
         return cls(ExportLoadResult(**data["load"]), data["maintenance"])
 
 
-def load_orders_partition(spark: SparkSession, request: OrdersLoadRequest) -> OrdersLoadOutcome:
-    result = load_export_files(spark, ORDERS_SPEC, request.target, request.files, request.quarantine_uri, exported_at=request.exported_at)
+def load_orders_partition(spark: SparkSession, request: OrdersLoadRequest, before_commit: Callable[[], None] = lambda: None) -> OrdersLoadOutcome:
+    """`before_commit` raises when this writer may no longer commit (checked right before the load's MERGE)."""
+    result = load_export_files(
+        spark, ORDERS_SPEC, request.target, request.files, request.quarantine_uri, exported_at=request.exported_at, before_commit=before_commit
+    )
     if request.full_export_arn:
         # Days that end by the export's time need no export of their own from now on.
         record_loaded_full_export(spark, request.target, request.full_export_arn, request.exported_at)

@@ -36,7 +36,7 @@ UNSEEN_BY_BOTOCORE = {
     },
     # The orders load on EMR Serverless: all of it in the job's JVM (its Pipes messages go to stdout, no AWS call).
     SPARK_JOB: {
-        "s3:GetObject": EXPORT_READ + "; " + S3_FILE_IO,
+        "s3:GetObject": EXPORT_READ + "; " + S3_FILE_IO + "; the job reads its launching run's writer lease before its MERGE",
         "s3:ListBucket": EXPORT_READ,
         "s3:PutObject": S3_FILE_IO,
         "s3:DeleteObject": S3_FILE_IO,

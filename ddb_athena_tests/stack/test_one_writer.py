@@ -189,3 +189,75 @@ def test_a_sync_materialize_and_an_orders_backfill_on_a_new_deployment_keep_one_
     table_arn = dynamodb.describe_table(TableName=settings.orders_table)["Table"]["TableArn"]
     exports = dynamodb.list_exports(TableArn=table_arn)["ExportSummaries"]
     assert len(exports) == 1  # one full export, whatever the partitions' order
+
+
+def run_worker_tree(instance: DagsterInstance, run_id: str) -> list:
+    """The process that executes the run (its pid, as the run's log gives it) and its children (the JVM, Spark's
+    workers)."""
+    import re
+
+    import psutil
+
+    for entry in instance.all_logs(run_id):
+        found = re.search(r"Executing steps in process \(pid: (\d+)\)", entry.user_message or "")
+        if found:
+            worker = psutil.Process(int(found.group(1)))
+            return [worker, *worker.children(recursive=True)]
+    return []
+
+
+def merges_after(instance: DagsterInstance, moment: float, other_than: str) -> list:
+    from dagster import AssetKey
+
+    records = instance.fetch_materializations(AssetKey("books_iceberg"), limit=200, ascending=False).records
+    return [
+        record
+        for record in records
+        if record.run_id != other_than and record.timestamp > moment and record.asset_materialization.metadata["files_consumed"].value
+    ]
+
+
+def test_a_sync_killed_under_writes_is_replaced_within_two_minutes_and_loses_nothing(settings, tmp_path):
+    dynamodb = settings.client("dynamodb")
+    books = BookSimulator(dynamodb, settings.books_table, rng=random.Random(11))
+    for _ in range(10):
+        books.insert()
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+    port = free_port()
+    with dagster_stack(tmp_path, port, env), DagsterInstance.from_config(str(tmp_path)) as instance:
+        def merging_sync():
+            running = instance.get_runs(RunsFilter(job_name="books_sync", statuses=[DagsterRunStatus.STARTED]))
+            return running and merges_after(instance, 0, other_than="") and running[0]
+
+        stop_writing = threading.Event()
+
+        def write():
+            while not stop_writing.wait(0.3):
+                books.step()
+
+        writer = threading.Thread(target=write)
+        try:
+            victim = wait_for("a books_sync run merging", merging_sync, timeout=240)
+            writer.start()
+            time.sleep(15)
+            processes = wait_for("the sync's run worker", lambda: run_worker_tree(instance, victim.run_id), timeout=30)
+            for process in processes:
+                process.kill()  # kill -9: no handler runs, the lease is not released, the run is not marked ended
+            killed_at = time.time()
+            (replacement,) = wait_for("another sync run merging", lambda: merges_after(instance, killed_at, victim.run_id)[-1:], timeout=300, poll=2)
+            replaced_after = replacement.timestamp - killed_at
+            print(f"\nA new sync merged {replaced_after:.0f} s after the kill")
+            assert replaced_after < 120
+            time.sleep(10)
+        finally:
+            stop_writing.set()
+            if writer.is_alive():
+                writer.join()
+        assert instance.get_run_by_id(victim.run_id).status == DagsterRunStatus.FAILURE  # found dead, not left STARTED
+
+        expected = dynamodb_items(settings, settings.books_table, "id")
+
+        def caught_up():
+            return {row["id"] for row in iceberg_rows(settings.warehouse, settings.namespace, "books")} == set(expected)
+
+        wait_for("library.books to catch up with DynamoDB", caught_up, timeout=120, poll=5)
