@@ -39,6 +39,10 @@ def test_every_step_that_writes_a_table_is_in_its_writers_pool_whatever_job_runs
     assert implicit["orders_export"] == implicit["orders_athena"] == "orders_writer"
     assert pools_of(defs.resolve_job_def("books_sync")) == {"sync_books": "books_writer"}
     assert pools_of(defs.resolve_job_def("books_maintenance")) == {"maintain_books_table": "books_writer"}
+    bootstrap = defs.resolve_job_def("books_bootstrap")
+    assert pools_of(bootstrap) == {"sync_books": "books_writer"}
+    # Its default run config (the launchpad shows it; a run submitted without one gets it): one bootstrap cycle.
+    assert bootstrap.run_config == {"ops": {"sync_books": {"config": {"bootstrap": True, "run_minutes": 0}}}}
     orders = pools_of(defs.resolve_job_def("orders_daily"))
     assert orders["orders_export"] == orders["orders_athena"] == "orders_writer"
     # A re-run of a partition re-uses its export files: their cleanup waits for the orders writer; books cleanup never

@@ -67,3 +67,28 @@ def test_the_launcher_waits_for_the_webserver_and_its_run_is_queued_in_that_inst
         (run,) = instance.get_runs(RunsFilter(job_name="orders_daily"))
     assert run.tags["dagster/partition"] == partition
     assert run.status == DagsterRunStatus.QUEUED  # the daemon of `dagster dev` would start it; none runs here
+
+
+def test_the_bootstrap_command_queues_a_books_bootstrap_run_ahead_of_a_waiting_sync(tmp_path):
+    (tmp_path / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+    DagsterInstance.from_config(str(tmp_path)).dispose()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+    webserver = subprocess.Popen(
+        [str(Path(sys.executable).parent / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO,
+    )
+    try:
+        command = [sys.executable, "-m", "ddb_athena.cli", "bootstrap", "books", "--port", str(port), "--ready-timeout", "240"]
+        completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    finally:
+        webserver.terminate()
+        webserver.wait(timeout=60)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "launched books_bootstrap for books" in completed.stdout
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        (run,) = instance.get_runs(RunsFilter(job_name="books_bootstrap"))
+    assert run.status == DagsterRunStatus.QUEUED and int(run.tags["dagster/priority"]) > 0  # ahead of a sync's successor
+    assert "books_writer" in run.run_op_concurrency.all_pools  # so the running sync gives way to it
