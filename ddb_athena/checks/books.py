@@ -183,5 +183,9 @@ def cycle_check_results(aws: AwsClientsResource, spark: IcebergSparkResource, sy
     if sync.capture_failure_queue_url:
         results["books_capture_failures"] = capture_failures_result(aws, sync)
     if with_table:
-        results["books_unique_id"] = unique_key_result(spark.spark_session, sync.books_iceberg_table, BOOKS_SPEC.key.name)
+        unique = unique_key_result(spark.spark_session, sync.books_iceberg_table, BOOKS_SPEC.key.name)
+        # Between the daily key parity scans, a free signal beside the table's row count: DynamoDB's own item count
+        # (DescribeTable, no read units; AWS refreshes it about every six hours, so it lags the table).
+        item_count = aws.client("dynamodb").describe_table(TableName=sync.books_table)["Table"].get("ItemCount", 0)
+        results["books_unique_id"] = AssetCheckResult(passed=unique.passed, metadata={**unique.metadata, "dynamodb_item_count_6h": item_count})
     return results

@@ -24,6 +24,8 @@ def test_checks_pass_on_a_healthy_sync_and_fail_on_bad_input_backlog_and_drift(s
         simulator.insert()
     healthy = check_results(sync_books(instance))
     assert all(result.passed for result in healthy.values()), healthy
+    # Between the daily parity scans, DynamoDB's own item count (free, refreshed by AWS every few hours) beside the rows.
+    assert healthy["books_unique_id"].metadata["rows"].value == 5 and "dynamodb_item_count_6h" in healthy["books_unique_id"].metadata
     resources = local_resources()
     parity = books_row_count_parity(aws=resources["aws"], spark=resources["spark"], sync=resources["sync"])
     assert parity.passed and parity.metadata["iceberg_rows"].value == 5
