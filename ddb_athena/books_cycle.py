@@ -54,15 +54,17 @@ class BooksSync:
         warn: Callable[[str], None],
         capture_stream: bool = True,
         before_write: Callable[[], None] = lambda: None,
+        capture_seconds: float | None = None,
     ):
         """`before_write` is called before each step that writes (checkpoints, change files, the table, the manifest):
-        it raises when this writer may no longer write (its lease was lost)."""
+        it raises when this writer may no longer write (its lease was lost). A capture reads the stream for at most
+        `capture_seconds` (the cycle's interval): behind, the table still moves every cycle."""
         self._dynamodb, self._s3, self._spark = dynamodb, s3, spark
         self._before_write = before_write
         self._scheme, self._table_name, self._iceberg_table, self._layout = source_scheme, table_name, iceberg_table, layout
         self._log, self._warn, self._capture_stream = log, warn, capture_stream
         self._namer = ChangeFileNamer()
-        self._capture = StreamCapture(dynamodb, streams, s3, table_name, layout, namer=self._namer, log=log)
+        self._capture = StreamCapture(dynamodb, streams, s3, table_name, layout, namer=self._namer, log=log, max_seconds=capture_seconds)
         self._bootstrap_checked = False
         # The tables are created (or brought up to the spec) by the run's first merge; later ones skip that.
         self._tables_ensured = False
@@ -109,6 +111,7 @@ class BooksSync:
             shards_read=result.shards_read,
             stream_arn=result.stream_arn,
             capture_lag_seconds=(datetime.now(timezone.utc) - newest).total_seconds() if newest else 0.0,
+            stream_caught_up=result.caught_up,
             duration_seconds=time.monotonic() - started,
             source=self._layout.uri(self._layout.changes_prefix),
         )

@@ -68,7 +68,7 @@ def warm_sync(scratch: Path, interval: float, warm_up_cycles: int) -> Iterator[t
     resources, the sync, and the pids whose CPU is not the cycle's (the emulator, the simulator)."""
     with local_stack(scratch, rate=1.0, with_dagster=False) as (env, processes):
         resources = resources_from_settings(Settings.from_env(env))
-        syncer = books_syncer(resources["aws"], resources["spark"], resources["sync"], log=lambda _: None, warn=print)
+        syncer = books_syncer(resources["aws"], resources["spark"], resources["sync"], log=lambda _: None, warn=print, before_write=lambda: None)
         for number in range(warm_up_cycles):
             syncer.cycle(f"warm-up-{number}")
             time.sleep(interval)

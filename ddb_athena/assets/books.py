@@ -89,6 +89,7 @@ def books_syncer(
     log: Callable[[str], None],
     warn: Callable[[str], None],
     before_write: Callable[[], None],
+    capture_seconds: float | None = None,
 ) -> BooksSync:
     """The sync cycle's state, from the resources (its SparkSession is created by the first cycle that needs it)."""
     return BooksSync(
@@ -104,6 +105,7 @@ def books_syncer(
         warn=warn,
         capture_stream=sync.books_capture == "run",
         before_write=before_write,
+        capture_seconds=capture_seconds,
     )
 
 
@@ -170,7 +172,8 @@ def sync_books(
     run_minutes = default_minutes if config.run_minutes is None else config.run_minutes
     interval = sync.merge_interval_seconds if config.merge_interval_seconds is None else config.merge_interval_seconds
     lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.books_iceberg_table)
-    syncer = books_syncer(aws, spark, sync, log=context.log.info, warn=context.log.warning, before_write=lease.check)
+    # A capture reads the stream for at most one interval: behind, the table still moves every cycle.
+    syncer = books_syncer(aws, spark, sync, log=context.log.info, warn=context.log.warning, before_write=lease.check, capture_seconds=interval)
     recorded = {"at": None, "merges": 0}
     maintenance_interval = timedelta(minutes=sync.maintenance_interval_minutes)
     orphan_sweep_interval = timedelta(hours=sync.orphan_sweep_interval_hours)
@@ -204,7 +207,8 @@ def sync_books(
         context.log_event(AssetMaterialization(asset_key=books_iceberg.key, metadata={**outcome.merged, **pacing, "cycle": number}))
         # The checks that read the table or DynamoDB: after the run's first merge, then every few, never when idle.
         with_table = not outcome.idle and recorded["merges"] % sync.table_checks_every_cycles == 0
-        for name, result in cycle_check_results(aws, spark, sync, with_table).items():
+        behind = None if outcome.source.get("stream_caught_up", True) else outcome.source["capture_lag_seconds"]
+        for name, result in cycle_check_results(aws, spark, sync, with_table, behind).items():
             context.log_event(evaluation(result, name))
         recorded.update(at=time.monotonic(), merges=recorded["merges"] + (not outcome.idle))
         # One writer: upkeep runs inside the loop, between merges, never beside them. Idle tables need none.

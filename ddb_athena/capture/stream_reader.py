@@ -10,6 +10,7 @@ iterator, an open one until several pages in a row come back empty (caught up). 
 deleted once a child has one of its own: each capture reads the open shards' checkpoints, not the stream's history.
 """
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -46,6 +47,8 @@ class CaptureResult:
     events: Counter = field(default_factory=Counter)
     shards_read: int = 0
     newest_change_at: str | None = None
+    # False when the capture stopped at its time or record bound with records left in the stream: it is behind.
+    caught_up: bool = True
 
 
 def _error_code(error: ClientError) -> str:
@@ -113,7 +116,12 @@ class StreamCapture:
         records_per_file: int = 10_000,
         max_records: int = 200_000,
         log: Callable[[str], None] = lambda message: None,
+        max_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
+        """A capture reads until it has caught up with the stream, or holds `max_records`, or has read for
+        `max_seconds`: behind a stream it cannot keep up with, each capture still ends, so the cycle merges what it
+        has and the table keeps moving; the next capture goes on from the checkpoints."""
         self._dynamodb, self._streams, self._s3 = dynamodb, streams, s3
         self._table_name = table_name
         self._layout = layout
@@ -122,6 +130,8 @@ class StreamCapture:
         self._records_per_file = records_per_file
         self._max_records = max_records
         self._log = log
+        self._max_seconds, self._clock = max_seconds, clock
+        self._deadline = float("inf")
 
     def reset_checkpoints(self) -> int:
         """Forgets every position (for a bootstrap): the next capture starts at TRIM_HORIZON."""
@@ -141,6 +151,7 @@ class StreamCapture:
         self._fail_on_gaps(shards, checkpoints, finished)
 
         result = CaptureResult(stream_arn=stream_arn)
+        self._deadline = self._clock() + self._max_seconds if self._max_seconds is not None else float("inf")
         listed = {shard["ShardId"] for shard in shards}
         for shard in shards:
             shard_id, parent_id = shard["ShardId"], shard.get("ParentShardId")
@@ -148,7 +159,8 @@ class StreamCapture:
                 continue
             if parent_id in listed and parent_id not in finished:
                 continue  # the parent still has unread records; children wait for the next capture
-            if result.records >= self._max_records:
+            if self._bound_reached(result.records):
+                result.caught_up = False
                 break
             checkpoint = checkpoints.get(shard_id) or ShardCheckpoint(stream_arn, shard_id, parent_id)
             closed = "EndingSequenceNumber" in shard.get("SequenceNumberRange", {})
@@ -210,7 +222,7 @@ class StreamCapture:
         last_read = checkpoint.sequence_number
         empty_pages = 0
         result.shards_read += 1
-        while iterator is not None and result.records + len(pending) < self._max_records:
+        while iterator is not None and not self._bound_reached(result.records + len(pending)):
             try:
                 response = self._streams.get_records(ShardIterator=iterator, Limit=1000)
             except ClientError as error:
@@ -231,7 +243,12 @@ class StreamCapture:
             empty_pages = 0 if records else empty_pages + 1
             if not closed and empty_pages >= EMPTY_PAGES_CAUGHT_UP:
                 break  # caught up with an open shard
+        if iterator is not None and (closed or empty_pages < EMPTY_PAGES_CAUGHT_UP):
+            result.caught_up = False  # stopped at a bound with the shard not read to its end
         return self._flush(checkpoint, pending, result, finished=iterator is None)
+
+    def _bound_reached(self, records: int) -> bool:
+        return records >= self._max_records or self._clock() >= self._deadline
 
     def _flush(self, checkpoint: ShardCheckpoint, records: list[ChangeRecord], result: CaptureResult, finished: bool) -> ShardCheckpoint:
         # A shard's first checkpoint is written even with no record: it names the parent, finished from then on.

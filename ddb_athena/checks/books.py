@@ -37,17 +37,20 @@ with warnings.catch_warnings():
     books_freshness_checks = build_last_update_freshness_checks(assets=[books_iceberg.key], lower_bound_delta=BOOKS_FRESHNESS)
 
 
-def backlog_result(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheckResult:
+def backlog_result(aws: AwsClientsResource, sync: SyncSettings, stream_lag_seconds: float | None = None) -> AssetCheckResult:
+    """Change files waiting to be merged, and (from a sync cycle) how far behind the stream its capture is: the age of
+    the newest change it captured, when it stopped with records left to read."""
     s3 = aws.client("s3")
     layout = sync.books_layout
     done = committed_files(s3, layout)
     pending = [obj for obj in list_keys(s3, layout.bucket, layout.changes_prefix) if is_change_file(obj["Key"]) and obj["Key"] not in done]
     ages = [datetime.now(timezone.utc) - obj["LastModified"] for obj in pending]
     oldest = max(ages, default=timedelta(0))
-    return AssetCheckResult(
-        passed=oldest <= sync.backlog_limit,
-        metadata={"unmerged_files": len(pending), "oldest_unmerged_seconds": oldest.total_seconds()},
-    )
+    behind = timedelta(seconds=stream_lag_seconds or 0)
+    metadata = {"unmerged_files": len(pending), "oldest_unmerged_seconds": oldest.total_seconds()}
+    if stream_lag_seconds is not None:
+        metadata["stream_behind_seconds"] = stream_lag_seconds
+    return AssetCheckResult(passed=oldest <= sync.backlog_limit and behind <= sync.backlog_limit, metadata=metadata)
 
 
 def quarantine_result(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheckResult:
@@ -176,10 +179,13 @@ def books_files_compact(spark: IcebergSparkResource, sync: SyncSettings) -> Asse
     return files_compact_result(table_files(spark.spark_session, sync.books_iceberg_table))
 
 
-def cycle_check_results(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, with_table: bool) -> dict[str, AssetCheckResult]:
+def cycle_check_results(
+    aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, with_table: bool, stream_lag_seconds: float | None = None
+) -> dict[str, AssetCheckResult]:
     """The checks a sync cycle evaluates, by check name: those reading S3 always, the one reading the table (a Spark
-    job) when `with_table`. None reads DynamoDB."""
-    results = {"books_backlog": backlog_result(aws, sync), "books_quarantine_empty": quarantine_result(aws, sync)}
+    job) when `with_table`. None reads DynamoDB's items. `stream_lag_seconds`: how far behind the stream the cycle's
+    capture stopped (None when it caught up)."""
+    results = {"books_backlog": backlog_result(aws, sync, stream_lag_seconds), "books_quarantine_empty": quarantine_result(aws, sync)}
     if sync.capture_failure_queue_url:
         results["books_capture_failures"] = capture_failures_result(aws, sync)
     if with_table:

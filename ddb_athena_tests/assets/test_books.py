@@ -3,6 +3,7 @@
 import os
 import signal
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -20,7 +21,7 @@ from ddb_athena.capture.lambda_handler import handle_stream_event
 from ddb_athena.simulate import BookSimulator
 from ddb_athena.table_spec import BOOKS_SPEC
 from ddb_athena_tests import aws_calls
-from ddb_athena_tests.dagster_helpers import materialization_metadata, materializations_metadata, sync_books
+from ddb_athena_tests.dagster_helpers import check_results, materialization_metadata, materializations_metadata, sync_books
 from ddb_athena_tests.spark.helpers import plant_file
 
 
@@ -561,3 +562,43 @@ def test_a_sync_run_gives_way_after_its_cycle_to_a_books_writer_waiting_in_the_q
     messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
     assert any(f"run {bootstrap.run_id} (books_bootstrap) waits to write" in message for message in messages)
     assert any(message.startswith("Sync run done after 1 cycles") for message in messages)
+
+
+class SlowPages:
+    """The emulator's stream, two records a GetRecords and a quarter of a second each: a stream the capture cannot
+    drain within a cycle."""
+
+    def __init__(self, streams):
+        self._streams = streams
+
+    def get_records(self, ShardIterator, Limit):
+        time.sleep(0.25)
+        return self._streams.get_records(ShardIterator=ShardIterator, Limit=2)
+
+    def __getattr__(self, name):
+        return getattr(self._streams, name)
+
+
+def test_behind_the_stream_a_cycle_merges_what_it_read_within_its_interval_and_the_backlog_check_shows_the_lag(spark, settings, instance, monkeypatch):
+    from ddb_athena.resources import AwsClientsResource
+
+    dynamodb = settings.client("dynamodb")
+    simulator = BookSimulator(dynamodb, settings.books_table)
+    simulator.insert()
+    sync_books(instance)  # the bootstrap
+    for _ in range(40):
+        simulator.insert()
+    new_client = AwsClientsResource._new_client
+    with monkeypatch.context() as patch:
+        patch.setattr(AwsClientsResource, "_new_client", lambda self, service: SlowPages(new_client(self, service)) if service == "dynamodbstreams" else new_client(self, service))
+        behind = sync_books(instance, config={"merge_interval_seconds": 2}, backlog_limit_minutes=0)
+    source, merged = materialization_metadata(behind, "books_source"), materialization_metadata(behind, "books_iceberg")
+    # It read for about its interval (a handful of pages), merged that, and says it is behind.
+    assert source["stream_caught_up"] is False and 0 < source["records_captured"] < 40
+    assert merged["records_consumed"] == source["records_captured"]
+    backlog = check_results(behind)["books_backlog"]
+    assert not backlog.passed and backlog.metadata["stream_behind_seconds"].value > 0
+    caught_up = sync_books(instance)  # at the emulator's own pace
+    assert materialization_metadata(caught_up, "books_source")["stream_caught_up"] is True
+    assert check_results(caught_up)["books_backlog"].passed
+    assert_same_keys(spark, settings, dynamodb)
