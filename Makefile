@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test test-fast dev bench bench-bootstrap bench-freshness bench-sync-cpu bench-sync-phases lambda emr-job lint clean
+.PHONY: install test test-fast dev bench bench-bootstrap bench-capture bench-freshness bench-sync-cpu bench-sync-phases lambda emr-job lint clean
 
 install: $(INSTALLED)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing.
@@ -36,6 +36,11 @@ bench: install
 # Peak RSS of a books bootstrap's scan of 100k and 1M items of ~1 KB: snapshot parts of 64 MB against one object.
 bench-bootstrap: install
 	$(BIN)/python -m ddb_athena_bench.bootstrap_memory
+
+# Where a stream capture's time goes: the emulator's stream against one served from memory (the capture's own
+# capacity), and the capture's CPU by step.
+bench-capture: install
+	$(BIN)/python -m ddb_athena_bench.capture_rate --records $${RECORDS:-20000}
 
 # The real local stack for 30 minutes (a sync run's JVM takes the first few to warm up): freshness p50/p95/max,
 # CPU per minute, file counts (report and chart in .ddb_athena/bench/). On an otherwise idle machine: it measures CPU.

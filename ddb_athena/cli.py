@@ -196,6 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
     wait.add_argument("--timeout", type=float, default=60, help="seconds; exit 1 if runs are still in progress then")
     wait.set_defaults(handler=_wait_for_runs)
 
+    pools = commands.add_parser(
+        "writer-pools", help="limit each table writers' pool to one run at a time in the Dagster instance ($DAGSTER_HOME); once, before its daemon starts"
+    )
+    pools.set_defaults(handler=_writer_pools)
+
     end = commands.add_parser(
         "end-runs-left-in-progress",
         help="mark the runs an earlier `make dev` left in progress, their process gone, as failed",
@@ -218,6 +223,18 @@ def _wait_for_runs(args, settings: Settings) -> int:
         for run in running:
             print(f"Run {run.job_name} {run.run_id} is still in progress; the next `make dev` ends it", file=sys.stderr)
     return 1 if running else 0
+
+
+def _writer_pools(args, settings: Settings) -> int:
+    from dagster import DagsterInstance
+
+    from ddb_athena.jobs import WRITER_POOLS
+    from ddb_athena.local_runs import limit_writer_pools
+
+    with DagsterInstance.get() as instance:
+        limit_writer_pools(instance, WRITER_POOLS)
+    print(f"One run at a time in each writers' pool: {', '.join(WRITER_POOLS)}")
+    return 0
 
 
 def _end_runs_left_in_progress(args, settings: Settings) -> int:

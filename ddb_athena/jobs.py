@@ -18,6 +18,7 @@ from ddb_athena.checks.books import books_row_count_parity
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 
 BOOTSTRAP_JOB_NAME = "books_bootstrap"
+WRITER_POOLS = (BOOKS_WRITER_POOL, ORDERS_WRITER_POOL)
 # One cleanup run per table at a time (dagster.yaml).
 CLEANUP_TAG = "ddb_athena/cleanup"
 

@@ -67,3 +67,11 @@ def end_runs_left_in_progress(instance: DagsterInstance) -> tuple[list[DagsterRu
             instance.report_run_failed(run, LEFT_BEHIND)
             ended.append(run)
     return ended, alive
+
+
+def limit_writer_pools(instance: DagsterInstance, pools: tuple[str, ...]) -> None:
+    """One run at a time in each writers' pool, set in the instance before its daemon first meets the pools. The
+    default limit of dagster.yaml takes effect only from the queue daemon's second pass over a new pool: in its first,
+    a backfill's runs all started at once (seen on the real stack; the writer lease stopped the third)."""
+    for pool in pools:
+        instance.event_log_storage.set_concurrency_slots(pool, 1)

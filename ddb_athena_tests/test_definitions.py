@@ -75,3 +75,14 @@ def test_the_instance_config_runs_one_writer_run_per_pool_and_frees_a_dead_runs_
 def test_workspace_points_at_the_definitions_module():
     workspace = yaml.safe_load((REPO / "workspace.yaml").read_text())
     assert workspace["load_from"][0]["python_module"]["module_name"] == "ddb_athena.definitions"
+
+
+def test_writer_pools_are_limited_in_the_instance_before_its_daemon_meets_them(tmp_path):
+    from ddb_athena.jobs import WRITER_POOLS
+    from ddb_athena.local_runs import limit_writer_pools
+
+    (tmp_path / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert instance.event_log_storage.get_pool_limits() == []  # what the daemon's first pass would find
+        limit_writer_pools(instance, WRITER_POOLS)
+        assert {(pool.name, pool.limit) for pool in instance.event_log_storage.get_pool_limits()} == {("books_writer", 1), ("orders_writer", 1)}

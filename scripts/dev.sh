@@ -19,6 +19,8 @@ mkdir -p "$DAGSTER_HOME" .ddb_athena/logs
 cp dagster.yaml "$DAGSTER_HOME/dagster.yaml"
 # A run an earlier stack left STARTED (its process gone) would hold the books schedule for its max runtime.
 $BIN/ddb-athena end-runs-left-in-progress
+# One writer run per table from the daemon's first pass (dagster.yaml's default limit applies only from its second).
+$BIN/ddb-athena writer-pools
 
 pids=()
 cleanup() {

@@ -128,6 +128,7 @@ class Deployment:
             "BooksCapture": self.books_capture,
             "CaptureCodeBucket": "code-bucket",
             "CaptureCodeKey": "ddb_athena/capture-lambda.zip",
+            "AlarmTopicArn": "",
             "EnableEmrServerless": str(self.emr_serverless).lower(),
             "EmrReleaseLabel": "emr-7.12.0",
             "AWS::Partition": "aws",
@@ -146,6 +147,7 @@ class Resolver:
             "WithEmrServerless": parameters["EnableEmrServerless"] == "true",
             "WithCaptureLambda": parameters["BooksCapture"] == "lambda",
             "RunReadsStream": parameters["BooksCapture"] == "run",
+            "WithAlarmTopic": parameters["AlarmTopicArn"] != "",
         }
         assert set(self.conditions) == set(template["Conditions"]), "a new condition: teach the resolver"
 

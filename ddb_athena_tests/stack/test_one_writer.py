@@ -23,6 +23,8 @@ from dagster_graphql import DagsterGraphQLClient
 
 from ddb_athena.assets.books import BOOKS_WRITER_POOL
 from ddb_athena.assets.orders import ORDERS_WRITER_POOL
+from ddb_athena.jobs import WRITER_POOLS
+from ddb_athena.local_runs import limit_writer_pools
 from ddb_athena.simulate import BookSimulator, order_item
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,7 +55,8 @@ def dagster_stack(home: Path, port: int, env: dict):
     """dagster-webserver and dagster-daemon on one instance, as `make dev` runs them; every process they started (code
     servers, run workers and their JVMs) is stopped with them."""
     (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
-    DagsterInstance.from_config(str(home)).dispose()  # its storage created once, before two processes race to
+    with DagsterInstance.from_config(str(home)) as instance:  # its storage created once, before two processes race to
+        limit_writer_pools(instance, WRITER_POOLS)  # as `make dev` does
     logs = home / "logs"
     logs.mkdir()
     commands = {
@@ -98,6 +101,16 @@ def writer_runs(instance: DagsterInstance, pool: str) -> list:
 def pools_of(run) -> set[str]:
     concurrency = run.run_op_concurrency
     return set(concurrency.all_pools or ()) if concurrency else set()
+
+
+def failures(instance: DagsterInstance, records) -> list[str]:
+    """What each failed run's log says went wrong (for the assertion's message)."""
+    found = []
+    for record in records:
+        if record.dagster_run.status == DagsterRunStatus.FAILURE:
+            errors = [e.dagster_event.event_specific_data for e in instance.all_logs(record.dagster_run.run_id) if e.is_dagster_event and e.dagster_event.is_step_failure]
+            found.append(f"{record.dagster_run.job_name} {record.dagster_run.tags.get('dagster/partition')}: {errors or 'no step failed'}")
+    return found
 
 
 def overlaps(records) -> list[tuple[str, str]]:
@@ -168,8 +181,8 @@ def test_a_sync_materialize_and_an_orders_backfill_on_a_new_deployment_keep_one_
 
         assert instance.get_run_by_id(materialize_run).status == DagsterRunStatus.SUCCESS
         orders_runs = writer_runs(instance, ORDERS_WRITER_POOL)
-        assert {record.dagster_run.status for record in orders_runs} == {DagsterRunStatus.SUCCESS}
-        assert sorted(record.dagster_run.tags["dagster/partition"] for record in orders_runs) == partitions
+        assert {record.dagster_run.status for record in orders_runs} == {DagsterRunStatus.SUCCESS}, failures(instance, orders_runs)
+        assert sorted(record.dagster_run.tags["dagster/partition"] for record in orders_runs if "dagster/partition" in record.dagster_run.tags) == partitions
 
         expected_books = dynamodb_items(settings, settings.books_table, "id")
 
