@@ -88,34 +88,33 @@ def _query(args, settings: Settings) -> int:
     return 0
 
 
-def _launch(args, settings: Settings) -> int:
+def _print_now(line: str) -> None:
+    print(line, flush=True)
+
+
+def _followed(args, run_id: str) -> int:
+    """With --follow, logs the run's status until it finishes: 0 if it succeeded, else 1."""
     from dagster import DagsterRunStatus
 
-    from ddb_athena.launch import follow_run, launch_partition_run, yesterday_utc
+    from ddb_athena.launch import follow_run
 
-    def log(line: str) -> None:
-        print(line, flush=True)
-
-    partition = args.partition or yesterday_utc()
-    run_id = launch_partition_run(args.host, args.port, args.job, partition, args.ready_timeout, log)
     if not args.follow:
         return 0
-    return 0 if follow_run(args.host, args.port, run_id, log) == DagsterRunStatus.SUCCESS else 1
+    return 0 if follow_run(args.host, args.port, run_id, _print_now) == DagsterRunStatus.SUCCESS else 1
+
+
+def _launch(args, settings: Settings) -> int:
+    from ddb_athena.launch import launch_partition_run, yesterday_utc
+
+    partition = args.partition or yesterday_utc()
+    return _followed(args, launch_partition_run(args.host, args.port, args.job, partition, args.ready_timeout, _print_now))
 
 
 def _bootstrap(args, settings: Settings) -> int:
-    from dagster import DagsterRunStatus
-
     from ddb_athena.jobs import BOOTSTRAP_JOB_NAME
-    from ddb_athena.launch import follow_run, launch_run
+    from ddb_athena.launch import launch_run
 
-    def log(line: str) -> None:
-        print(line, flush=True)
-
-    run_id = launch_run(args.host, args.port, BOOTSTRAP_JOB_NAME, {}, f" for {args.table}", args.ready_timeout, log)
-    if not args.follow:
-        return 0
-    return 0 if follow_run(args.host, args.port, run_id, log) == DagsterRunStatus.SUCCESS else 1
+    return _followed(args, launch_run(args.host, args.port, BOOTSTRAP_JOB_NAME, {}, f" for {args.table}", args.ready_timeout, _print_now))
 
 
 def _replay_failures(args, settings: Settings) -> int:
@@ -131,6 +130,14 @@ def _replay_failures(args, settings: Settings) -> int:
     result = replay(settings.client("sqs"), settings.client("dynamodbstreams"), settings.client("s3"), queue_url, layout, log=print)
     print(f"{result.records} records captured again in {len(result.replayed)} change files; {len(result.not_replayable)} batches no longer in the stream")
     return 1 if result.not_replayable else 0
+
+
+def _webserver_arguments(command: argparse.ArgumentParser) -> None:
+    """Where the running Dagster webserver is, and whether to follow the run launched through it."""
+    command.add_argument("--host", default="127.0.0.1")
+    command.add_argument("--port", type=int, default=3000)
+    command.add_argument("--ready-timeout", type=float, default=600, help="seconds to wait for the webserver and its code location")
+    command.add_argument("--follow", action="store_true", help="log the run's status until it finishes; exit 1 unless it succeeds")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -168,10 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     launch.add_argument("job", help="e.g. orders_daily")
     launch.add_argument("--partition", help="daily partition key, YYYY-MM-DD (default: yesterday, UTC)")
-    launch.add_argument("--host", default="127.0.0.1")
-    launch.add_argument("--port", type=int, default=3000)
-    launch.add_argument("--ready-timeout", type=float, default=600, help="seconds to wait for the webserver and its code location")
-    launch.add_argument("--follow", action="store_true", help="log the run's status until it finishes; exit 1 unless it succeeds")
+    _webserver_arguments(launch)
     launch.set_defaults(handler=_launch)
 
     bootstrap = commands.add_parser(
@@ -180,10 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
         "run through the running Dagster webserver; the running sync ends its cycle and resumes after it",
     )
     bootstrap.add_argument("table", choices=["books"])
-    bootstrap.add_argument("--host", default="127.0.0.1")
-    bootstrap.add_argument("--port", type=int, default=3000)
-    bootstrap.add_argument("--ready-timeout", type=float, default=600, help="seconds to wait for the webserver and its code location")
-    bootstrap.add_argument("--follow", action="store_true", help="log the run's status until it finishes; exit 1 unless it succeeds")
+    _webserver_arguments(bootstrap)
     bootstrap.set_defaults(handler=_bootstrap)
 
     replay = commands.add_parser(

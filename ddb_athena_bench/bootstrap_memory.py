@@ -16,6 +16,7 @@ import time
 
 from ddb_athena.capture.bootstrap import DEFAULT_PART_BYTES, bootstrap_snapshot
 from ddb_athena.capture.change_files import ChangeFileNamer, SourceLayout
+from ddb_athena_bench.capture_rate import book_item
 
 ITEMS_PER_PAGE = 1000  # ~1 KB items: about AWS's 1 MB page
 ONE_OBJECT = 1 << 62
@@ -33,19 +34,9 @@ class GeneratedScan:
         class Pages:
             def paginate(self, **kwargs):
                 for start in range(0, items, ITEMS_PER_PAGE):
-                    yield {"Items": [_book(index) for index in range(start, min(items, start + ITEMS_PER_PAGE))]}
+                    yield {"Items": [book_item(index) for index in range(start, min(items, start + ITEMS_PER_PAGE))]}
 
         return Pages()
-
-
-def _book(index: int) -> dict:
-    return {
-        "id": {"S": f"book-{index:08d}"},
-        "name": {"S": f"Name {index}"},
-        "author": {"S": "A. Author"},
-        "summary": {"S": "x" * 900},
-        "date": {"N": str(1_700_000_000_000_000_000 + index)},
-    }
 
 
 def _child(items: int, part_bytes: int, endpoint: str, bucket: str) -> None:

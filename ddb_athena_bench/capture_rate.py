@@ -124,7 +124,7 @@ def main() -> None:
             dynamodb.batch_write_item(RequestItems={"books": batch})  # the emulator takes more than AWS's 25
         emulated = StreamCapture(dynamodb, _client("dynamodbstreams", endpoint), s3, "books", SourceLayout("bench", "emulated"))
         records, wall, cpu = _timed(emulated)
-        print(f"| source | records | wall s | records/s | capture CPU s | CPU ms a record |\n| --- | ---: | ---: | ---: | ---: | ---: |")
+        print("| source | records | wall s | records/s | capture CPU s | CPU ms a record |\n| --- | ---: | ---: | ---: | ---: | ---: |")
         print(f"| the emulator's stream | {records:,} | {wall:.1f} | {records / wall:,.0f} | {cpu:.1f} | {1000 * cpu / records:.2f} |")
 
         memory = StreamCapture(MemoryTable(), MemoryStream(args.records), s3, "books", SourceLayout("bench", "memory"))

@@ -6,17 +6,7 @@ import signal
 import pytest
 
 from ddb_athena.cycle_loop import StopRequest, run_cycles
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
+from ddb_athena_tests.fake_clock import FakeClock
 
 
 def test_cycles_start_one_interval_apart_back_to_back_when_slow_and_stop_at_the_run_time():

@@ -1,17 +1,7 @@
 """Parity tells keys in flight from divergence by how long they differ, and from which change, on a clock the test moves."""
 
 from ddb_athena.key_parity import EXTRA, MISSING, ParityTracker
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
+from ddb_athena_tests.fake_clock import FakeClock
 
 
 def rows(keys) -> dict:
@@ -28,7 +18,7 @@ def observe(tracker, iceberg, dynamodb, tombstones=None):
 
 
 def test_a_key_merged_within_the_settle_time_was_in_flight_and_one_that_still_differs_after_it_is_divergence():
-    clock = Clock()
+    clock = FakeClock()
     tracker = ParityTracker(settle_seconds=30, clock=clock)
     first = observe(tracker, {"a"}, {"a", "new", "lost"})
     assert first.passed and first.in_flight == {"new": MISSING, "lost": MISSING} and first.metadata()["difference"] == -2
@@ -42,7 +32,7 @@ def test_a_key_merged_within_the_settle_time_was_in_flight_and_one_that_still_di
 
 
 def test_a_key_that_stops_differing_or_flips_starts_its_settle_time_over():
-    clock = Clock()
+    clock = FakeClock()
     tracker = ParityTracker(settle_seconds=10, clock=clock)
     observe(tracker, {"a"}, {"a", "b"})  # b inserted, in flight
     clock.sleep(6)
@@ -57,7 +47,7 @@ def test_a_key_that_stops_differing_or_flips_starts_its_settle_time_over():
 def test_a_key_caught_in_flight_at_two_looks_with_merged_changes_between_them_is_not_divergence():
     # Looks come a minute apart in a sync run: between two, a key can be deleted, inserted again, merged, and
     # changed once more, so both looks catch it differing the same way. The change the table holds tells.
-    clock = Clock()
+    clock = FakeClock()
     tracker = ParityTracker(settle_seconds=10, clock=clock)
     assert observe(tracker, {"a": "1", "b": "5"}, {"a"}).in_flight == {"b": EXTRA}  # b's delete in flight
     clock.sleep(12)  # merged; b inserted again (row from change 7), merged, and deleted again: in flight
@@ -75,7 +65,7 @@ def test_a_key_caught_in_flight_at_two_looks_with_merged_changes_between_them_is
 
 
 def test_waiting_ends_when_the_first_keys_are_merged_though_new_writes_keep_arriving():
-    clock = Clock()
+    clock = FakeClock()
     tracker = ParityTracker(settle_seconds=60, clock=clock)
     writes = iter(range(1000))
     merged: set[str] = set()
@@ -94,14 +84,14 @@ def test_waiting_ends_when_the_first_keys_are_merged_though_new_writes_keep_arri
 
 
 def test_waiting_ends_with_divergence_once_the_settle_time_has_passed():
-    clock = Clock()
+    clock = FakeClock()
     tracker = ParityTracker(settle_seconds=12, clock=clock)
     parity = tracker.observe_until_settled(lambda: rows({"a", "ghost"}), lambda: {"a"}, no_tombstones, poll_seconds=5, sleep=clock.sleep)
     assert not parity.passed and parity.unexplained == {"ghost": EXTRA} and clock.now == 15
 
 
 def test_waiting_is_bounded_for_a_key_that_keeps_changing():
-    clock = Clock()
+    clock = FakeClock()
     tracker = ParityTracker(settle_seconds=10, clock=clock)
     looks = iter(range(1000))
     # Deleted, then inserted again, between every two looks: it flips from only in Iceberg to missing and back.

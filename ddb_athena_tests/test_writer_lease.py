@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from ddb_athena.writer_lease import LeaseHeldError, LeaseLostError, WriterLease
+from ddb_athena_tests.fake_clock import FakeClock
 
 
 def lease(settings, holder: str, ttl: float = 3.0, **kwargs) -> WriterLease:
@@ -85,19 +86,8 @@ def test_a_killed_holder_does_not_block_the_next_writer_past_the_lease_time(sett
         successor.release()
 
 
-class ManualClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def test_a_holder_whose_lease_was_taken_over_cannot_commit(settings):
-    clock = ManualClock()
+    clock = FakeClock()
     stalled = lease(settings, "a stalled writer", ttl=10.0, clock=clock, sleep=clock.sleep)
     stalled.acquire()
     stalled._stop.set()  # its renewals stop, as in a process frozen by a long pause

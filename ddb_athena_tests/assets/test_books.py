@@ -85,12 +85,7 @@ def test_a_requested_bootstrap_recovers_from_a_stream_gap(spark, settings, insta
     simulator = BookSimulator(dynamodb, settings.books_table)
     simulator.insert()
     sync_books(instance)
-    # Positions that no longer match the stream (as after a 24-hour trim or a re-created stream).
-    store = CheckpointStore(settings.client("s3"), SourceLayout(settings.bucket, "books_source"))
-    checkpoints = store.load_all()
-    store.delete_all()
-    for checkpoint in checkpoints:
-        store.save(replace(checkpoint, stream_arn=checkpoint.stream_arn + "-before-recreation"))
+    break_checkpoints(settings)
     simulator.insert()
     with pytest.raises(Exception, match="bootstrap"):
         sync_books(instance)
@@ -446,6 +441,18 @@ class FailingS3:
         return failing
 
 
+def books_behind_a_stream_gap(settings, instance) -> tuple:
+    """Three books synced, then a gap in the stream (positions it no longer holds), then a fourth book."""
+    dynamodb = settings.client("dynamodb")
+    simulator = BookSimulator(dynamodb, settings.books_table)
+    for _ in range(3):
+        simulator.insert()
+    sync_books(instance)
+    break_checkpoints(settings)
+    simulator.insert()
+    return dynamodb, simulator
+
+
 def break_checkpoints(settings) -> None:
     """Positions that no longer match the stream (as after a 24-hour trim or a re-created stream)."""
     store = CheckpointStore(settings.client("s3"), SourceLayout(settings.bucket, "books_source"))
@@ -480,13 +487,7 @@ BOOTSTRAP_STEPS = {
 def test_a_bootstrap_that_fails_at_any_step_leaves_the_gap_for_the_next_sync_to_report(spark, settings, instance, monkeypatch, step):
     from ddb_athena.resources import AwsClientsResource
 
-    dynamodb = settings.client("dynamodb")
-    simulator = BookSimulator(dynamodb, settings.books_table)
-    for _ in range(3):
-        simulator.insert()
-    sync_books(instance)
-    break_checkpoints(settings)
-    simulator.insert()
+    dynamodb, simulator = books_behind_a_stream_gap(settings, instance)
 
     injected = BOOTSTRAP_STEPS[step]
     with monkeypatch.context() as patch:
@@ -512,13 +513,7 @@ def test_a_bootstrap_that_fails_at_any_step_leaves_the_gap_for_the_next_sync_to_
 
 
 def test_a_bootstrap_whose_merge_fails_is_merged_by_the_next_sync_without_a_second_scan(spark, settings, instance, monkeypatch):
-    dynamodb = settings.client("dynamodb")
-    simulator = BookSimulator(dynamodb, settings.books_table)
-    for _ in range(3):
-        simulator.insert()
-    sync_books(instance)
-    break_checkpoints(settings)
-    simulator.insert()
+    dynamodb, simulator = books_behind_a_stream_gap(settings, instance)
 
     def failing_merge(*args, **kwargs):
         raise RuntimeError("injected failure: the merge")

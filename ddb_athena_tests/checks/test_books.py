@@ -8,6 +8,7 @@ from ddb_athena.checks.books import books_backlog, books_row_count_parity, key_p
 from ddb_athena.key_parity import EXTRA, MISSING, ParityTracker
 from ddb_athena.simulate import BookSimulator
 from ddb_athena_tests.dagster_helpers import check_results, local_resources, materialization_metadata, sync_books
+from ddb_athena_tests.fake_clock import FakeClock
 from ddb_athena_tests.spark.helpers import T0
 
 
@@ -159,24 +160,13 @@ class PagedScan:
         return Pages()
 
 
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
-
-
 def test_the_key_scan_is_segmented_eventually_consistent_and_paced_to_its_read_rate():
     from ddb_athena.key_parity import paced_keys, read_rate_for
 
     # On demand: the configured rate. Provisioned: a share of the table's read capacity, never above that rate.
     assert read_rate_for(PagedScan(1, 1), "books", 0.1, 100) == 100
     assert read_rate_for(PagedScan(1, 1, provisioned=200), "books", 0.1, 100) == 20
-    dynamodb, clock = PagedScan(pages=10, units=50.0), Clock()
+    dynamodb, clock = PagedScan(pages=10, units=50.0), FakeClock()
     scan = paced_keys(dynamodb, "books", "id", "S", read_units_per_second=20, segments=4, clock=clock, sleep=clock.sleep)
     assert len(scan.keys) == 40 and scan.read_units == 2000 and scan.pages == 40
     assert scan.seconds >= 2000 / 20 - 50 / 20  # every page but the last waited its share
