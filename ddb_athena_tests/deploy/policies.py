@@ -65,6 +65,9 @@ def call_resources(call: AwsCall) -> list[str]:
         # Its stream is named only inside the shard iterator, which GetShardIterator (checked with its StreamArn)
         # gave out; the code reads one stream, the books table's.
         return [f"arn:aws:dynamodb:{region}:{ACCOUNT}:table/{BOOKS_TABLE}/stream/2026-01-01T00:00:00.000"]
+    if call.service == "sqs":
+        # Named by its URL, which IAM does not check; the code uses one queue, the capture Lambda's failure queue.
+        return [f"arn:aws:sqs:{region}:{ACCOUNT}:{STACK}-CaptureFailureQueue"]
     for name in ("StreamArn", "ExportArn", "TableArn"):
         if call.param(name):
             return [call.param(name)]
