@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test test-fast dev bench bench-bootstrap bench-capture bench-freshness bench-sync-cpu bench-sync-phases lambda emr-job lint clean
+.PHONY: install test test-fast dev bench bench-bootstrap bench-capture bench-freshness bench-requests bench-volume bench-sync-cpu bench-sync-phases lambda emr-job lint clean
 
 install: $(INSTALLED)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing.
@@ -46,6 +46,16 @@ bench-capture: install
 # CPU per minute, file counts (report and chart in .ddb_athena/bench/). On an otherwise idle machine: it measures CPU.
 bench-freshness: install
 	$(BIN)/python -m ddb_athena_bench.freshness --minutes $${MINUTES:-30}
+
+# The AWS requests of one sync cycle, counted by the emulator by step, operation and files (the warehouse on the
+# emulator's S3): what the S3 bill is made of.
+bench-requests: install
+	$(BIN)/python -m ddb_athena_bench.commit_requests --cycles $${CYCLES:-30} --interval $${INTERVAL:-10} --rate $${RATE:-10}
+
+# The real local stack under a load generator stepped through STEPS writes a second, then HOLD minutes at the last:
+# freshness, the sync's CPU and memory, commits and requests per commit by rate (report and chart in .ddb_athena/bench/).
+bench-volume: install
+	$(BIN)/python -m ddb_athena_bench.volume --steps $${STEPS:-1,10,50,100,250} --step-minutes $${STEP_MINUTES:-5} --hold-minutes $${HOLD:-60}
 
 # Where a warm sync cycle's CPU goes (no Dagster; per minute, by JVM thread kind, Spark jobs per cycle).
 bench-sync-cpu: install

@@ -18,7 +18,15 @@ def _ddb(item: dict) -> dict:
     return {name: _serializer.serialize(value) for name, value in item.items()}
 
 
-def book_item(book_id: str, rng: random.Random) -> dict:
+def summary(rng: random.Random, words: int, at_least_bytes: int = 0) -> str:
+    """Random words, at least `at_least_bytes` long (load tests size their items with it)."""
+    text = " ".join(rng.choices(_WORDS, k=words))
+    while len(text) < at_least_bytes:
+        text += " " + " ".join(rng.choices(_WORDS, k=words))
+    return text
+
+
+def book_item(book_id: str, rng: random.Random, summary_bytes: int = 0) -> dict:
     """A book with every DynamoDB type in it (S, N, B, BOOL, NULL, M, L, SS, NS, BS)."""
     published = datetime(1950, 1, 1, tzinfo=timezone.utc).timestamp() + rng.randrange(0, 2_300_000_000)
     return _ddb(
@@ -26,7 +34,7 @@ def book_item(book_id: str, rng: random.Random) -> dict:
             "id": book_id,
             "name": " ".join(rng.sample(_WORDS, 3)).title(),
             "author": rng.choice(_AUTHORS),
-            "summary": " ".join(rng.choices(_WORDS, k=12)),
+            "summary": summary(rng, 12, summary_bytes),
             "date": int(published) * 1_000_000_000 + rng.randrange(1_000_000_000),
             "price": Decimal(rng.randrange(100, 10_000)) / 100,
             "in_print": rng.random() < 0.8,
@@ -64,6 +72,7 @@ class BookSimulator:
     books_table: str
     orders_table: str | None = None
     rng: random.Random = field(default_factory=random.Random)
+    summary_bytes: int = 0
     live: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: {"insert": 0, "update": 0, "delete": 0, "reinsert": 0, "order": 0})
@@ -74,7 +83,7 @@ class BookSimulator:
 
     def insert(self, book_id: str | None = None) -> None:
         book_id = book_id or f"book-{uuid.UUID(int=self.rng.getrandbits(128)).hex[:12]}"
-        self.dynamodb.put_item(TableName=self.books_table, Item=book_item(book_id, self.rng))
+        self.dynamodb.put_item(TableName=self.books_table, Item=book_item(book_id, self.rng, self.summary_bytes))
         self.live.append(book_id)
 
     def step(self) -> str:
@@ -91,7 +100,7 @@ class BookSimulator:
                 TableName=self.books_table,
                 Key={"id": {"S": book_id}},
                 UpdateExpression="SET summary = :s, price = :p",
-                ExpressionAttributeValues={":s": {"S": " ".join(self.rng.choices(_WORDS, k=10))}, ":p": {"N": str(self.rng.randrange(1, 10_000))}},
+                ExpressionAttributeValues={":s": {"S": summary(self.rng, 10, self.summary_bytes)}, ":p": {"N": str(self.rng.randrange(1, 10_000))}},
             )
             action = "update"
         elif roll < 0.92 or not self.deleted:

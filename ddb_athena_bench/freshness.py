@@ -12,6 +12,7 @@ distribution under .ddb_athena/bench/.
 """
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -20,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,6 +32,7 @@ import psutil
 from ddb_athena.launch import yesterday_utc
 from ddb_athena.local_stack import wait_for_endpoint
 from ddb_athena.settings import LOCAL_STATE_DIR, REPO_ROOT, Settings
+from ddb_athena_bench.counting_emulator import COUNTS_PATH
 
 OUT = LOCAL_STATE_DIR / "bench"
 PROBE_EVERY_SECONDS = 11.0
@@ -162,6 +165,13 @@ def _table_dir(warehouse: Path, namespace: str) -> Path:
     return warehouse / namespace / "books"
 
 
+def request_counts(endpoint: str, reset: bool = False) -> dict[str, int]:
+    """The requests the emulator has served since its start or the last reset, by '<service> <operation>'."""
+    request = urllib.request.Request(f"{endpoint}{COUNTS_PATH}", method="POST" if reset else "GET")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
+
+
 def _file_counts(table_dir: Path) -> dict[str, int]:
     return {
         "data_files": sum(1 for path in (table_dir / "data").rglob("*") if path.is_file() and not path.name.endswith(".crc")),
@@ -202,10 +212,14 @@ def _chart(lags: list[float], path: Path) -> None:
 
 
 @contextmanager
-def local_stack(scratch: Path, rate: float, with_dagster: bool = True) -> Iterator[tuple[dict, dict[str, subprocess.Popen]]]:
-    """The emulator (tables created, 50 books seeded), `dagster dev` on a fresh DAGSTER_HOME (unless
-    `with_dagster` is false) and the simulator, in a scratch directory; yields the environment that points at
-    them and the processes, and stops them."""
+def local_stack(
+    scratch: Path, rate: float, with_dagster: bool = True, warehouse_on_s3: bool = False, simulator: list[str] | None = None
+) -> Iterator[tuple[dict, dict[str, subprocess.Popen]]]:
+    """The emulator (counting requests: `counting_emulator`; tables created, 50 books seeded), `dagster dev` on a
+    fresh DAGSTER_HOME (unless `with_dagster` is false) and the simulator at `rate` (or the `simulator` command), in a
+    scratch directory; yields the environment that points at them and the processes, and stops them. The warehouse
+    is a local directory, or with `warehouse_on_s3` the emulator's bucket through S3A, so that every request a commit
+    makes is counted."""
     shutil.rmtree(scratch, ignore_errors=True)
     (scratch / "dagster_home").mkdir(parents=True)
     shutil.copy(REPO_ROOT / "dagster.yaml", scratch / "dagster_home" / "dagster.yaml")
@@ -218,14 +232,14 @@ def local_stack(scratch: Path, rate: float, with_dagster: bool = True) -> Iterat
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_REGION": "us-east-1",
-        "DDB_ATHENA_WAREHOUSE": (scratch / "warehouse").as_uri(),
+        "DDB_ATHENA_WAREHOUSE": f"s3a://{Settings.from_env({}).bucket}/warehouse" if warehouse_on_s3 else (scratch / "warehouse").as_uri(),
         "DAGSTER_HOME": str(scratch / "dagster_home"),
         "DDB_ATHENA_ORDERS_START_DATE": yesterday_utc(),
     }
     bin_dir = Path(sys.executable).parent
     processes = {}
     try:
-        processes["emulator"] = _start([str(bin_dir / "ddb-athena"), "local-stack", "--port", str(moto_port)], env, scratch / "emulator.log")
+        processes["emulator"] = _start([sys.executable, "-m", "ddb_athena_bench.counting_emulator", "--port", str(moto_port)], env, scratch / "emulator.log")
         wait_for_endpoint(endpoint)
         for command in (["init"], ["seed", "--books", "50", "--orders", "0"]):
             subprocess.run([str(bin_dir / "ddb-athena"), *command], env=env, cwd=REPO_ROOT, check=True, capture_output=True)
@@ -234,7 +248,7 @@ def local_stack(scratch: Path, rate: float, with_dagster: bool = True) -> Iterat
                 [str(bin_dir / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(dagster_port)], env, scratch / "dagster.log"
             )
         processes["simulator"] = _start(
-            [str(bin_dir / "ddb-athena"), "simulate", "--rate", str(rate), "--books-only"], env, scratch / "simulator.log"
+            simulator or [str(bin_dir / "ddb-athena"), "simulate", "--rate", str(rate), "--books-only"], env, scratch / "simulator.log"
         )
         os.environ.update({key: env[key] for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")})
         yield env, processes

@@ -63,10 +63,13 @@ def _jstat(option: str, pid: int) -> int:
 
 
 @contextmanager
-def warm_sync(scratch: Path, interval: float, warm_up_cycles: int) -> Iterator[tuple[dict, BooksSync, set[int]]]:
-    """The local stack without Dagster, and a books sync warmed up by a few cycles `interval` apart: the
-    resources, the sync, and the pids whose CPU is not the cycle's (the emulator, the simulator)."""
-    with local_stack(scratch, rate=1.0, with_dagster=False) as (env, processes):
+def warm_sync(
+    scratch: Path, interval: float, warm_up_cycles: int, rate: float = 1.0, warehouse_on_s3: bool = False
+) -> Iterator[tuple[dict, BooksSync, set[int]]]:
+    """The local stack without Dagster (the simulator at `rate` writes a second), and a books sync warmed up by a few
+    cycles `interval` apart: the resources, the sync, and the pids whose CPU is not the cycle's (the emulator, the
+    simulator)."""
+    with local_stack(scratch, rate=rate, with_dagster=False, warehouse_on_s3=warehouse_on_s3) as (env, processes):
         resources = resources_from_settings(Settings.from_env(env))
         syncer = books_syncer(resources["aws"], resources["spark"], resources["sync"], log=lambda _: None, warn=print, before_write=lambda: None)
         for number in range(warm_up_cycles):

@@ -1,0 +1,118 @@
+"""The benchmarks' AWS emulator: moto in server mode, as `ddb-athena local-stack` runs it, counting every request it
+serves by service and operation, so a benchmark reports the requests a sync cycle makes instead of estimating them.
+
+    GET  /_bench/requests    the counts so far, as JSON {"s3 GetObject books/metadata": 12, "dynamodb PutItem": 3, ...}
+    POST /_bench/requests    the same, and the counts start again from zero
+
+The service is read from the request's SigV4 credential scope (what AWS itself routes on); the operation from the
+JSON protocols' X-Amz-Target header, or for S3's REST protocol from the method, the key and the query string.
+
+    .venv/bin/python -m ddb_athena_bench.counting_emulator --port 5055
+"""
+
+import argparse
+import collections
+import json
+import re
+import signal
+import threading
+from urllib.parse import parse_qs
+
+from moto.moto_server.threaded_moto_server import MotoRequestHandler
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from werkzeug.serving import make_server
+
+COUNTS_PATH = "/_bench/requests"
+# Requests signed with this access key are a benchmark's own reads (its probe), counted as the service "probe".
+PROBE_ACCESS_KEY = "bench-probe"
+_SCOPE = re.compile(r"Credential=([^/]+)/\d{8}/[^/]+/([^/]+)/aws4_request")
+
+
+def _s3_operation(method: str, path: str, query: dict[str, list[str]], headers: dict[str, str]) -> str:
+    has_key = "/" in path.strip("/")
+    if method == "GET":
+        return "GetObject" if has_key else "ListObjects"
+    if method == "HEAD":
+        return "HeadObject" if has_key else "HeadBucket"
+    if method == "PUT":
+        if "partNumber" in query:
+            return "UploadPart"
+        return "CopyObject" if "x-amz-copy-source" in headers else ("PutObject" if has_key else "CreateBucket")
+    if method == "POST":
+        if "delete" in query:
+            return "DeleteObjects"
+        return "CreateMultipartUpload" if "uploads" in query else ("CompleteMultipartUpload" if "uploadId" in query else "PostObject")
+    if method == "DELETE":
+        return "DeleteObject" if has_key else "DeleteBucket"
+    return method
+
+
+def _s3_area(path: str, query: dict[str, list[str]]) -> str:
+    """Which files a request is about: an Iceberg table's `data` or `metadata` (`<table>/metadata`), else the key's
+    top folder (`books_source/`); a listing's prefix stands for its key."""
+    key = path.strip("/").partition("/")[2] or query.get("prefix", [""])[0]
+    parts = key.split("/")
+    for index, part in enumerate(parts[1:-1], start=1):
+        if part in ("data", "metadata"):
+            return f"{parts[index - 1]}/{part}"
+    return f"{parts[0]}/" if len(parts) > 1 else key or "(bucket)"
+
+
+def request_kind(environ: dict) -> str:
+    """'<service> <operation>' of one request (WSGI environ); for S3, '<service> <operation> <area>' (`_s3_area`)."""
+    headers = {key[5:].replace("_", "-").lower(): value for key, value in environ.items() if key.startswith("HTTP_")}
+    scope = _SCOPE.search(headers.get("authorization", ""))
+    service = scope.group(2) if scope else "unsigned"
+    label = "probe" if scope and scope.group(1) == PROBE_ACCESS_KEY else service
+    target = headers.get("x-amz-target")
+    if target:
+        return f"{label} {target.rsplit('.', 1)[-1]}"
+    query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+    if service == "s3":
+        path = environ.get("PATH_INFO", "/")
+        return f"{label} {_s3_operation(environ['REQUEST_METHOD'], path, query, headers)} {_s3_area(path, query)}"
+    # The query protocol (STS, IAM, SQS's older one): the action is in the query string or the form body.
+    action = query.get("Action", [""])[0]
+    return f"{label} {action or environ['REQUEST_METHOD']}"
+
+
+class CountingApp:
+    """WSGI middleware: counts each request by `request_kind`, and serves the counts at COUNTS_PATH."""
+
+    def __init__(self, app):
+        self._app = app
+        self._lock = threading.Lock()
+        self._counts: collections.Counter = collections.Counter()
+
+    def __call__(self, environ, start_response):
+        if environ.get("PATH_INFO") == COUNTS_PATH:
+            with self._lock:
+                body = json.dumps(dict(self._counts)).encode()
+                if environ["REQUEST_METHOD"] == "POST":
+                    self._counts.clear()
+            start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+            return [body]
+        kind = request_kind(environ)
+        with self._lock:
+            self._counts[kind] += 1
+        return self._app(environ, start_response)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    server = make_server(
+        "127.0.0.1", args.port, CountingApp(DomainDispatcherApplication(create_backend_app)), threaded=True, request_handler=MotoRequestHandler
+    )
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    print(f"AWS emulator (moto, counting requests at {COUNTS_PATH}) on http://127.0.0.1:{args.port}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,61 @@
+"""The benchmarks' emulator counts what the deployment asks AWS for, by service, operation and files, so that the
+volume benchmark's requests per commit are counted, not estimated."""
+
+import subprocess
+import sys
+import time
+
+import boto3
+import pytest
+
+from ddb_athena.local_stack import wait_for_endpoint
+from ddb_athena_bench.counting_emulator import PROBE_ACCESS_KEY
+from ddb_athena_bench.freshness import request_counts
+from ddb_athena_tests.conftest import _free_port
+
+
+@pytest.fixture(scope="module")
+def counting_endpoint():
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "ddb_athena_bench.counting_emulator", "--port", str(port)])
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_endpoint(endpoint)
+        yield endpoint
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _client(service: str, endpoint: str, key: str = "testing"):
+    return boto3.client(service, endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=key, aws_secret_access_key="testing")
+
+
+def test_requests_are_counted_by_service_operation_and_files_and_a_reset_starts_again(counting_endpoint):
+    s3, dynamodb = _client("s3", counting_endpoint), _client("dynamodb", counting_endpoint)
+    s3.create_bucket(Bucket="counted")
+    request_counts(counting_endpoint, reset=True)
+    for number in range(3):
+        s3.put_object(Bucket="counted", Key=f"warehouse/library/books/metadata/v{number}.metadata.json", Body=b"{}")
+    s3.put_object(Bucket="counted", Key="books_source/changes/one.json", Body=b"{}")
+    s3.get_object(Bucket="counted", Key="books_source/changes/one.json")
+    s3.head_object(Bucket="counted", Key="warehouse/library/books/metadata/v0.metadata.json")
+    s3.list_objects_v2(Bucket="counted", Prefix="books_source/changes/")
+    s3.copy_object(Bucket="counted", Key="books_source/two.json", CopySource="counted/books_source/changes/one.json")
+    s3.delete_objects(Bucket="counted", Delete={"Objects": [{"Key": "books_source/two.json"}]})
+    dynamodb.list_tables()
+    _client("s3", counting_endpoint, key=PROBE_ACCESS_KEY).get_object(Bucket="counted", Key="books_source/changes/one.json")
+
+    assert request_counts(counting_endpoint, reset=True) == {
+        "s3 PutObject books/metadata": 3,
+        "s3 PutObject books_source/": 1,
+        "s3 GetObject books_source/": 1,
+        "s3 HeadObject books/metadata": 1,
+        "s3 ListObjects books_source/": 1,
+        "s3 CopyObject books_source/": 1,
+        "s3 DeleteObjects (bucket)": 1,
+        "dynamodb ListTables": 1,
+        "probe GetObject books_source/": 1,
+    }
+    time.sleep(0.1)
+    assert request_counts(counting_endpoint) == {}
