@@ -18,8 +18,6 @@ setup(
         # The Iceberg runtime JAR we use locally is built for Spark 3.5 / Scala 2.12.
         "pyspark>=3.5,<3.6",
         "boto3>=1.34",
-        # The books sync run's CPU budget counts the CPU of its processes (the run, its JVM, Spark's workers).
-        "psutil>=5.9",
     ],
     extras_require={
         # The local stack: the AWS emulator and the Iceberg JARs that Maven would otherwise provide.
@@ -36,10 +34,13 @@ setup(
             "parliament>=1.6",
             # `make lint` (part of `make test`): unused imports and names, import order.
             "ruff==0.17.6",
+            # The stack tests find run workers and the JVM's sockets by process.
+            "psutil>=5.9",
         ],
         # `make bench`: DuckDB is the near-the-limit reference for the orders load; `make bench-freshness` reads
         # library.books with PyIceberg (not our Spark, as Athena reads it), draws with matplotlib.
-        "bench": ["duckdb>=1.1", "pyiceberg[pyarrow]==0.12.*", "matplotlib>=3.8"],
+        # The benchmarks meter their process trees' CPU and memory with psutil.
+        "bench": ["duckdb>=1.1", "pyiceberg[pyarrow]==0.12.*", "matplotlib>=3.8", "psutil>=5.9"],
     },
     entry_points={"console_scripts": ["ddb-athena=ddb_athena.cli:main"]},
 )

@@ -72,38 +72,35 @@ def sigint_handler_kept() -> Iterator[None]:
 
 
 def run_cycles(
-    cycle: Callable[[int], None],
+    cycle: Callable[[int], bool],
     interval_seconds: float,
     run_seconds: float,
     stop: StopRequest | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-    throttle: Callable[[float], float] | None = None,
-    longest_interval_seconds: float | None = None,
+    idle_interval_seconds: float | None = None,
 ) -> int:
     """Calls `cycle(1)`, `cycle(2)`, ... one `interval_seconds` apart (start to start; back to back when a
     cycle takes longer) while the next one would start within `run_seconds` (0: a single cycle) and no stop
     is requested. Returns right after the last cycle (a successor queued behind this run starts sooner)
     with how many cycles ran; a held stop is delivered then.
 
-    `throttle(longest_wait)`, asked after each cycle, is how long from then the next one should wait at least (a
-    CPU budget's refill); the interval it makes is never longer than `longest_interval_seconds`, so the loop
-    waits at most `longest_wait` (negative when the cycle overran it), which the throttle is told."""
+    `cycle` returns whether it found work: after each idle one the interval doubles, up to `idle_interval_seconds`,
+    and the first cycle that finds work brings it back (a quiet table costs fewer requests; a busy one keeps the
+    interval)."""
     if interval_seconds <= 0 or run_seconds < 0:
         raise ValueError(f"interval must be positive and run time not negative, got {interval_seconds} and {run_seconds}")
-    longest = max(interval_seconds, longest_interval_seconds or interval_seconds)
+    longest = max(interval_seconds, idle_interval_seconds or interval_seconds)
     stop = stop or StopRequest()
     deadline = clock() + run_seconds
-    number = 0
+    number, wait = 0, interval_seconds
     with stop.held():
         while True:
             number += 1
             started = clock()
-            cycle(number)
-            next_start = max(started + interval_seconds, clock())
-            if throttle is not None:
-                latest_start = started + longest
-                next_start = max(next_start, min(clock() + throttle(latest_start - clock()), latest_start))
+            busy = cycle(number)
+            wait = interval_seconds if busy else min(longest, wait * 2)
+            next_start = max(started + wait, clock())
             if stop.requested or next_start >= deadline:
                 break
             while not stop.requested and clock() < next_start:

@@ -21,11 +21,9 @@ from ddb_athena.settings import (
     BOOKS_SOURCE_PREFIX,
     DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS,
     DEFAULT_MERGE_INTERVAL_SECONDS,
-    DEFAULT_SYNC_CPU_BUDGET,
     DEFAULT_SYNC_RUN_MINUTES,
     DEFAULT_WRITER_LEASE_SECONDS,
     MAX_MERGE_INTERVAL_SECONDS,
-    MAX_SYNC_CPU_BUDGET,
     MAX_SYNC_RUN_MINUTES,
     MAX_WRITER_LEASE_SECONDS,
     MIN_MERGE_INTERVAL_SECONDS,
@@ -201,20 +199,12 @@ class SyncSettings(ConfigurableResource):
         le=MAX_MERGE_INTERVAL_SECONDS,
         description="seconds from one sync cycle's start to the next",
     )
-    sync_cpu_budget: float = Field(
-        default=DEFAULT_SYNC_CPU_BUDGET,
-        ge=0,
-        le=MAX_SYNC_CPU_BUDGET,
-        description="CPU-seconds a minute the books sync may spend on average over any hour (a books_sync run's processes: "
-        "the run, its JVM, Spark's Python workers; each run starts from the bucket the last one left); when spent, cycles "
-        "come less often, up to longest_merge_interval_seconds. 0: no budget",
-    )
     longest_merge_interval_seconds: float = Field(
         default=DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS,
         ge=MIN_MERGE_INTERVAL_SECONDS,
         le=MAX_MERGE_INTERVAL_SECONDS,
-        description="the longest the CPU budget may stretch a cycle's interval to (never below merge_interval_seconds): "
-        "p95 freshness is about the interval plus a few seconds",
+        description="after each cycle that found nothing to merge the interval doubles, up to this (never below "
+        "merge_interval_seconds): a quiet table costs fewer requests, and its first change waits at most this long",
     )
     table_checks_every_cycles: int = Field(
         default=6, ge=1, description="the check that reads the Iceberg table (unique ids) runs on every n-th recorded cycle"
@@ -421,7 +411,6 @@ def resources_from_settings(settings: Settings, **sync_options) -> dict:
                 "capture_failure_queue_url": settings.capture_failure_queue_url,
                 "merge_interval_seconds": settings.merge_interval_seconds,
                 "sync_run_minutes": settings.sync_run_minutes,
-                "sync_cpu_budget": settings.sync_cpu_budget,
                 "longest_merge_interval_seconds": settings.longest_merge_interval_seconds,
                 **sync_options,
             },

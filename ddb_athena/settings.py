@@ -44,9 +44,7 @@ MIN_CLEANUP_INTERVAL_SECONDS = 30
 # Athena within a minute or two, and the 2-minute backlog check, no longer hold.
 DEFAULT_MERGE_INTERVAL_SECONDS = 10.0
 MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS = 1.0, 60.0
-# The sync run's CPU budget (0: none), CPU-seconds a minute averaged over the run: when it is spent, cycles come
-# less often, up to the longest interval (p95 freshness is about the interval plus a few seconds; target 30 s).
-DEFAULT_SYNC_CPU_BUDGET, MAX_SYNC_CPU_BUDGET = 10.0, 120.0
+# A quiet table's cycles back off to this (its first change then waits up to this long; target p95 30 s).
 DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS = 20.0
 # A writer renews its table's lease a few times within this; a dead writer's lease expires this long after its last
 # renewal, so a successor (a crashed sync's replacement) waits up to that long.
@@ -123,7 +121,6 @@ class Settings:
     cleanup_interval_seconds: int = DEFAULT_CLEANUP_INTERVAL_SECONDS
     merge_interval_seconds: float = DEFAULT_MERGE_INTERVAL_SECONDS
     sync_run_minutes: float = DEFAULT_SYNC_RUN_MINUTES
-    sync_cpu_budget: float = DEFAULT_SYNC_CPU_BUDGET
     longest_merge_interval_seconds: float = DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS
     writer_lease_seconds: float = DEFAULT_WRITER_LEASE_SECONDS
     books_capture: str = "run"
@@ -197,7 +194,6 @@ class Settings:
             cleanup_interval_seconds=_cleanup_interval(env.get("DDB_ATHENA_CLEANUP_INTERVAL_SECONDS", str(DEFAULT_CLEANUP_INTERVAL_SECONDS))),
             merge_interval_seconds=merge_interval,
             sync_run_minutes=_number_between(env, "DDB_ATHENA_SYNC_RUN_MINUTES", DEFAULT_SYNC_RUN_MINUTES, 0, MAX_SYNC_RUN_MINUTES, "minutes"),
-            sync_cpu_budget=_number_between(env, "DDB_ATHENA_SYNC_CPU_BUDGET", DEFAULT_SYNC_CPU_BUDGET, 0, MAX_SYNC_CPU_BUDGET, "CPU-seconds a minute"),
             longest_merge_interval_seconds=_longest_merge_interval(env, merge_interval),
             writer_lease_seconds=_number_between(
                 env, "DDB_ATHENA_WRITER_LEASE_SECONDS", DEFAULT_WRITER_LEASE_SECONDS, MIN_WRITER_LEASE_SECONDS, MAX_WRITER_LEASE_SECONDS, "seconds"

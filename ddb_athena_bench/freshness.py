@@ -140,7 +140,7 @@ def _run_workers(dagster_home: Path) -> dict[str, set[int]]:
 
 def _cycle_gaps(dagster_home: Path, since: float) -> list[float]:
     """Seconds from one sync cycle's start to the next, of the cycles recorded since `since` (a Unix time): the
-    interval the CPU budget let the run keep."""
+    interval the run kept."""
     from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
 
     records, cursor = [], None
@@ -313,7 +313,6 @@ def run(minutes: float, rate: float) -> dict:
         "minutes": elapsed_minutes,
         "rate": rate,
         "merge_interval": settings.merge_interval_seconds,
-        "cpu_budget": settings.sync_cpu_budget,
         "longest_interval": settings.longest_merge_interval_seconds,
         "cycle_gaps": gaps,
         "markers": len(written),
@@ -351,8 +350,8 @@ def report(result: dict) -> str:
             f"# Freshness of library.books ({when})",
             "",
             f"`make bench-freshness`: the local stack for {result['minutes']:.1f} minutes, simulator at {result['rate']:g} write/s, "
-            f"a merge every {result['merge_interval']:g} s (DDB_ATHENA_MERGE_INTERVAL_SECONDS), a CPU budget of {result['cpu_budget']:g} CPU-s a minute "
-            f"(DDB_ATHENA_SYNC_CPU_BUDGET; 0: none) stretching it to at most {result['longest_interval']:g} s, {result['markers']} markers ({result['missing']} never seen), {os.cpu_count()} cores.",
+            f"a merge every {result['merge_interval']:g} s (DDB_ATHENA_MERGE_INTERVAL_SECONDS; a quiet table's backing off to "
+            f"{result['longest_interval']:g} s), {result['markers']} markers ({result['missing']} never seen), {os.cpu_count()} cores.",
             "",
             "| what | figure | target |",
             "| --- | --- | --- |",

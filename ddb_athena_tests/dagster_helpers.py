@@ -19,9 +19,7 @@ def sync_books(instance: DagsterInstance, config: dict | None = None, raise_on_e
     """A books_sync run of one cycle (unless `config` says otherwise), its checks evaluated in that cycle."""
     return materialize(
         [books_sync_assets],
-        # No CPU budget unless asked: it would count the test process, the emulator and the shared JVM, which are
-        # not a run's (the budget has tests of its own).
-        resources=local_resources(**{"sync_cpu_budget": 0, **sync_options}),
+        resources=local_resources(**sync_options),
         instance=instance,
         run_config={"ops": {"sync_books": {"config": {"run_minutes": 0, **(config or {})}}}},
         raise_on_error=raise_on_error,

@@ -33,28 +33,23 @@ def test_a_cycle_that_overruns_the_run_time_is_the_last():
     assert starts == [0, 10] and clock.now == 60
 
 
-def test_a_throttle_makes_the_next_cycle_wait_up_to_the_longest_interval():
-    clock, starts, longest_waits = FakeClock(), [], []
-    waits = iter([0, 12, 30, 0, 30])
+def test_idle_cycles_back_off_doubling_up_to_the_idle_interval_and_a_busy_one_brings_the_interval_back():
+    clock, starts = FakeClock(), []
+    busy = iter([True, False, False, False, True, False, True])
 
     def cycle(number):
         starts.append(round(clock.now, 6))
-        clock.now += 3 if number != 5 else 25  # the fifth cycle overruns even the longest interval
+        clock.now += 1
+        return next(busy)
 
-    def throttle(longest_wait):
-        longest_waits.append(round(longest_wait, 6))
-        return next(waits)
-
-    ran = run_cycles(cycle, 10, 80, clock=clock, sleep=clock.sleep, throttle=throttle, longest_interval_seconds=20)
-    # No wait: the interval. 12 s after a 3-s cycle: 15. 30: held to the longest, 20. An overrun: back to back.
-    assert starts == [0, 10, 25, 45, 55] and ran == 5
-    # The throttle is told the most the loop will wait: to 20 s after the cycle's start (an overrun: less than none).
-    assert longest_waits == [17, 17, 17, 17, -5]
+    ran = run_cycles(cycle, 5, 70, clock=clock, sleep=clock.sleep, idle_interval_seconds=20)
+    # Busy: 5 s. Idle: 10, 20, then held at 20. Busy again: 5. Idle: 10. Busy: 5.
+    assert starts == [0, 5, 15, 35, 55, 60] and ran == 6
 
 
-def test_a_longest_interval_below_the_interval_is_the_interval():
+def test_an_idle_interval_below_the_interval_is_the_interval():
     clock, starts = FakeClock(), []
-    run_cycles(lambda n: starts.append(clock.now), 10, 25, clock=clock, sleep=clock.sleep, throttle=lambda longest_wait: 60, longest_interval_seconds=5)
+    run_cycles(lambda n: starts.append(clock.now), 10, 25, clock=clock, sleep=clock.sleep, idle_interval_seconds=5)
     assert starts == [0, 10, 20]
 
 

@@ -44,8 +44,6 @@ def test_aws_profile():
         {"DDB_ATHENA_SYNC_RUN_MINUTES": "2000"},
         {"DDB_ATHENA_SYNC_RUN_MINUTES": "nan"},
         {"DDB_ATHENA_SYNC_RUN_MINUTES": "an hour"},
-        {"DDB_ATHENA_SYNC_CPU_BUDGET": "-1"},
-        {"DDB_ATHENA_SYNC_CPU_BUDGET": "ten"},
         {"DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "90"},
         {"DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "5"},
         {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "30", "DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "20"},
@@ -77,13 +75,12 @@ def test_sync_run_minutes_come_from_the_environment_into_the_sync_resource():
     assert Settings.from_env({"DDB_ATHENA_SYNC_RUN_MINUTES": "0"}).sync_run_minutes == 0
 
 
-def test_the_cpu_budget_and_longest_interval_come_from_the_environment_into_the_sync_resource():
+def test_the_longest_interval_comes_from_the_environment_into_the_sync_resource():
     from ddb_athena.resources import resources_from_settings
 
-    sync = resources_from_settings(Settings.from_env({}))["sync"]
-    assert (sync.sync_cpu_budget, sync.longest_merge_interval_seconds) == (10.0, 20.0)
-    sync = resources_from_settings(Settings.from_env({"DDB_ATHENA_SYNC_CPU_BUDGET": "0", "DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "15"}))["sync"]
-    assert (sync.sync_cpu_budget, sync.longest_merge_interval_seconds) == (0.0, 15.0)
+    assert resources_from_settings(Settings.from_env({}))["sync"].longest_merge_interval_seconds == 20.0
+    sync = resources_from_settings(Settings.from_env({"DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "15"}))["sync"]
+    assert sync.longest_merge_interval_seconds == 15.0
     # Unset, the longest interval is never shorter than a longer merge interval.
     assert Settings.from_env({"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "30"}).longest_merge_interval_seconds == 30.0
 

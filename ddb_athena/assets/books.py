@@ -28,7 +28,6 @@ from pydantic import Field
 
 from ddb_athena.assets.upkeep import maintain
 from ddb_athena.books_cycle import BooksSync
-from ddb_athena.cpu_budget import CpuBudget
 from ddb_athena.cycle_loop import StopRequest, run_cycles
 from ddb_athena.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.settings import MAX_MERGE_INTERVAL_SECONDS, MAX_SYNC_RUN_MINUTES, MIN_MERGE_INTERVAL_SECONDS
@@ -57,9 +56,6 @@ BOOKS_WRITER_POOL = "books_writer"
 SYNC_JOB_NAME = "books_sync"
 # An idle cycle is recorded at most this often: enough for freshness and the plots, little for the event log.
 IDLE_RECORD_SECONDS = 60.0
-# CPU-s left in the budget's bucket after a cycle (negative: owed), recorded with the cycle: the next run starts
-# from it.
-CPU_BUDGET_BALANCE = "cpu_budget_balance"
 
 
 class BooksSyncConfig(Config):
@@ -136,20 +132,6 @@ def waiting_writer(instance: DagsterInstance) -> DagsterRun | None:
     return None
 
 
-def inherit_cpu_budget(context: AssetExecutionContext, budget: CpuBudget) -> None:
-    """Hands the bucket on: the run starts from what the last recorded cycle of the sync left in it, refilled
-    since. A first run, or one after runs without a budget, starts with a full bucket."""
-    latest = context.instance.get_latest_materialization_event(books_iceberg.key)
-    left = latest.asset_materialization.metadata.get(CPU_BUDGET_BALANCE) if latest and latest.asset_materialization else None
-    if left is None:
-        return
-    budget.inherit(left.value, time.time() - latest.timestamp)
-    context.log.info(
-        f"CPU budget: {budget.balance:.1f} CPU-s in the bucket, from the previous run's {left.value:.1f} "
-        f"and the refill since (at most {budget.burst:g})"
-    )
-
-
 @multi_asset(
     name="sync_books",
     specs=[books_source, books_iceberg],
@@ -181,14 +163,10 @@ def sync_books(
     maintained = {"state": None}
     # Compaction alone, more often than maintenance: counted from the run's start.
     compaction_interval, compacted = timedelta(minutes=sync.compaction_interval_minutes), {"at": datetime.now(timezone.utc)}
-    budget = CpuBudget(sync.sync_cpu_budget) if sync.sync_cpu_budget and run_minutes else None
-    if budget is not None:
-        inherit_cpu_budget(context, budget)
-    longest_interval = max(interval, sync.longest_merge_interval_seconds)
     starts = {"previous": None}
     stop = StopRequest()
 
-    def cycle(number: int) -> None:
+    def cycle(number: int) -> bool:
         waiting = waiting_writer(context.instance)
         if waiting is not None and not stop.requested:
             context.log.info(f"Ending the sync after this cycle: run {waiting.run_id} ({waiting.job_name}) waits to write {sync.books_iceberg_table}")
@@ -197,12 +175,9 @@ def sync_books(
         starts["previous"] = started
         outcome = syncer.cycle(f"{context.run.run_id}-{number}", bootstrap=config.bootstrap and number == 1)
         if outcome.idle and recorded["at"] is not None and time.monotonic() - recorded["at"] < IDLE_RECORD_SECONDS:
-            return
-        # How often cycles come, and what the run spends: the plots that show the CPU budget at work.
+            return False
+        # How often cycles come: the interval, or more when cycles overrun it or a quiet table backs off.
         pacing = {"seconds_since_previous_cycle": started - previous if previous is not None else 0.0}
-        if budget is not None:
-            pacing["run_cpu_seconds_per_minute"] = budget.average_per_minute()
-            pacing[CPU_BUDGET_BALANCE] = budget.balance
         context.log_event(AssetMaterialization(asset_key=books_source.key, metadata={**outcome.source, "cycle": number}))
         context.log_event(AssetMaterialization(asset_key=books_iceberg.key, metadata={**outcome.merged, **pacing, "cycle": number}))
         # The checks that read the table or DynamoDB: after the run's first merge, then every few, never when idle.
@@ -214,10 +189,7 @@ def sync_books(
         # One writer: upkeep runs inside the loop, between merges, never beside them. Idle tables need none.
         if not outcome.idle:
             upkeep()
-        if budget is not None and "bootstrap_file" in outcome.source:
-            # A scan of the whole table, and the checks and upkeep after it, cost what the table's size makes them,
-            # not the stream's rate: not charged.
-            budget.restart()
+        return not outcome.idle
 
     def upkeep() -> None:
         lease.check()
@@ -237,33 +209,6 @@ def sync_books(
             compacted["at"] = now
             context.log.info(f"Compaction: {compaction.rewritten_data_files} files rewritten into {compaction.added_data_files}")
 
-    throttled = {"now": False}
-
-    def throttle(longest_wait: float) -> float:
-        wait = budget.wait_seconds(longest_wait)
-        if (wait > 0) != throttled["now"]:
-            throttled["now"] = wait > 0
-            context.log.info(
-                f"CPU budget of {budget.per_minute:g} CPU-s a minute spent (the run has averaged {budget.average_per_minute():.1f}): "
-                f"cycles wait for its refill, at most {longest_interval:g} s apart"
-                if wait
-                else f"CPU budget has credit again: a cycle every {interval:g} s"
-            )
-        return wait
-
-    cycles = run_cycles(
-        cycle, interval, run_minutes * 60, stop=stop, throttle=throttle if budget else None, longest_interval_seconds=longest_interval
-    )
-    spent = f"; {budget.average_per_minute():.1f} CPU-s a minute, budget {budget.per_minute:g}" if budget else ""
-    context.log.info(f"Sync run done after {cycles} cycles ({run_minutes:g} minutes, one every {interval:g} s or more{spent})")
-    if budget is not None and budget.cut_waits and budget.balance < 0:
-        # Freshness first: the longest interval bounds the wait, so a host where a cycle costs more than the
-        # refill over that interval overspends. Say so, with the setting that trades one for the other. (A run
-        # that only spent what its predecessor left, or owes nothing at its end, is within the budget.)
-        context.log.warning(
-            f"The run ends owing {-budget.balance:.1f} CPU-s to its budget of {budget.per_minute:g} CPU-s a minute, which "
-            f"its successor inherits: longest_merge_interval_seconds ({longest_interval:g} s) cut {budget.cut_waits} waits for "
-            "the refill short, because cycles cost more than the refill pays in that time. A longer longest interval holds "
-            "the budget, at the cost of freshness."
-        )
+    cycles = run_cycles(cycle, interval, run_minutes * 60, stop=stop, idle_interval_seconds=sync.longest_merge_interval_seconds)
+    context.log.info(f"Sync run done after {cycles} cycles ({run_minutes:g} minutes, one every {interval:g} s or more)")
     yield from ()
