@@ -184,6 +184,8 @@ def orders_athena(
             "rows_inserted": result.rows_inserted,
             "duplicates_skipped": result.duplicates_skipped,
             "mutated_documents": result.mutated_documents,
+            # The partitions the load touched: what orders_unique_order_id reads.
+            **({"days_loaded_from": result.days_from, "days_loaded_to": result.days_to} if result.days_from else {}),
             "deletes_ignored": result.deletes_ignored,
             "records_quarantined": result.records_quarantined,
             "corrupt_files": len(result.corrupt_files),

@@ -62,6 +62,9 @@ class ExportLoadResult:
     corrupt_files: list[str] = field(default_factory=list)
     quarantine_reasons: dict[str, int] = field(default_factory=dict)
     snapshot_id: int | None = None
+    # The first and last day (UTC, ISO) of the loaded documents' partition column: the partitions this load touched.
+    days_from: str | None = None
+    days_to: str | None = None
 
     @property
     def accounted_for(self) -> int:
@@ -286,6 +289,8 @@ def load_export_files(
     result.rows_inserted = _inserted_rows(spark, target, before, result.snapshot_id)
 
     counts, distinct = _observed(read), _observed(batch)["distinct"]
+    if counts["low"] is not None:
+        result.days_from, result.days_to = (datetime.fromtimestamp(counts[end] / 1e6, timezone.utc).date().isoformat() for end in ("low", "high"))
     result.items_read, result.records_quarantined, result.deletes_ignored = counts["items"], counts["quarantined"], counts["deletes"]
     result.duplicates_skipped = counts["documents"] - result.rows_inserted
     damaged = _damaged_files(spark, files, result.items_read)

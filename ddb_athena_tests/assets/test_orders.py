@@ -3,10 +3,11 @@ deployment meets them: point-in-time recovery turned on the same day (the settin
 `ddb-athena init --yes` does), a bootstrap, the next nights, a backfill from the start date and re-runs."""
 
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import pytest
-from dagster import DagsterInstance, materialize
+from dagster import AssetMaterialization, AssetSelection, DagsterInstance, materialize
+from pyspark.sql import functions as F
 
 from ddb_athena.assets.orders import orders_athena, orders_export, orders_partitions
 from ddb_athena.checks.orders import orders_unique_order_id
@@ -152,6 +153,41 @@ def test_a_changed_order_is_counted_and_warns_without_rewriting_the_row(spark, s
     assert checks["orders_no_mutated_documents"].metadata["sample_keys"].value == order_id
     assert checks["orders_export_reconciles"].passed and checks["orders_unique_order_id"].passed
     assert spark.table(f"{settings.namespace}.orders").where(f"order_id = '{order_id}'").collect()[0]["item"] == before
+
+
+def unique_order_id_check_after(instance, partition: str, loaded: dict):
+    """orders_unique_order_id on its own, after a load of `partition` that reported `loaded`."""
+    instance.report_runless_asset_event(AssetMaterialization(orders_athena.key, partition=partition, metadata=loaded))
+    result = materialize(
+        [orders_athena, orders_unique_order_id], selection=AssetSelection.checks(orders_unique_order_id), resources=local_resources(), instance=instance
+    )
+    return check_results(result)["orders_unique_order_id"]
+
+
+def test_the_unique_order_id_check_reads_the_days_a_load_touched_and_the_whole_table_on_sundays(spark, settings, instance, days):
+    put_orders(settings, 3, seed=5)
+    loaded = materialization_metadata(sync_orders(instance, days.yesterday), "orders_athena")
+    orders = f"{settings.namespace}.orders"
+    created = sorted(row["created_at"].date().isoformat() for row in spark.table(orders).select("created_at").collect())
+    assert (loaded["days_loaded_from"], loaded["days_loaded_to"]) == (created[0], created[-1])
+    # A second copy of an order, 30 days before any load: only a pass over the whole table can see it.
+    spark.table(orders).limit(1).withColumn("created_at", F.col("created_at") - F.expr("INTERVAL 30 DAYS")).writeTo(orders).append()
+    monday = date.fromisoformat(created[0]) - timedelta(days=date.fromisoformat(created[0]).weekday())
+
+    check = unique_order_id_check_after(instance, monday.isoformat(), loaded)
+    assert check.passed and check.metadata["scope"].value == f"days {created[0]} to {created[-1]}"
+    assert check.metadata["rows"].value == 3
+    sunday = monday + timedelta(days=6)
+    check = unique_order_id_check_after(instance, sunday.isoformat(), loaded)
+    assert not check.passed and check.metadata["scope"].value == "whole table" and check.metadata["duplicate_rows"].value == 1
+    # A load whose days hold the copy sees it any day of the week.
+    planted = (date.fromisoformat(created[0]) - timedelta(days=30)).isoformat()
+    check = unique_order_id_check_after(instance, monday.isoformat(), {**loaded, "days_loaded_from": planted})
+    assert not check.passed and check.metadata["duplicate_rows"].value == 1
+    # A load that found no documents (a day the full export covers) has nothing to check.
+    covered = {key: value for key, value in loaded.items() if not key.startswith("days_loaded")}
+    check = unique_order_id_check_after(instance, monday.isoformat(), covered)
+    assert check.passed and check.metadata["scope"].value == "no documents loaded"
 
 
 def test_a_window_lost_to_point_in_time_recovery_fails_before_any_export_and_a_bootstrap_recovers(spark, settings, instance, days):
