@@ -267,3 +267,13 @@ def test_a_merge_like_the_last_one_generates_no_new_code(files):
     files.merge([files.write(change(4, "a", name="v4"))])
     assert compilations.getCount() == before
     assert files.names() == {"a": "v4"}
+
+
+def test_a_commit_writes_one_delete_file_however_many_data_files_its_changes_touch(files):
+    # Three commits, each adding a data file; the fourth updates a row of each: one position-delete file, not three.
+    for sequence, book_id in enumerate("abc", start=1):
+        files.merge([files.write(change(sequence, book_id, "INSERT"))])
+    files.merge([files.write(*(change(10 + n, book_id, name=f"{book_id} again") for n, book_id in enumerate("abc")))])
+    summary = files.spark.sql(f"SELECT summary FROM {files.table}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()[0][0]
+    assert (summary["added-data-files"], summary["added-position-delete-files"]) == ("1", "1"), summary
+    assert files.names() == {"a": "a again", "b": "b again", "c": "c again"}
