@@ -16,7 +16,7 @@ from typing import Callable
 from pyspark.sql import SparkSession
 
 from ddb_athena.capture.bootstrap import bootstrap_snapshot, delete_unsealed_parts, pending_snapshot, with_snapshot_parts
-from ddb_athena.capture.change_files import ChangeFileNamer, SourceLayout, list_change_files
+from ddb_athena.capture.change_files import ChangeFileNamer, SourceLayout, change_file_keys, list_keys
 from ddb_athena.capture.commit_manifests import committed_files, write_commit_manifest
 from ddb_athena.capture.quarantine import quarantine_foreign_files
 from ddb_athena.capture.stream_reader import StreamCapture
@@ -121,14 +121,16 @@ class BooksSync:
         """Merges exactly the change files present now; None (and no Spark at all) when there is nothing to do."""
         self._before_write()
         started = time.monotonic()
+        # One listing of the change prefix for both: what is not a change file, and the change files to merge.
+        present = list(list_keys(self._s3, self._layout.bucket, self._layout.changes_prefix))
         # A file the merge cannot take would otherwise sit in the prefix forever, its changes lost in silence.
-        foreign = quarantine_foreign_files(self._s3, self._layout, batch)
+        foreign = quarantine_foreign_files(self._s3, self._layout, batch, present)
         if foreign:
             self._warn(f"Quarantined {len(foreign)} files that are not change files: {', '.join(r.source_file for r in foreign)}")
         # Exactly the files present now: later arrivals wait for the next cycle, none is skipped. Files an earlier
         # cycle committed wait only for their cleanup: merging them again would change nothing and cost a Spark job.
         committed = committed_files(self._s3, self._layout)
-        files = with_snapshot_parts(self._s3, self._layout, [key for key in list_change_files(self._s3, self._layout) if key not in committed])
+        files = with_snapshot_parts(self._s3, self._layout, [key for key in change_file_keys(present) if key not in committed])
         if not files:
             return {**self._idle_metadata(), "idle": False, "foreign_files_quarantined": len(foreign)} if foreign else None
         self._log(f"Merging {len(files)} change files into {self._iceberg_table}")

@@ -207,7 +207,11 @@ class SyncSettings(ConfigurableResource):
         "merge_interval_seconds): a quiet table costs fewer requests, and its first change waits at most this long",
     )
     table_checks_every_cycles: int = Field(
-        default=6, ge=1, description="the check that reads the Iceberg table (unique ids) runs on every n-th recorded cycle"
+        default=6,
+        ge=1,
+        description="the checks that read the Iceberg table (unique ids) or list S3 (backlog, quarantine) run on every n-th "
+        "recorded cycle (the backlog also whenever the capture is behind the stream, the quarantine whenever a cycle "
+        "quarantined something)",
     )
     parity_settle_seconds: float = Field(
         default=60.0,

@@ -1,8 +1,10 @@
 """Benchmark of the books path on this machine: bootstrap load, minute merges, maintenance.
 
-Run with `make bench`. Prints figures; asserts nothing (targets live here, not in tests).
+Run with `make bench`. Prints figures; asserts nothing (targets live here, not in tests). At the requirement's
+volume (230 writes a second of ~1 KB, a cycle every 10 s): `--changes 2500 --summary-bytes 700`.
 """
 
+import argparse
 import random
 import statistics
 import tempfile
@@ -18,28 +20,33 @@ from ddb_athena.spark.change_merge import merge_change_files
 from ddb_athena.spark.maintenance import maintain_table
 from ddb_athena.table_spec import BOOKS_SPEC
 
-TABLE_ROWS = 100_000
-CHANGES_PER_MERGE = 1_000
 MERGES = 6
 PORT = 5099
 
 
-def book(book_id: str, sequence: int, event: str, rng: random.Random) -> ChangeRecord:
+def book(book_id: str, sequence: int, event: str, rng: random.Random, summary_bytes: int) -> ChangeRecord:
     image = None
     if event != "REMOVE":
         image = {
             "id": {"S": book_id},
             "name": {"S": f"Book {rng.random():.6f}"},
             "author": {"S": rng.choice(["Ada", "Lin", "Maria", "Jonas"])},
-            "summary": {"S": "x" * 120},
+            "summary": {"S": "x" * summary_bytes},
             "date": {"N": str(rng.randrange(10**18))},
             "tags": {"SS": ["a", "b"]},
         }
     return ChangeRecord(event, {"id": {"S": book_id}}, image, str(sequence), "2026-11-22T03:00:00.000000Z")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     import logging
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000, help="rows in the table before the merges")
+    parser.add_argument("--changes", type=int, default=1_000, help="changes in each merge")
+    parser.add_argument("--summary-bytes", type=int, default=120, help="size of each book's summary (700: ~1 KB items)")
+    args = parser.parse_args(argv)
+    table_rows, changes_per_merge = args.rows, args.changes
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = start_moto_server(PORT)
@@ -60,34 +67,34 @@ def main() -> None:
     table = "bench.books"
     t0 = datetime(2026, 11, 22, tzinfo=timezone.utc)
 
-    ids = [f"book-{uuid.UUID(int=rng.getrandbits(128)).hex[:12]}" for _ in range(TABLE_ROWS)]
-    snapshot = write_change_file(s3, layout, change_file_name(t0, "snapshot"), (book(i, 0, "SNAPSHOT", rng) for i in ids))
+    ids = [f"book-{uuid.UUID(int=rng.getrandbits(128)).hex[:12]}" for _ in range(table_rows)]
+    snapshot = write_change_file(s3, layout, change_file_name(t0, "snapshot"), (book(i, 0, "SNAPSHOT", rng, args.summary_bytes) for i in ids))
     started = time.monotonic()
     merge_change_files(spark, BOOKS_SPEC, table, [layout.uri(snapshot, "s3a")], layout.uri(layout.quarantine_prefix, "s3a"))
     load = time.monotonic() - started
-    print(f"Bootstrap load of {TABLE_ROWS:,} items: {load:.1f} s ({TABLE_ROWS / load:,.0f} items/s, first MERGE in the session)")
+    print(f"Bootstrap load of {table_rows:,} items: {load:.1f} s ({table_rows / load:,.0f} items/s, first MERGE in the session)")
 
     timings, sequence, live = [], 1, list(ids)
     for number in range(MERGES):
         records = []
-        for _ in range(CHANGES_PER_MERGE):
+        for _ in range(changes_per_merge):
             sequence += 1
             roll = rng.random()
             if roll < 0.6:
-                records.append(book(rng.choice(live), sequence, "MODIFY", rng))
+                records.append(book(rng.choice(live), sequence, "MODIFY", rng, args.summary_bytes))
             elif roll < 0.8:
-                records.append(book(live.pop(rng.randrange(len(live))), sequence, "REMOVE", rng))
+                records.append(book(live.pop(rng.randrange(len(live))), sequence, "REMOVE", rng, args.summary_bytes))
             else:
                 new_id = f"book-new-{sequence}"
                 live.append(new_id)
-                records.append(book(new_id, sequence, "INSERT", rng))
+                records.append(book(new_id, sequence, "INSERT", rng, args.summary_bytes))
         key = write_change_file(s3, layout, change_file_name(t0 + timedelta(minutes=number + 1), "stream"), records)
         started = time.monotonic()
         result = merge_change_files(spark, BOOKS_SPEC, table, [layout.uri(key, "s3a")], layout.uri(layout.quarantine_prefix, "s3a"))
         timings.append(time.monotonic() - started)
         print(f"  merge {number + 1}: {timings[-1]:.2f} s (+{result.inserted} ~{result.updated} -{result.deleted})")
     warm = timings[1:]
-    print(f"MERGE of {CHANGES_PER_MERGE:,} changes into {TABLE_ROWS // 1000}k rows: median {statistics.median(warm):.2f} s warm, first {timings[0]:.2f} s")
+    print(f"MERGE of {changes_per_merge:,} changes into {table_rows // 1000}k rows: median {statistics.median(warm):.2f} s warm, first {timings[0]:.2f} s")
     rows = spark.table(table).count()
     assert rows == len(live), (rows, len(live))
 

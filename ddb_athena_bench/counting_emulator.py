@@ -49,13 +49,13 @@ def _s3_operation(method: str, path: str, query: dict[str, list[str]], headers: 
 
 def _s3_area(path: str, query: dict[str, list[str]]) -> str:
     """Which files a request is about: an Iceberg table's `data` or `metadata` (`<table>/metadata`), else the key's
-    top folder (`books_source/`); a listing's prefix stands for its key."""
+    first two folders (`books_source/changes/`); a listing's prefix stands for its key."""
     key = path.strip("/").partition("/")[2] or query.get("prefix", [""])[0]
     parts = key.split("/")
     for index, part in enumerate(parts[1:-1], start=1):
         if part in ("data", "metadata"):
             return f"{parts[index - 1]}/{part}"
-    return f"{parts[0]}/" if len(parts) > 1 else key or "(bucket)"
+    return "".join(f"{part}/" for part in parts[:-1][:2]) or key or "(bucket)"
 
 
 def request_kind(environ: dict) -> str:

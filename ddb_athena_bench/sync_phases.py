@@ -28,7 +28,7 @@ from ddb_athena_bench.sync_cpu import _children_cpu, _cpu, warm_sync
 WARM_UP_CYCLES = 6
 STEPS_SHOWN = 6
 # The cycle's own steps that call AWS (S3); their CPU is this process's.
-AWS_STEPS = ("quarantine_foreign_files", "committed_files", "list_change_files", "write_commit_manifest")
+AWS_STEPS = ("quarantine_foreign_files", "committed_files", "list_keys", "write_commit_manifest")
 
 
 class StepMeter:

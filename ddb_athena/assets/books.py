@@ -164,6 +164,8 @@ def sync_books(
     # Compaction alone, more often than maintenance: counted from the run's start.
     compaction_interval, compacted = timedelta(minutes=sync.compaction_interval_minutes), {"at": datetime.now(timezone.utc)}
     starts = {"previous": None}
+    # Whether the last cycle found nothing to merge (the loop then backs off): said in the log when it changes.
+    pace = {"backing_off": False}
     stop = StopRequest()
 
     def cycle(number: int) -> bool:
@@ -174,16 +176,26 @@ def sync_books(
         started, previous = time.monotonic(), starts["previous"]
         starts["previous"] = started
         outcome = syncer.cycle(f"{context.run.run_id}-{number}", bootstrap=config.bootstrap and number == 1)
+        if outcome.idle != pace["backing_off"]:
+            pace["backing_off"] = outcome.idle
+            context.log.info(
+                f"Nothing to merge: cycles back off, up to {max(interval, sync.longest_merge_interval_seconds):g} s apart"
+                if outcome.idle
+                else f"Changes again: a cycle every {interval:g} s"
+            )
         if outcome.idle and recorded["at"] is not None and time.monotonic() - recorded["at"] < IDLE_RECORD_SECONDS:
             return False
         # How often cycles come: the interval, or more when cycles overrun it or a quiet table backs off.
         pacing = {"seconds_since_previous_cycle": started - previous if previous is not None else 0.0}
         context.log_event(AssetMaterialization(asset_key=books_source.key, metadata={**outcome.source, "cycle": number}))
         context.log_event(AssetMaterialization(asset_key=books_iceberg.key, metadata={**outcome.merged, **pacing, "cycle": number}))
-        # The checks that read the table or DynamoDB: after the run's first merge, then every few, never when idle.
-        with_table = not outcome.idle and recorded["merges"] % sync.table_checks_every_cycles == 0
+        # The checks that list S3 or read the table: after the run's first merge, then every few (those that list S3
+        # also on an idle table's recorded cycles, a minute apart); at once when the cycle found trouble.
+        periodic = recorded["merges"] % sync.table_checks_every_cycles == 0
         behind = None if outcome.source.get("stream_caught_up", True) else outcome.source["capture_lag_seconds"]
-        for name, result in cycle_check_results(aws, spark, sync, with_table, behind).items():
+        quarantined = bool(outcome.merged.get("records_quarantined") or outcome.merged.get("foreign_files_quarantined"))
+        checks = cycle_check_results(aws, spark, sync, periodic and not outcome.idle, behind, periodic or outcome.idle, quarantined)
+        for name, result in checks.items():
             context.log_event(evaluation(result, name))
         recorded.update(at=time.monotonic(), merges=recorded["merges"] + (not outcome.idle))
         # One writer: upkeep runs inside the loop, between merges, never beside them. Idle tables need none.

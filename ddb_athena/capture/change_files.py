@@ -156,7 +156,12 @@ def list_keys(s3, bucket: str, prefix: str) -> Iterator[dict]:
 
 def list_change_files(s3, layout: SourceLayout) -> list[str]:
     """Keys of the change files present now, in capture order."""
-    return sorted(obj["Key"] for obj in list_keys(s3, layout.bucket, layout.changes_prefix) if is_change_file(obj["Key"]))
+    return change_file_keys(list_keys(s3, layout.bucket, layout.changes_prefix))
+
+
+def change_file_keys(listed: Iterable[dict]) -> list[str]:
+    """Keys of the change files among listed objects, in capture order."""
+    return sorted(obj["Key"] for obj in listed if is_change_file(obj["Key"]))
 
 
 def batched(iterable: Iterable, size: int) -> Iterator[list]:

@@ -8,6 +8,7 @@ for byte, with one record naming it and the reason.
 
 import json
 from dataclasses import asdict, dataclass
+from typing import Iterable
 
 from ddb_athena.capture.change_files import CHANGE_FILE_NAME_FORMAT, SourceLayout, is_change_file, list_keys
 
@@ -30,12 +31,12 @@ def _is_folder_marker(obj: dict) -> bool:
     return obj["Key"].endswith("/") and obj["Size"] == 0
 
 
-def quarantine_foreign_files(s3, layout: SourceLayout, batch: str) -> list[QuarantineRecord]:
-    """Moves every object in the change prefix that is not a change file into the batch's quarantine; returns
-    their records. The copy and its record are written before the original is deleted: nothing is lost."""
-    foreign = [
-        obj for obj in list_keys(s3, layout.bucket, layout.changes_prefix) if not is_change_file(obj["Key"]) and not _is_folder_marker(obj)
-    ]
+def quarantine_foreign_files(s3, layout: SourceLayout, batch: str, listed: Iterable[dict] | None = None) -> list[QuarantineRecord]:
+    """Moves every object in the change prefix (`listed`, as the caller listed it; else listed here) that is not a
+    change file into the batch's quarantine; returns their records. The copy and its record are written before the
+    original is deleted: nothing is lost."""
+    listed = list_keys(s3, layout.bucket, layout.changes_prefix) if listed is None else listed
+    foreign = [obj for obj in listed if not is_change_file(obj["Key"]) and not _is_folder_marker(obj)]
     if not foreign:
         return []
     folder = f"{layout.quarantine_prefix}{batch}/"

@@ -180,12 +180,23 @@ def books_files_compact(spark: IcebergSparkResource, sync: SyncSettings) -> Asse
 
 
 def cycle_check_results(
-    aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, with_table: bool, stream_lag_seconds: float | None = None
+    aws: AwsClientsResource,
+    spark: IcebergSparkResource,
+    sync: SyncSettings,
+    with_table: bool,
+    stream_lag_seconds: float | None = None,
+    list_s3: bool = True,
+    quarantined: bool = False,
 ) -> dict[str, AssetCheckResult]:
-    """The checks a sync cycle evaluates, by check name: those reading S3 always, the one reading the table (a Spark
-    job) when `with_table`. None reads DynamoDB's items. `stream_lag_seconds`: how far behind the stream the cycle's
-    capture stopped (None when it caught up)."""
-    results = {"books_backlog": backlog_result(aws, sync, stream_lag_seconds), "books_quarantine_empty": quarantine_result(aws, sync)}
+    """The checks a sync cycle evaluates, by check name. Those that list S3 (backlog, quarantine) when `list_s3`, the
+    backlog also whenever the capture stopped behind the stream (`stream_lag_seconds`, None when it caught up) and the
+    quarantine whenever the cycle `quarantined` something; the one reading the table (a Spark job) when `with_table`.
+    None reads DynamoDB's items."""
+    results = {}
+    if list_s3 or stream_lag_seconds is not None:
+        results["books_backlog"] = backlog_result(aws, sync, stream_lag_seconds)
+    if list_s3 or quarantined:
+        results["books_quarantine_empty"] = quarantine_result(aws, sync)
     if sync.capture_failure_queue_url:
         results["books_capture_failures"] = capture_failures_result(aws, sync)
     if with_table:

@@ -48,14 +48,14 @@ def test_requests_are_counted_by_service_operation_and_files_and_a_reset_starts_
 
     assert request_counts(counting_endpoint, reset=True) == {
         "s3 PutObject books/metadata": 3,
-        "s3 PutObject books_source/": 1,
-        "s3 GetObject books_source/": 1,
+        "s3 PutObject books_source/changes/": 1,
+        "s3 GetObject books_source/changes/": 1,
         "s3 HeadObject books/metadata": 1,
-        "s3 ListObjects books_source/": 1,
+        "s3 ListObjects books_source/changes/": 1,
         "s3 CopyObject books_source/": 1,
         "s3 DeleteObjects (bucket)": 1,
         "dynamodb ListTables": 1,
-        "probe GetObject books_source/": 1,
+        "probe GetObject books_source/changes/": 1,
     }
     time.sleep(0.1)
     assert request_counts(counting_endpoint) == {}

@@ -54,6 +54,23 @@ def test_captures_every_change_and_resumes_from_its_checkpoint(settings, layout)
     assert len(sequences) == len(set(sequences)) == 5
 
 
+def test_a_capture_reads_the_checkpoints_once_and_then_keeps_what_it_writes(settings, layout):
+    """A cycle every few seconds costs what the stream brings, not a listing and a read of every checkpoint."""
+    dynamodb, s3 = settings.client("dynamodb"), settings.client("s3")
+    capture = StreamCapture(dynamodb, settings.client("dynamodbstreams"), s3, "books", layout)
+    put_book(dynamodb, "b0")
+    assert capture.capture().records == 1
+    reads = []
+    s3.meta.events.register("before-call.s3.*", lambda model, params, **_: reads.append((model.name, params.get("Prefix") or params.get("Key"))))
+    put_book(dynamodb, "b1")
+    assert capture.capture().records == 1 and capture.capture().records == 0
+    assert not [read for read in reads if read[0] in ("ListObjectsV2", "GetObject") and layout.checkpoints_prefix in read[1]], reads
+    # What it kept is what S3 holds: a restart resumes from the same position.
+    put_book(dynamodb, "b2")
+    assert StreamCapture(dynamodb, settings.client("dynamodbstreams"), s3, "books", layout).capture().records == 1
+    assert len(set(captured_sequences(s3, layout))) == 3
+
+
 class FailingChangeFileS3:
     """An S3 client whose change-file writes fail: the checkpoint must not move."""
 
