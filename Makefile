@@ -54,8 +54,9 @@ bench-requests: install
 
 # The real local stack under a load generator stepped through STEPS writes a second, then HOLD minutes at the last:
 # freshness, the sync's CPU and memory, commits and requests per commit by rate (report and chart in .ddb_athena/bench/).
+# WAREHOUSE=local: Iceberg's files in a directory, the sync's pace without the emulator serving them (not counted).
 bench-volume: install
-	$(BIN)/python -m ddb_athena_bench.volume --steps $${STEPS:-1,10,50,100,250} --step-minutes $${STEP_MINUTES:-5} --hold-minutes $${HOLD:-60}
+	$(BIN)/python -m ddb_athena_bench.volume --steps $${STEPS:-1,10,50,100,250} --step-minutes $${STEP_MINUTES:-5} --hold-minutes $${HOLD:-60} --warehouse $${WAREHOUSE:-emulator}
 
 # Where a warm sync cycle's CPU goes (no Dagster; per minute, by JVM thread kind, Spark jobs per cycle).
 bench-sync-cpu: install

@@ -21,6 +21,7 @@ Writes a Markdown report and a PNG chart of the cost drivers against the write r
 
 import argparse
 import collections
+import json
 import os
 import statistics
 import subprocess
@@ -28,6 +29,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import urlparse
 
 import psutil
 
@@ -39,6 +41,8 @@ PROBE_EVERY_SECONDS = 5.0
 SAMPLE_SECONDS = 5.0
 WARM_UP_SECONDS = 90.0
 LOAD_OPERATIONS = ("dynamodb PutItem", "dynamodb UpdateItem", "dynamodb DeleteItem")
+# The emulator serves requests one at a time under Python's lock: near this many CPU-seconds a minute it is the bottleneck.
+EMULATOR_SATURATED_CPU = 40.0
 # What S3 bills at the GET rate; every other request is billed at the PUT rate (LIST, COPY, DELETE is free but rare).
 S3_GET_CLASS = ("GetObject", "HeadObject")
 
@@ -51,6 +55,8 @@ def _books_table(settings: Settings, endpoint: str, name: str = "books"):
     """library.books (or its tombstones), as PyIceberg reads it from its newest metadata on the emulator's S3."""
     from pyiceberg.table import StaticTable
 
+    if not settings.warehouse.startswith("s3a://"):  # a local warehouse (`--warehouse local`)
+        return StaticTable.from_metadata(f"{urlparse(settings.warehouse).path}/{settings.namespace}/{name}")
     location = f"{settings.warehouse.replace('s3a://', 's3://')}/{settings.namespace}/{name}"
     properties = {"s3.endpoint": endpoint, "s3.access-key-id": PROBE_ACCESS_KEY, "s3.secret-access-key": "probe", "s3.region": settings.region}
     return StaticTable.from_metadata(location, properties=properties)
@@ -195,11 +201,11 @@ def _measure(settings: Settings, env: dict, processes: dict, rate: float, minute
     }
 
 
-def run(steps: list[float], step_minutes: float, hold_minutes: float, processes: int) -> list[dict]:
+def run(steps: list[float], step_minutes: float, hold_minutes: float, processes: int, warehouse_on_s3: bool = True) -> list[dict]:
     scratch = OUT / "volume-stack"
     plan = [(rate, step_minutes) for rate in steps] + ([(steps[-1], hold_minutes)] if hold_minutes else [])
     results = []
-    with local_stack(scratch, rate=steps[0], warehouse_on_s3=True, simulator=_load_command(steps[0], processes)) as (env, running):
+    with local_stack(scratch, rate=steps[0], warehouse_on_s3=warehouse_on_s3, simulator=_load_command(steps[0], processes)) as (env, running):
         settings = Settings.from_env(env)
         print("waiting for the first sync to bootstrap library.books ...", flush=True)
         deadline = time.monotonic() + 600
@@ -248,7 +254,25 @@ COLUMNS = (
     "S3 PUT-class per commit",
     "S3 GET-class per commit",
     "DynamoDB (Streams incl.) per commit",
+    "what held it back",
 )
+
+
+def bottleneck(result: dict) -> str:
+    """Who could not keep up at this step: the writes (the load generator or the emulator's write path), the sync's
+    capture (behind the stream), and whether the emulator or the sync's own CPU stood in its way."""
+    findings = []
+    if result["achieved_rate"] < 0.9 * result["rate"]:
+        who = "the emulator" if result["emulator_cpu"] >= EMULATOR_SATURATED_CPU else "the load generator"
+        findings.append(f"writes: {result['achieved_rate']:.0f} of {result['rate']:g}/s ({who})")
+    if result["cycles_behind"]:
+        if result["emulator_cpu"] >= EMULATOR_SATURATED_CPU:
+            findings.append(f"capture behind: the emulator ({result['emulator_cpu']:.0f} CPU-s/min) serves its stream and S3")
+        elif result["sync_cpu"] >= 50:
+            findings.append(f"capture behind: the sync ({result['sync_cpu']:.0f} CPU-s/min)")
+        else:
+            findings.append("capture behind")
+    return "; ".join(findings) or "nothing: kept up"
 
 
 def _row(result: dict) -> str:
@@ -273,6 +297,7 @@ def _row(result: dict) -> str:
         _figure(per_commit.get("S3 PUT-class")),
         _figure(per_commit.get("S3 GET-class")),
         _figure(per_commit.get("dynamodb", 0) + per_commit.get("dynamodbstreams", 0)),
+        bottleneck(result),
     )
     return "| " + " | ".join(cells) + " |"
 
@@ -303,14 +328,15 @@ def _chart(results: list[dict], path: Path) -> None:
     figure.savefig(path, dpi=110)
 
 
-def report(results: list[dict], processes: int) -> str:
+def report(results: list[dict], processes: int, warehouse_on_s3: bool) -> str:
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     settings = Settings.from_env()
+    where = "on the emulator's S3" if warehouse_on_s3 else "in a local directory (Iceberg's own file requests not counted)"
     return "\n".join(
         [
             f"# The sync under load ({when})",
             "",
-            f"`make bench-volume`: the local stack, warehouse on the emulator's S3, a merge every {settings.merge_interval_seconds:g} s, "
+            f"`make bench-volume`: the local stack, warehouse {where}, a merge every {settings.merge_interval_seconds:g} s, "
             f"the load from {processes} processes of ~1 KB books (40% inserts, 35% updates, 17% deletes, 8% re-inserts), "
             f"a warm-up of {WARM_UP_SECONDS:.0f} s at each rate before it is measured; {os.cpu_count()} cores. Requests are those of the "
             "whole deployment (sync, checks, sensors, cleanup), as the emulator counted them; per commit: over the Iceberg "
@@ -344,12 +370,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-minutes", type=float, default=5.0)
     parser.add_argument("--hold-minutes", type=float, default=60.0, help="then this long at the last rate (0: not)")
     parser.add_argument("--processes", type=int, default=4, help="load generator processes")
+    parser.add_argument(
+        "--warehouse",
+        choices=("emulator", "local"),
+        default="emulator",
+        help="emulator: on the emulator's S3, every request counted; local: a directory, the sync's pace without the "
+        "emulator serving Iceberg's files (its requests to them are then not counted)",
+    )
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
-    results = run([float(rate) for rate in args.steps.split(",")], args.step_minutes, args.hold_minutes, args.processes)
+    results = run([float(rate) for rate in args.steps.split(",")], args.step_minutes, args.hold_minutes, args.processes, args.warehouse == "emulator")
     _chart(results, OUT / "volume.png")
-    text = report(results, args.processes)
+    text = report(results, args.processes, args.warehouse == "emulator")
     (OUT / "volume.md").write_text(text)
+    # The figures themselves, to draw or compare later.
+    (OUT / "volume.json").write_text(json.dumps(results, indent=1))
     print(text)
     print(f"report: {OUT / 'volume.md'}, chart: {OUT / 'volume.png'}")
     return 0
