@@ -7,7 +7,8 @@ re-inserts of ~1 KB books) writes at each step's rate; after a warm-up at that r
 
 - freshness: a marker item every few seconds, polled in library.books with PyIceberg (from the table's metadata, as
   Athena reads it) until it is there: p50 / p95 / max;
-- the sync run's CPU-seconds a minute and peak RSS (its run worker, JVM and Spark's Python workers), the JVM's heap
+- the sync run's CPU-seconds a minute and peak memory (PSS of its run worker, JVM and Spark's Python workers; the
+  largest single run, when one replaces another), the JVM's heap
   in use (`jstat`), the emulator's and the load generator's CPU (to tell who could not keep up);
 - the writes the load generator achieved, the sync's cycles, merges, change files and records a minute, the cycles
   whose capture stopped behind the stream, and the Iceberg commits a minute (both tables, from their metadata);
@@ -109,13 +110,23 @@ def _sync_tree(dagster_home: Path, meter: CpuMeter) -> set[int]:
     return meter.descendants("dagster", workers & meter.last["dagster"].keys())
 
 
+def _sync_runs_memory(dagster_home: Path, meter: CpuMeter) -> tuple[float, float | None]:
+    """The largest memory of one sync run (its worker's process tree: `_memory`): when a run is replaced, the one
+    ending and the one starting are two runs, each sized on its own."""
+    workers = _run_workers(dagster_home).get("books_sync", set()) & meter.last["dagster"].keys()
+    sizes = [_memory(meter.descendants("dagster", {worker})) for worker in workers]
+    return max((rss for rss, _ in sizes), default=0.0), max((heap for _, heap in sizes if heap is not None), default=None)
+
+
 def _memory(pids: set[int]) -> tuple[float, float | None]:
-    """RSS of the live processes among `pids` (MiB), and the JVM's heap in use (MiB, `jstat -gc`), if one is among them."""
+    """Memory of the live processes among `pids` (MiB): the sum of their proportional set sizes (a page a forked
+    Python worker shares with its parent counted once, not in each), and the JVM's heap in use (MiB, `jstat -gc`), if
+    one is among them."""
     rss, heap = 0.0, None
     for pid in pids:
         try:
             process = psutil.Process(pid)
-            rss += process.memory_info().rss / 2**20
+            rss += process.memory_full_info().pss / 2**20
             if process.name() == "java":
                 lines = subprocess.run(["jstat", "-gc", str(pid)], capture_output=True, text=True).stdout.split("\n")
                 columns = dict(zip(lines[0].split(), lines[1].split()))
@@ -133,7 +144,7 @@ def _measure(settings: Settings, env: dict, processes: dict, rate: float, minute
     started, started_at = time.monotonic(), time.time()
     written: dict[str, float] = {}
     seen: dict[str, float] = {}
-    peak_rss, heaps, sync_pids = 0.0, [], set()
+    peak_memory, heaps = 0.0, []
     next_probe = next_sample = started
     at_end = None
     end = started + minutes * 60
@@ -154,9 +165,8 @@ def _measure(settings: Settings, env: dict, processes: dict, rate: float, minute
                 print(f"probe: {type(error).__name__}", flush=True)
         meter.sample()
         if now >= next_sample and now < end:
-            sync_pids = _sync_tree(dagster_home, meter) or sync_pids
-            rss, heap = _memory(sync_pids)
-            peak_rss = max(peak_rss, rss)
+            rss, heap = _sync_runs_memory(dagster_home, meter)
+            peak_memory = max(peak_memory, rss)
             heaps += [heap] if heap is not None else []
             next_sample += SAMPLE_SECONDS
         if now >= end and at_end is None:
@@ -191,7 +201,7 @@ def _measure(settings: Settings, env: dict, processes: dict, rate: float, minute
         "dagster_cpu": meter.used("dagster", at=cpu_at_end) / elapsed,
         "emulator_cpu": meter.used("emulator", at=cpu_at_end) / elapsed,
         "load_cpu": meter.used("simulator", at=cpu_at_end) / elapsed,
-        "peak_rss_mib": peak_rss,
+        "peak_memory_mib": peak_memory,
         "heap_mib_max": max(heaps, default=None),
         "commits_per_minute": commits / elapsed,
         "requests_per_minute": {kind: count / elapsed for kind, count in by_kind.items()},
@@ -242,7 +252,7 @@ COLUMNS = (
     "freshness p50 / p95 / max (s)",
     "markers unseen",
     "sync CPU-s/min",
-    "sync peak RSS (MiB)",
+    "sync run peak memory (MiB)",
     "JVM heap used, max (MiB)",
     "emulator CPU-s/min",
     "load CPU-s/min",
@@ -285,7 +295,7 @@ def _row(result: dict) -> str:
         freshness,
         f"{result['missing']} of {result['markers']}",
         f"{result['sync_cpu']:.1f}",
-        f"{result['peak_rss_mib']:.0f}",
+        f"{result['peak_memory_mib']:.0f}",
         _figure(result["heap_mib_max"], "{:.0f}"),
         f"{result['emulator_cpu']:.1f}",
         f"{result['load_cpu']:.1f}",
