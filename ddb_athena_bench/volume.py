@@ -318,7 +318,7 @@ def _chart(results: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    steps = [result for result in results if result["minutes"] > 0]
+    steps = sorted((result for result in results if result["minutes"] > 0), key=lambda result: result["achieved_rate"])
     rates = [result["achieved_rate"] for result in steps]
     figure, (requests_axes, cpu_axes) = pyplot.subplots(1, 2, figsize=(11, 4))
     for kind in ("S3 PUT-class", "S3 GET-class"):
@@ -329,7 +329,9 @@ def _chart(results: list[dict], path: Path) -> None:
     requests_axes.set_title("Requests (the S3 bill) against the write rate")
     requests_axes.legend(fontsize=8)
     cpu_axes.plot(rates, [result["sync_cpu"] for result in steps], marker="o", label="sync run, CPU-s a minute")
-    cpu_axes.plot(rates, [result["p95"] or 0 for result in steps], marker="^", label="freshness p95, s")
+    # A step whose markers never showed has no p95: left out, not drawn as 0.
+    seen = [result for result in steps if result["p95"] is not None]
+    cpu_axes.plot([result["achieved_rate"] for result in seen], [result["p95"] for result in seen], marker="^", label="freshness p95, s")
     cpu_axes.axhline(30, color="grey", linestyle=":", label="p95 target, 30 s")
     cpu_axes.set_xlabel("writes a second achieved")
     cpu_axes.set_title("The task's size and the freshness against the write rate")
