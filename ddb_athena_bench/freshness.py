@@ -25,7 +25,7 @@ import urllib.request
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import psutil
 
@@ -188,6 +188,32 @@ def _visible_ids(table_dir: Path, wanted: set[str]) -> set[str]:
     return set(rows.column("id").to_pylist())
 
 
+class Markers:
+    """Marker items written to the books table, and when each became readable in library.books: the freshness."""
+
+    def __init__(self, dynamodb, table: str):
+        self._dynamodb, self._table = dynamodb, table
+        self.written: dict[str, float] = {}
+        self.seen: dict[str, float] = {}
+
+    def write(self, name: str) -> None:
+        self._dynamodb.put_item(TableName=self._table, Item={"id": {"S": name}, "name": {"S": "freshness marker"}})
+        self.written[name] = time.monotonic()
+
+    @property
+    def pending(self) -> set[str]:
+        return set(self.written) - set(self.seen)
+
+    def look(self, visible: Callable[[set[str]], set[str]]) -> None:
+        """Records the pending markers that `visible` (the ids among those it is given that the table holds) finds."""
+        if self.pending:
+            for name in visible(self.pending):
+                self.seen[name] = time.monotonic()
+
+    def lags(self) -> list[float]:
+        return [self.seen[name] - self.written[name] for name in self.seen]
+
+
 def _percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))]
@@ -271,23 +297,17 @@ def run(minutes: float, rate: float) -> dict:
         files_at_start = _file_counts(table_dir)
         meter = CpuMeter({name: process.pid for name, process in processes.items()})
         dynamodb = settings.client("dynamodb")
-        written: dict[str, float] = {}
-        seen: dict[str, float] = {}
+        markers = Markers(dynamodb, settings.books_table)
         started, started_at = time.monotonic(), time.time()
         next_probe = started
         series = [{"minute": 0.0, **files_at_start, "cpu": meter.snapshot()}]
         print(f"probing for {minutes:g} minutes ...", flush=True)
-        while time.monotonic() - started < minutes * 60 or (set(written) - set(seen) and time.monotonic() - started < minutes * 60 + 180):
+        while time.monotonic() - started < minutes * 60 or (markers.pending and time.monotonic() - started < minutes * 60 + 180):
             now = time.monotonic()
             if now >= next_probe and now - started < minutes * 60:
-                marker = f"probe-{len(written):04d}"
-                dynamodb.put_item(TableName=settings.books_table, Item={"id": {"S": marker}, "name": {"S": "freshness marker"}})
-                written[marker] = time.monotonic()
+                markers.write(f"probe-{len(markers.written):04d}")
                 next_probe += PROBE_EVERY_SECONDS
-            pending = set(written) - set(seen)
-            if pending:
-                for marker in _visible_ids(table_dir, pending):
-                    seen[marker] = time.monotonic()
+            markers.look(lambda wanted: _visible_ids(table_dir, wanted))
             meter.sample()
             if time.monotonic() - started >= len(series) * SERIES_EVERY_SECONDS:
                 series.append({"minute": (time.monotonic() - started) / 60, **_file_counts(table_dir), "cpu": meter.snapshot()})
@@ -298,7 +318,7 @@ def run(minutes: float, rate: float) -> dict:
         workers = {job: pids & meter.last["dagster"].keys() for job, pids in _run_workers(scratch / "dagster_home").items()}
         run_pids = {job: meter.descendants("dagster", pids) for job, pids in workers.items()}
         gaps = _cycle_gaps(scratch / "dagster_home", started_at)
-    lags = [seen[marker] - written[marker] for marker in seen]
+    lags = markers.lags()
     if not lags:
         raise RuntimeError("no marker became visible; see " + str(scratch / "dagster.log"))
     total = sum(meter.used(name) for name in meter.roots)
@@ -315,8 +335,8 @@ def run(minutes: float, rate: float) -> dict:
         "merge_interval": settings.merge_interval_seconds,
         "longest_interval": settings.longest_merge_interval_seconds,
         "cycle_gaps": gaps,
-        "markers": len(written),
-        "missing": len(written) - len(seen),
+        "markers": len(markers.written),
+        "missing": len(markers.pending),
         "lags": lags,
         "p50": statistics.median(lags),
         "p95": _percentile(lags, 0.95),

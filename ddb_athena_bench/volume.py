@@ -36,7 +36,7 @@ import psutil
 
 from ddb_athena.settings import Settings
 from ddb_athena_bench.counting_emulator import PROBE_ACCESS_KEY
-from ddb_athena_bench.freshness import OUT, CpuMeter, _percentile, _run_workers, _start, _stop, local_stack, request_counts
+from ddb_athena_bench.freshness import OUT, CpuMeter, Markers, _percentile, _run_workers, _start, _stop, local_stack, request_counts
 
 PROBE_EVERY_SECONDS = 5.0
 SAMPLE_SECONDS = 5.0
@@ -142,27 +142,21 @@ def _measure(settings: Settings, env: dict, processes: dict, rate: float, minute
     meter = CpuMeter({name: process.pid for name, process in processes.items()})
     before = request_counts(endpoint)
     started, started_at = time.monotonic(), time.time()
-    written: dict[str, float] = {}
-    seen: dict[str, float] = {}
+    markers = Markers(dynamodb, settings.books_table)
     peak_memory, heaps = 0.0, []
     next_probe = next_sample = started
     at_end = None
     end = started + minutes * 60
     # Markers still unseen at the end get the warm-up of the next step to arrive (counted as missing after that).
-    while time.monotonic() < end or (set(written) - set(seen) and time.monotonic() < end + WARM_UP_SECONDS):
+    while time.monotonic() < end or (markers.pending and time.monotonic() < end + WARM_UP_SECONDS):
         now = time.monotonic()
         if now >= next_probe and now < end:
-            marker = f"probe-{int(rate)}-{len(written):04d}"
-            dynamodb.put_item(TableName=settings.books_table, Item={"id": {"S": marker}, "name": {"S": "freshness marker"}})
-            written[marker] = time.monotonic()
+            markers.write(f"probe-{int(rate)}-{len(markers.written):04d}")
             next_probe += PROBE_EVERY_SECONDS
-        pending = set(written) - set(seen)
-        if pending:
-            try:
-                for marker in _visible(_books_table(settings, endpoint), pending):
-                    seen[marker] = time.monotonic()
-            except Exception as error:  # the table's metadata between two writes of a commit: try again
-                print(f"probe: {type(error).__name__}", flush=True)
+        try:
+            markers.look(lambda wanted: _visible(_books_table(settings, endpoint), wanted))
+        except Exception as error:  # the table's metadata between two writes of a commit: try again
+            print(f"probe: {type(error).__name__}", flush=True)
         meter.sample()
         if now >= next_sample and now < end:
             rss, heap = _sync_runs_memory(dagster_home, meter)
@@ -178,8 +172,8 @@ def _measure(settings: Settings, env: dict, processes: dict, rate: float, minute
     requests = collections.Counter(counts_at_end)
     requests.subtract(before)
     sync_pids = _sync_tree(dagster_home, meter)
-    lags = [seen[marker] - written[marker] for marker in seen]
-    load_writes = sum(requests[operation] for operation in LOAD_OPERATIONS) - len(written)
+    lags = markers.lags()
+    load_writes = sum(requests[operation] for operation in LOAD_OPERATIONS) - len(markers.written)
     commits = _commits(settings, endpoint, int(started_at * 1000), int(ended_at * 1000))
     by_kind = collections.Counter()
     for operation, count in requests.items():
@@ -192,8 +186,8 @@ def _measure(settings: Settings, env: dict, processes: dict, rate: float, minute
         "rate": rate,
         "minutes": elapsed,
         "achieved_rate": load_writes / (elapsed * 60),
-        "markers": len(written),
-        "missing": len(written) - len(seen),
+        "markers": len(markers.written),
+        "missing": len(markers.pending),
         "p50": statistics.median(lags) if lags else None,
         "p95": _percentile(lags, 0.95) if lags else None,
         "max": max(lags) if lags else None,
