@@ -173,3 +173,17 @@ def test_the_key_scan_is_segmented_eventually_consistent_and_paced_to_its_read_r
     assert scan.read_units / scan.seconds <= 20 * 1.05
     assert [request["Segment"] for request in dynamodb.requests] == [0, 1, 2, 3]
     assert all(request["ReturnConsumedCapacity"] == "TOTAL" and "ConsistentRead" not in request for request in dynamodb.requests)
+
+
+def test_between_periodic_cycles_the_s3_checks_run_only_when_the_cycle_found_trouble(spark, settings):
+    from ddb_athena.checks.books import cycle_check_results
+
+    resources = local_resources()
+    aws, sparks, sync = resources["aws"], resources["spark"], resources["sync"]
+    assert cycle_check_results(aws, sparks, sync, with_table=False, list_s3=False) == {}
+    # Behind the stream: the backlog at once, with how far; a quarantine in the cycle: the quarantine check at once.
+    behind = cycle_check_results(aws, sparks, sync, with_table=False, stream_lag_seconds=12.0, list_s3=False)
+    assert set(behind) == {"books_backlog"} and behind["books_backlog"].metadata["stream_behind_seconds"].value == 12.0
+    quarantined = cycle_check_results(aws, sparks, sync, with_table=False, list_s3=False, quarantined=True)
+    assert set(quarantined) == {"books_quarantine_empty"}
+    assert set(cycle_check_results(aws, sparks, sync, with_table=False)) == {"books_backlog", "books_quarantine_empty"}
