@@ -44,6 +44,12 @@ BOOTSTRAP_FILE_PROPERTY = "ddb_athena.bootstrap-file"
 # sync cycle"). A bootstrap's rebuild, the whole table, keeps the session's settings.
 STREAM_BATCH_PLAN = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
 ITEM_PROBLEM_FUNCTION = "ddb_athena_item_problem"
+TOMBSTONE_PROPERTIES = {
+    **dict(METADATA_UPKEEP_PROPERTIES),
+    # Exact bounds of the sequence number in each file (Iceberg keeps 16 characters by default, all zeros of the
+    # padding): a cycle's lookup of newer deletes skips every file whose newest delete is older than its changes.
+    f"write.metadata.metrics.column.{SEQUENCE_COLUMN}": "full",
+}
 _ENVELOPE_SCHEMA = "event_name string, keys string, new_image string, sequence_number string, approximate_creation_time string"
 
 
@@ -108,13 +114,12 @@ def _bring_properties_up_to(spark: SparkSession, target: str, properties: dict[s
 def ensure_tables(spark: SparkSession, spec: TableSpec, target: str) -> None:
     """The table and its tombstones."""
     ensure_table(spark, spec, target)
-    tombstone_properties = {"format-version": "2", "write.merge.mode": "merge-on-read", **dict(METADATA_UPKEEP_PROPERTIES)}
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {dotted_name(tombstone_table(target))} "
         f"({spec.key.name} string, {SEQUENCE_COLUMN} string, deleted_at timestamp) USING iceberg "
-        f"TBLPROPERTIES ({properties_sql(tombstone_properties)})"
+        f"TBLPROPERTIES ({properties_sql({'format-version': '2', 'write.merge.mode': 'merge-on-read', **TOMBSTONE_PROPERTIES})})"
     )
-    _bring_properties_up_to(spark, tombstone_table(target), dict(METADATA_UPKEEP_PROPERTIES))
+    _bring_properties_up_to(spark, tombstone_table(target), TOMBSTONE_PROPERTIES)
 
 
 def table_exists(spark: SparkSession, target: str) -> bool:
@@ -251,7 +256,8 @@ def merge_change_files(
         # One pass for every count this function needs: per file, outcome and kind of record.
         with session_settings(spark, STREAM_BATCH_PLAN):
             summary = spark.sql(
-                f"SELECT file_name, reason, count(*) AS count FROM {validated_view} GROUP BY file_name, reason"
+                f"SELECT file_name, reason, count(*) AS count, min(lpad(sequence_number, {SEQUENCE_DIGITS}, '0')) AS oldest "
+                f"FROM {validated_view} GROUP BY file_name, reason"
             ).collect()
         result.records_read = sum(row["count"] for row in summary)
         for row in summary:
@@ -267,7 +273,8 @@ def merge_change_files(
         first_file, result.bootstrap_file = _newest_snapshot(change_file_uris, cutoff)
         first_file = first_file or cutoff
         valid = [row for row in summary if row["reason"] is None and row["file_name"] > cutoff]
-        applicable = sum(row["count"] for row in valid if row["file_name"] >= first_file)
+        applicable_rows = [row for row in valid if row["file_name"] >= first_file]
+        applicable = sum(row["count"] for row in applicable_rows)
         result.records_superseded = result.records_read - result.records_quarantined - applicable
         if result.records_quarantined:
             held = spark.sql(
@@ -284,7 +291,7 @@ def merge_change_files(
             _rebuild(spark, spec, target, latest, result)
         else:
             with session_settings(spark, STREAM_BATCH_PLAN):
-                _upsert(spark, spec, target, latest, result)
+                _upsert(spark, spec, target, latest, min(row["oldest"] for row in applicable_rows), result)
     finally:
         validated.unpersist()
     return _with_snapshot(spark, target, result)
@@ -307,25 +314,35 @@ def _with_snapshot(spark: SparkSession, target: str, result: MergeResult) -> Mer
     return result
 
 
-def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame, result: MergeResult) -> None:
+def classification_sql(spec: TableSpec, target: str, latest_view: str) -> str:
+    """Each change of `latest_view` (newer than `:oldest` or as old) with its `_action` against the table as it is
+    now (runs never overlap, so it stays so): insert, update, delete, tombstone (a delete of a key the table does not
+    hold) or stale."""
     key = validate_identifier(spec.key.name, "key column")
-    target_sql = dotted_name(target)
-    tombstones_sql = dotted_name(tombstone_table(target))
-    latest_view = validate_identifier(f"{spec.table}_latest_changes")
-    latest.createOrReplaceTempView(latest_view)
-    # Classify each change against the table as it is now (runs never overlap, so it stays so).
-    classified = spark.sql(
+    return (
         f"SELECT l.*, CASE "
         f"WHEN _current IS NOT NULL AND l.{SEQUENCE_COLUMN} <= _current THEN 'stale' "
         "WHEN event_name = 'REMOVE' AND _current IS NOT NULL THEN 'delete' "
         # Not newer than a delete of the key: already applied, or older than it. A semi join, not the newest
-        # delete per key: that aggregate put a shuffle in every cycle.
-        f"WHEN EXISTS (SELECT 1 FROM {tombstones_sql} d WHERE d.{key} = l.key AND d.{SEQUENCE_COLUMN} >= l.{SEQUENCE_COLUMN}) THEN 'stale' "
+        # delete per key: that aggregate put a shuffle in every cycle. Only deletes as new as the batch's oldest
+        # change can be, and the bound lets Iceberg skip the files of older ones: the lookup reads the recent
+        # tombstones, not a day's retention of them.
+        f"WHEN EXISTS (SELECT 1 FROM {dotted_name(tombstone_table(target))} d WHERE d.{key} = l.key "
+        f"AND d.{SEQUENCE_COLUMN} >= l.{SEQUENCE_COLUMN} AND d.{SEQUENCE_COLUMN} >= :oldest) THEN 'stale' "
         "WHEN event_name = 'REMOVE' THEN 'tombstone' "
         "WHEN _current IS NOT NULL THEN 'update' ELSE 'insert' END AS _action "
-        f"FROM {latest_view} l "
-        f"LEFT JOIN (SELECT {key} AS key, {SEQUENCE_COLUMN} AS _current FROM {target_sql}) c ON l.key = c.key"
-    ).localCheckpoint()
+        f"FROM {validate_identifier(latest_view)} l "
+        f"LEFT JOIN (SELECT {key} AS key, {SEQUENCE_COLUMN} AS _current FROM {dotted_name(target)}) c ON l.key = c.key"
+    )
+
+
+def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame, oldest_sequence: str, result: MergeResult) -> None:
+    """Applies `latest` (one change per key, none older than `oldest_sequence`) to the table and its tombstones."""
+    key = validate_identifier(spec.key.name, "key column")
+    tombstones_sql = dotted_name(tombstone_table(target))
+    latest_view = validate_identifier(f"{spec.table}_latest_changes")
+    latest.createOrReplaceTempView(latest_view)
+    classified = spark.sql(classification_sql(spec, target, latest_view), args={"oldest": oldest_sequence}).localCheckpoint()
     summary = classified.groupBy("_action").agg(F.count("*").alias("count"), F.max(CHANGED_AT_COLUMN).alias("newest")).collect()
     counts = {row["_action"]: row["count"] for row in summary}
     result.newest_change_at = _utc(max((row["newest"] for row in summary if row["newest"]), default=None))

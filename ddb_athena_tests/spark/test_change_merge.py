@@ -6,7 +6,9 @@ from datetime import timedelta
 import pytest
 
 from ddb_athena.spark import change_merge
-from ddb_athena.spark.change_merge import BOOTSTRAP_FILE_PROPERTY, STREAM_BATCH_PLAN, current_snapshot_id
+from ddb_athena.spark.change_merge import BOOTSTRAP_FILE_PROPERTY, STREAM_BATCH_PLAN, classification_sql, current_snapshot_id
+from ddb_athena.spark.plan_settings import session_settings
+from ddb_athena.table_spec import BOOKS_SPEC, SEQUENCE_COLUMN
 from ddb_athena_tests.spark.helpers import T0, ChangeFiles, change
 
 
@@ -277,3 +279,34 @@ def test_a_commit_writes_one_delete_file_however_many_data_files_its_changes_tou
     summary = files.spark.sql(f"SELECT summary FROM {files.table}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()[0][0]
     assert (summary["added-data-files"], summary["added-position-delete-files"]) == ("1", "1"), summary
     assert files.names() == {"a": "a again", "b": "b again", "c": "c again"}
+
+
+def _scan_metrics(executed, table: str) -> dict[str, int]:
+    """The Iceberg scan metrics of `table`'s scan in an executed DataFrame's plan (what Spark's UI shows)."""
+    leaves = executed._jdf.queryExecution().executedPlan().collectLeaves()
+    for index in range(leaves.size()):
+        leaf = leaves.apply(index)
+        if f"{table} " in leaf.simpleString(500):
+            metrics, values = leaf.metrics().iterator(), {}
+            while metrics.hasNext():
+                entry = metrics.next()
+                values[entry._1()] = entry._2().value()
+            return values
+    raise AssertionError(f"no scan of {table} in the plan")
+
+
+def test_the_lookup_of_deletes_reads_only_the_tombstone_files_as_new_as_the_batch(files):
+    # Five cycles' deletes, a file each (a day's retention of them, in small); then a change older than the newest
+    # delete of its key comes back.
+    for sequence, book_id in enumerate("abcde", start=1):
+        files.merge([files.write(change(sequence, book_id, "INSERT"))])
+    for sequence, book_id in enumerate("abcde", start=10):
+        files.merge([files.write(change(sequence, book_id, "REMOVE"))])
+    latest = files.spark.createDataFrame([("e", "MODIFY", "13".zfill(40))], f"key string, event_name string, {SEQUENCE_COLUMN} string")
+    latest.createOrReplaceTempView("replayed_changes")
+    with session_settings(files.spark, STREAM_BATCH_PLAN):
+        classified = files.spark.sql(classification_sql(BOOKS_SPEC, files.table, "replayed_changes"), args={"oldest": "13".zfill(40)})
+        assert [row["_action"] for row in classified.collect()] == ["stale"]
+    scan = _scan_metrics(classified, f"{files.table}_tombstones")
+    # The deletes at 13 and 14 could be newer than the change; the three older files are not read at all.
+    assert (scan["resultDataFiles"], scan["skippedDataFiles"]) == (2, 3), scan
