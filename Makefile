@@ -58,6 +58,11 @@ bench-requests: install
 bench-volume: install
 	$(BIN)/python -m ddb_athena_bench.volume --steps $${STEPS:-1,10,50,100,250} --step-minutes $${STEP_MINUTES:-5} --hold-minutes $${HOLD:-60} --warehouse $${WAREHOUSE:-emulator}
 
+# The sync's own capacity past the emulator: the books sync cycle, with its checks and upkeep, against a table and
+# stream served from memory at RATE writes a second of ~1 KB items; freshness record by record, CPU, memory.
+bench-sync-capacity: install
+	$(BIN)/python -m ddb_athena_bench.sync_capacity --rate $${RATE:-250} --minutes $${MINUTES:-10}
+
 # Where a warm sync cycle's CPU goes (no Dagster; per minute, by JVM thread kind, Spark jobs per cycle).
 bench-sync-cpu: install
 	$(BIN)/python -m ddb_athena_bench.sync_cpu --minutes $${MINUTES:-5} --interval $${INTERVAL:-10}

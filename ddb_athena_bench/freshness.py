@@ -239,11 +239,12 @@ def _chart(lags: list[float], path: Path) -> None:
 
 @contextmanager
 def local_stack(
-    scratch: Path, rate: float, with_dagster: bool = True, warehouse_on_s3: bool = False, simulator: list[str] | None = None
+    scratch: Path, rate: float | None, with_dagster: bool = True, warehouse_on_s3: bool = False, simulator: list[str] | None = None
 ) -> Iterator[tuple[dict, dict[str, subprocess.Popen]]]:
     """The emulator (counting requests: `counting_emulator`; tables created, 50 books seeded), `dagster dev` on a
-    fresh DAGSTER_HOME (unless `with_dagster` is false) and the simulator at `rate` (or the `simulator` command), in a
-    scratch directory; yields the environment that points at them and the processes, and stops them. The warehouse
+    fresh DAGSTER_HOME (unless `with_dagster` is false) and the simulator at `rate` (or the `simulator` command; neither
+    with `rate` None), in a scratch directory; yields the environment that points at them and the processes, and
+    stops them. The warehouse
     is a local directory, or with `warehouse_on_s3` the emulator's bucket through S3A, so that every request a commit
     makes is counted."""
     shutil.rmtree(scratch, ignore_errors=True)
@@ -273,9 +274,10 @@ def local_stack(
             processes["dagster"] = _start(
                 [str(bin_dir / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(dagster_port)], env, scratch / "dagster.log"
             )
-        processes["simulator"] = _start(
-            simulator or [str(bin_dir / "ddb-athena"), "simulate", "--rate", str(rate), "--books-only"], env, scratch / "simulator.log"
-        )
+        if simulator or rate is not None:
+            processes["simulator"] = _start(
+                simulator or [str(bin_dir / "ddb-athena"), "simulate", "--rate", str(rate), "--books-only"], env, scratch / "simulator.log"
+            )
         os.environ.update({key: env[key] for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")})
         yield env, processes
     finally:

@@ -1,0 +1,137 @@
+"""One DynamoDB table and its stream, served from memory: the sync's own capacity, past what the emulator serves.
+
+It answers the calls the simulator and a stream capture make (the dynamodb and dynamodbstreams clients' subset):
+writes change the items and append a stream record at once, stamped with the wall clock; the records are spread
+over `shards` open shards by key, and served up to 1,000 a page, as AWS serves them at most.
+"""
+
+import re
+import threading
+import zlib
+from bisect import bisect_right
+from datetime import datetime, timezone
+
+STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/{table}/stream/2026-11-25T00:00:00.000"
+FIRST_SEQUENCE_NUMBER = 10**20
+PAGE_LIMIT = 1000
+_SET_CLAUSE = re.compile(r"(\w+)\s*=\s*(:\w+)")
+
+
+class MemoryDynamoDB:
+    def __init__(self, table_name: str, key_attribute: str = "id", shards: int = 4):
+        self.table_name, self.key_attribute = table_name, key_attribute
+        self.stream_arn = STREAM_ARN.format(table=table_name)
+        self.items: dict[str, dict] = {}
+        self._shards: list[list[dict]] = [[] for _ in range(shards)]
+        self._sequence = FIRST_SEQUENCE_NUMBER
+        self._lock = threading.Lock()
+        # The write time of each record served so far, in the order served: a bench takes the new ones after each
+        # cycle for their freshness.
+        self.served: list[datetime] = []
+
+    # dynamodb
+
+    def seed(self, items: list[dict]) -> None:
+        """Items written before the stream was enabled: in the table, not in the stream (a bootstrap finds them)."""
+        self.items.update((item[self.key_attribute]["S"], item) for item in items)
+
+    def describe_table(self, TableName: str) -> dict:
+        self._check(TableName)
+        return {
+            "Table": {
+                "TableName": TableName,
+                "ItemCount": len(self.items),
+                "StreamSpecification": {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+                "LatestStreamArn": self.stream_arn,
+            }
+        }
+
+    def put_item(self, TableName: str, Item: dict) -> dict:
+        self._check(TableName)
+        key = Item[self.key_attribute]["S"]
+        self._write(key, Item)
+        return {}
+
+    def update_item(self, TableName: str, Key: dict, UpdateExpression: str, ExpressionAttributeValues: dict) -> dict:
+        """`SET a = :x, b = :y` only (what the simulator sends)."""
+        self._check(TableName)
+        clauses = _SET_CLAUSE.findall(UpdateExpression)
+        if not UpdateExpression.strip().upper().startswith("SET") or not clauses:
+            raise ValueError(f"only SET updates are served from memory, not {UpdateExpression!r}")
+        key = Key[self.key_attribute]["S"]
+        item = {**self.items.get(key, Key), **{name: ExpressionAttributeValues[value] for name, value in clauses}}
+        self._write(key, item)
+        return {}
+
+    def delete_item(self, TableName: str, Key: dict) -> dict:
+        self._check(TableName)
+        key = Key[self.key_attribute]["S"]
+        self._write(key, None)
+        return {}
+
+    def get_paginator(self, operation: str):
+        if operation != "scan":
+            raise ValueError(f"only scan pages are served from memory, not {operation}")
+        return self
+
+    def paginate(self, TableName: str, **_options):
+        self._check(TableName)
+        items = list(self.items.values())
+        for start in range(0, max(len(items), 1), PAGE_LIMIT):
+            yield {"Items": items[start : start + PAGE_LIMIT]}
+
+    # dynamodbstreams
+
+    def describe_stream(self, StreamArn: str, ExclusiveStartShardId: str | None = None) -> dict:
+        shards = [
+            {"ShardId": f"shard-{number}", "SequenceNumberRange": {"StartingSequenceNumber": str(FIRST_SEQUENCE_NUMBER)}}
+            for number in range(len(self._shards))
+        ]
+        return {"StreamDescription": {"StreamArn": StreamArn, "Shards": shards}}
+
+    def get_shard_iterator(self, StreamArn: str, ShardId: str, ShardIteratorType: str, SequenceNumber: str | None = None) -> dict:
+        shard = int(ShardId.removeprefix("shard-"))
+        if ShardIteratorType == "TRIM_HORIZON":
+            return {"ShardIterator": f"{shard}:0"}
+        with self._lock:
+            numbers = [int(record["dynamodb"]["SequenceNumber"]) for record in self._shards[shard]]
+        return {"ShardIterator": f"{shard}:{bisect_right(numbers, int(SequenceNumber))}"}
+
+    def get_records(self, ShardIterator: str, Limit: int = PAGE_LIMIT) -> dict:
+        shard, start = (int(part) for part in ShardIterator.split(":"))
+        with self._lock:
+            records = self._shards[shard][start : start + min(Limit, PAGE_LIMIT)]
+        self.served.extend(record["dynamodb"]["ApproximateCreationDateTime"] for record in records)
+        return {"Records": records, "NextShardIterator": f"{shard}:{start + len(records)}"}
+
+    def records_waiting(self) -> int:
+        """Records written and not yet served (each is served once by a capture that keeps its checkpoints)."""
+        with self._lock:
+            return sum(len(shard) for shard in self._shards) - len(self.served)
+
+    def _write(self, key: str, item: dict | None) -> None:
+        with self._lock:
+            existed = key in self.items
+            if item is None and not existed:
+                return
+            if item is None:
+                del self.items[key]
+            else:
+                self.items[key] = item
+            self._sequence += 1
+            event = "REMOVE" if item is None else "MODIFY" if existed else "INSERT"
+            record = {
+                "eventName": event,
+                "dynamodb": {
+                    "Keys": {self.key_attribute: {"S": key}},
+                    **({"NewImage": item} if item is not None else {}),
+                    "SequenceNumber": str(self._sequence),
+                    "ApproximateCreationDateTime": datetime.now(timezone.utc),
+                    "StreamViewType": "NEW_AND_OLD_IMAGES",
+                },
+            }
+            self._shards[zlib.crc32(key.encode()) % len(self._shards)].append(record)
+
+    def _check(self, table_name: str) -> None:
+        if table_name != self.table_name:
+            raise ValueError(f"this memory table is {self.table_name!r}, not {table_name!r}")
