@@ -2,7 +2,9 @@
 
 It answers the calls the simulator and a stream capture make (the dynamodb and dynamodbstreams clients' subset):
 writes change the items and append a stream record at once, stamped with the wall clock; the records are spread
-over `shards` open shards by key, and served up to 1,000 a page, as AWS serves them at most.
+over `shards` open shards by key, and served up to 1,000 a page, as AWS serves them at most. Records are dropped once
+served (an hour at 250 writes a second would otherwise hold ~900,000 in this process): a reader resumes after the
+last record it was served, as a capture does from its checkpoint.
 """
 
 import re
@@ -23,11 +25,12 @@ class MemoryDynamoDB:
         self.stream_arn = STREAM_ARN.format(table=table_name)
         self.items: dict[str, dict] = {}
         self._shards: list[list[dict]] = [[] for _ in range(shards)]
+        # The position in its shard of each shard's first record still held.
+        self._dropped = [0] * shards
         self._sequence = FIRST_SEQUENCE_NUMBER
         self._lock = threading.Lock()
-        # The write time of each record served so far, in the order served: a bench takes the new ones after each
-        # cycle for their freshness.
-        self.served: list[datetime] = []
+        # The write time of each record served since the last take_served().
+        self._served: list[datetime] = []
 
     # dynamodb
 
@@ -91,23 +94,34 @@ class MemoryDynamoDB:
 
     def get_shard_iterator(self, StreamArn: str, ShardId: str, ShardIteratorType: str, SequenceNumber: str | None = None) -> dict:
         shard = int(ShardId.removeprefix("shard-"))
-        if ShardIteratorType == "TRIM_HORIZON":
-            return {"ShardIterator": f"{shard}:0"}
         with self._lock:
+            if ShardIteratorType == "TRIM_HORIZON":
+                return {"ShardIterator": f"{shard}:{self._dropped[shard]}"}
             numbers = [int(record["dynamodb"]["SequenceNumber"]) for record in self._shards[shard]]
-        return {"ShardIterator": f"{shard}:{bisect_right(numbers, int(SequenceNumber))}"}
+            return {"ShardIterator": f"{shard}:{self._dropped[shard] + bisect_right(numbers, int(SequenceNumber))}"}
 
     def get_records(self, ShardIterator: str, Limit: int = PAGE_LIMIT) -> dict:
-        shard, start = (int(part) for part in ShardIterator.split(":"))
+        shard, position = (int(part) for part in ShardIterator.split(":"))
         with self._lock:
-            records = self._shards[shard][start : start + min(Limit, PAGE_LIMIT)]
-        self.served.extend(record["dynamodb"]["ApproximateCreationDateTime"] for record in records)
-        return {"Records": records, "NextShardIterator": f"{shard}:{start + len(records)}"}
+            held, start = self._shards[shard], position - self._dropped[shard]
+            if start < 0:
+                raise ValueError(f"records before {self._dropped[shard]} of shard {shard} were dropped once served")
+            records = held[start : start + min(Limit, PAGE_LIMIT)]
+            del held[: start + len(records)]
+            self._dropped[shard] = position + len(records)
+            self._served.extend(record["dynamodb"]["ApproximateCreationDateTime"] for record in records)
+        return {"Records": records, "NextShardIterator": f"{shard}:{position + len(records)}"}
+
+    def take_served(self) -> list[datetime]:
+        """The write times of the records served since the last call (a bench's freshness, cycle by cycle)."""
+        with self._lock:
+            served, self._served = self._served, []
+        return served
 
     def records_waiting(self) -> int:
-        """Records written and not yet served (each is served once by a capture that keeps its checkpoints)."""
+        """Records written and not yet served."""
         with self._lock:
-            return sum(len(shard) for shard in self._shards) - len(self.served)
+            return sum(len(shard) for shard in self._shards)
 
     def _write(self, key: str, item: dict | None) -> None:
         with self._lock:

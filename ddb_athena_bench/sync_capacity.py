@@ -99,8 +99,8 @@ def run(rate: float, minutes: float, warm_up_minutes: float, interval: float, in
         load.start()
         load_started = time.monotonic()
         measuring_from = load_started + warm_up_minutes * 60
-        cycles, freshness, served = [], [], 0
-        cpu_at_start, peak_memory, peak_heap = None, 0.0, 0.0
+        cycles, freshness = [], []
+        cpu_at_start, peak_python, peak_jvm, peak_heap = None, 0.0, 0.0, 0.0
         compacted_at = maintained_at = datetime.now(timezone.utc)
         minute_at, minute_freshness = time.monotonic(), []
         number = 0
@@ -112,9 +112,7 @@ def run(rate: float, minutes: float, warm_up_minutes: float, interval: float, in
                 cpu_at_start = (_cpu(me) - load.cpu_seconds, _children_cpu(me, excluded), load.writes, cycle_started)
             outcome = syncer.cycle(f"cycle-{number}")
             committed_at = datetime.now(timezone.utc)
-            new = table.served[served:]
-            served += len(new)
-            ages = [(committed_at - written).total_seconds() for written in new]
+            ages = [(committed_at - written).total_seconds() for written in table.take_served()]
             # The sync run's work between cycles: the table check every few merges, compaction, maintenance.
             if number % sync.table_checks_every_cycles == 0:
                 unique_key_result(spark.spark_session, sync.books_iceberg_table, BOOKS_SPEC.key.name)
@@ -125,11 +123,12 @@ def run(rate: float, minutes: float, warm_up_minutes: float, interval: float, in
             elif now - compacted_at >= timedelta(minutes=sync.compaction_interval_minutes):
                 compact_with_tombstones(spark.spark_session, spark.catalog, sync.books_iceberg_table)
                 compacted_at = now
-            memory, heap = _memory({me.pid} | {child.pid for child in me.children(recursive=True)} - excluded)
+            python_memory, _ = _memory({me.pid})
+            jvm_memory, heap = _memory({child.pid for child in me.children(recursive=True)} - excluded)
             if measuring:
                 freshness.extend(ages)
                 minute_freshness.extend(ages)
-                peak_memory, peak_heap = max(peak_memory, memory), max(peak_heap, heap or 0.0)
+                peak_python, peak_jvm, peak_heap = max(peak_python, python_memory), max(peak_jvm, jvm_memory), max(peak_heap, heap or 0.0)
                 cycles.append(
                     {
                         "seconds": time.monotonic() - cycle_started,
@@ -144,7 +143,7 @@ def run(rate: float, minutes: float, warm_up_minutes: float, interval: float, in
                 print(
                     f"minute {(time.monotonic() - load_started) / 60:4.1f}{' (warm-up)' if not measuring else ''}: {load.writes:,} writes, "
                     f"freshness p50/p95/max {shown['p50'] or 0:.1f}/{shown['p95'] or 0:.1f}/{shown['max'] or 0:.1f} s, "
-                    f"last cycle {time.monotonic() - cycle_started:.1f} s, waiting {table.records_waiting():,}, PSS {memory:,.0f} MiB",
+                    f"last cycle {time.monotonic() - cycle_started:.1f} s, waiting {table.records_waiting():,}, PSS JVM and workers {jvm_memory:,.0f} MiB, this process {python_memory:,.0f} MiB",
                     flush=True,
                 )
                 minute_at, minute_freshness = time.monotonic(), []
@@ -178,7 +177,7 @@ def run(rate: float, minutes: float, warm_up_minutes: float, interval: float, in
             "records_per_cycle_median": statistics.median(cycle["records"] for cycle in cycles),
             "sync_cpu_seconds_per_minute": {"python": python_cpu / elapsed_minutes, "jvm_and_workers": jvm_cpu / elapsed_minutes},
             "load_cpu_seconds_per_minute": load.cpu_seconds / ((time.monotonic() - load_started) / 60),
-            "peak_pss_mib": peak_memory,
+            "peak_pss_mib": {"jvm_and_workers": peak_jvm, "python_with_memory_table": peak_python},
             "peak_jvm_heap_mib": peak_heap,
             "rows_at_end": len(keys),
             "items_at_end": len(table.items),
@@ -196,12 +195,13 @@ def report(result: dict) -> str:
             f"{result['initial_books']:,} books to start; drained, {result['rows_at_end']:,} rows and {result['items_at_end']:,} items, "
             f"{'the same keys' if result['table_equals_items'] else 'NOT the same keys'}.",
             "",
-            "| freshness p50 / p95 / max | cycles (behind) | cycle s p50 / p95 / max | merge s p50 / p95 / max | capture s | records a cycle | sync CPU-s/min (Python + JVM) | peak PSS / heap MiB | waiting at end |",
-            "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+            "| freshness p50 / p95 / max | cycles (behind) | cycle s p50 / p95 / max | merge s p50 / p95 / max | capture s | records a cycle | sync CPU-s/min (Python + JVM) | peak PSS MiB: JVM and workers / Python (with the memory table) | JVM heap MiB | waiting at end |",
+            "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
             f"| {fresh['p50']:.1f} / {fresh['p95']:.1f} / {fresh['max']:.1f} s | {result['cycles']} ({result['cycles_behind']}) "
             f"| {cycle['p50']:.1f} / {cycle['p95']:.1f} / {cycle['max']:.1f} | {merge['p50']:.1f} / {merge['p95']:.1f} / {merge['max']:.1f} "
             f"| {result['capture_seconds_median']:.1f} | {result['records_per_cycle_median']:,.0f} | {cpu['python']:.1f} + {cpu['jvm_and_workers']:.1f} "
-            f"| {result['peak_pss_mib']:,.0f} / {result['peak_jvm_heap_mib']:,.0f} | {result['records_waiting_at_end']:,} |",
+            f"| {result['peak_pss_mib']['jvm_and_workers']:,.0f} / {result['peak_pss_mib']['python_with_memory_table']:,.0f} "
+            f"| {result['peak_jvm_heap_mib']:,.0f} | {result['records_waiting_at_end']:,} |",
         ]
     )
 

@@ -36,7 +36,7 @@ def test_a_capture_takes_every_write_once_and_replaying_them_gives_the_table(set
     for _ in range(700):
         simulator.step()
     second = StreamCapture(table, table, s3, "books", layout).capture()  # a restart: from the checkpoints
-    assert first.records + second.records == 2200 == len(table.served)
+    assert first.records + second.records == 2200 == len(table.take_served())
     assert table.records_waiting() == 0 and first.shards_read == 3
 
     records = _captured(s3, layout)
@@ -66,5 +66,7 @@ def test_a_page_holds_at_most_a_thousand_records():
             break
         sizes.append(len(page["Records"]))
         iterator = page["NextShardIterator"]
-    assert sizes == [1000, 1000, 500]
+    assert sizes == [1000, 1000, 500] and len(table.take_served()) == 2500 and table.take_served() == []
+    with pytest.raises(ValueError, match="dropped once served"):  # a reader cannot go back before what it was served
+        table.get_records(ShardIterator=f"{shard.removeprefix('shard-')}:0")
     assert table.describe_table(TableName="books")["Table"]["ItemCount"] == 2500
