@@ -8,7 +8,7 @@ INSTALLED := $(VENV)/.installed
 
 install: $(INSTALLED)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing.
-	@$(BIN)/python -m ddb_athena.spark.jars >/dev/null
+	@$(BIN)/python -m ddb_athena_build.jars >/dev/null
 
 $(INSTALLED): setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,7 +24,7 @@ test-fast: install lint
 	$(BIN)/python -m pytest ddb_athena_tests -m "not stack"
 
 lint: install
-	$(BIN)/ruff check ddb_athena ddb_athena_tests ddb_athena_bench
+	$(BIN)/ruff check ddb_athena ddb_athena_build ddb_athena_tests ddb_athena_bench
 
 dev: install
 	bash scripts/dev.sh
@@ -74,12 +74,12 @@ bench-sync-phases: install
 
 # The capture Lambda's deployment zip (.ddb_athena/dist/capture-lambda.zip): the handler and what it imports.
 lambda: $(INSTALLED)
-	$(BIN)/python -m ddb_athena.packaging lambda
+	$(BIN)/python -m ddb_athena_build.packaging lambda
 
 # The orders load job for EMR Serverless (.ddb_athena/dist/emr/): its entry point and a --py-files archive of the
 # modules it imports (the package's and dagster-pipes); upload both to DDB_ATHENA_EMR_CODE_URI (README).
 emr-job: $(INSTALLED)
-	$(BIN)/python -m ddb_athena.packaging emr-job
+	$(BIN)/python -m ddb_athena_build.packaging emr-job
 
 clean:
 	rm -rf $(VENV) .ddb_athena .dagster_home *.egg-info

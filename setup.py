@@ -5,9 +5,8 @@ setup(
     version="0.1.0",
     description="Keep Amazon DynamoDB tables queryable in Amazon Athena through Apache Iceberg.",
     python_requires=">=3.11,<3.12",
-    packages=find_packages(exclude=["ddb_athena_tests*", "ddb_athena_bench*"]),
-    # Compiled into the local stack's JARs (ddb_athena.spark.jars).
-    package_data={"ddb_athena.spark": ["LocalWarehouseFileSystem.java"]},
+    # ddb_athena_build is install-time tooling (`make install` runs it from the source tree): not installed.
+    packages=find_packages(exclude=["ddb_athena_tests*", "ddb_athena_bench*", "ddb_athena_build*"]),
     install_requires=[
         "dagster==1.13.*",
         "dagster-webserver==1.13.*",
@@ -42,5 +41,5 @@ setup(
         # The benchmarks meter their process trees' CPU and memory with psutil.
         "bench": ["duckdb>=1.1", "pyiceberg[pyarrow]==0.12.*", "matplotlib>=3.8", "psutil>=5.9"],
     },
-    entry_points={"console_scripts": ["ddb-athena=ddb_athena.cli:main"]},
+    entry_points={"console_scripts": ["ddb-athena=ddb_athena.dev.cli:main"]},
 )

@@ -4,9 +4,16 @@ import warnings
 
 from dagster import DefaultSensorStatus, Definitions, SupersessionWarning, build_sensor_for_freshness_checks, in_process_executor
 
-from ddb_athena.assets.books import sync_books
-from ddb_athena.assets.orders import orders_athena, orders_export
-from ddb_athena.checks.books import (
+from ddb_athena.cleanup.jobs import books_source_cleanup, orders_export_cleanup
+from ddb_athena.cleanup.sensors import cleanup_after_materialization
+from ddb_athena.exported.assets import orders_athena, orders_export
+from ddb_athena.exported.checks import orders_freshness_checks, orders_unique_order_id
+from ddb_athena.exported.jobs import orders_daily
+from ddb_athena.exported.schedules import orders_daily_schedule
+from ddb_athena.lib.resources import resources_from_settings
+from ddb_athena.lib.settings import Settings
+from ddb_athena.streamed.assets import sync_books
+from ddb_athena.streamed.checks import (
     books_backlog,
     books_capture_failures,
     books_files_compact,
@@ -15,14 +22,10 @@ from ddb_athena.checks.books import (
     books_row_count_parity,
     books_unique_id,
 )
-from ddb_athena.checks.orders import orders_freshness_checks, orders_unique_order_id
-from ddb_athena.jobs import books_bootstrap, books_key_parity, books_maintenance, books_source_cleanup, books_sync_job, orders_daily, orders_export_cleanup
-from ddb_athena.resources import resources_from_settings
-from ddb_athena.schedules import books_every_minute, books_key_parity_daily, orders_daily_schedule
-from ddb_athena.sensors import cleanup_after_materialization
-from ddb_athena.settings import Settings
+from ddb_athena.streamed.jobs import books_bootstrap, books_key_parity, books_maintenance, books_sync_job
+from ddb_athena.streamed.schedules import books_every_minute, books_key_parity_daily
 
-with warnings.catch_warnings():  # see ddb_athena/checks/books.py
+with warnings.catch_warnings():  # see ddb_athena/streamed/checks.py
     warnings.simplefilter("ignore", category=SupersessionWarning)
     freshness_sensor = build_sensor_for_freshness_checks(
         freshness_checks=[*books_freshness_checks, *orders_freshness_checks], default_status=DefaultSensorStatus.RUNNING

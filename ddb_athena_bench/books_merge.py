@@ -12,13 +12,13 @@ import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
-from ddb_athena.capture.change_files import ChangeRecord, SourceLayout, change_file_name, write_change_file
-from ddb_athena.local_stack import start_moto_server
-from ddb_athena.resources import IcebergSparkResource
-from ddb_athena.settings import Settings
-from ddb_athena.spark.change_merge import merge_change_files
-from ddb_athena.spark.maintenance import maintain_table
-from ddb_athena.table_spec import BOOKS_SPEC
+from ddb_athena.dev.local_stack import start_moto_server
+from ddb_athena.lake.change_merge import merge_change_files
+from ddb_athena.lake.maintenance import maintain_table
+from ddb_athena.lake.table_spec import BOOKS_SPEC
+from ddb_athena.lib.resources import IcebergSparkResource
+from ddb_athena.lib.settings import Settings
+from ddb_athena.streamed.capture.change_files import ChangeRecord, SourceLayout, change_file_name, write_change_file
 
 MERGES = 6
 PORT = 5099

@@ -14,8 +14,8 @@ import subprocess
 import sys
 import time
 
-from ddb_athena.capture.bootstrap import DEFAULT_PART_BYTES, bootstrap_snapshot
-from ddb_athena.capture.change_files import ChangeFileNamer, SourceLayout
+from ddb_athena.streamed.capture.bootstrap import DEFAULT_PART_BYTES, bootstrap_snapshot
+from ddb_athena.streamed.capture.change_files import ChangeFileNamer, SourceLayout
 from ddb_athena_bench.capture_rate import book_item
 
 ITEMS_PER_PAGE = 1000  # ~1 KB items: about AWS's 1 MB page
@@ -65,7 +65,7 @@ def main() -> None:
 
     import boto3
 
-    from ddb_athena.local_stack import start_moto_server
+    from ddb_athena.dev.local_stack import start_moto_server
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -19,8 +19,8 @@ from datetime import datetime, timezone
 
 import boto3
 
-from ddb_athena.capture.change_files import SourceLayout
-from ddb_athena.capture.stream_reader import StreamCapture
+from ddb_athena.streamed.capture.change_files import SourceLayout
+from ddb_athena.streamed.capture.stream_reader import StreamCapture
 
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/books/stream/2026-11-25T00:00:00.000"
 # The functions that do the capture's steps (their cumulative time in the profile).
@@ -85,7 +85,7 @@ def _emulator() -> tuple[subprocess.Popen, str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "ddb_athena.cli", "local-stack", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen([sys.executable, "-m", "ddb_athena.dev.cli", "local-stack", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     process.stdout.readline()  # its banner: listening
     return process, f"http://127.0.0.1:{port}"
 

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-from ddb_athena.checks.books import cycle_check_results
+from ddb_athena.streamed.check_results import cycle_check_results
 from ddb_athena_bench.freshness import OUT, request_counts
 from ddb_athena_bench.sync_cpu import TABLE_CHECKS_EVERY, warm_sync
 

@@ -29,9 +29,9 @@ from typing import Callable, Iterator
 
 import psutil
 
-from ddb_athena.launch import yesterday_utc
-from ddb_athena.local_stack import wait_for_endpoint
-from ddb_athena.settings import LOCAL_STATE_DIR, REPO_ROOT, Settings
+from ddb_athena.dev.launch import yesterday_utc
+from ddb_athena.dev.local_stack import wait_for_endpoint
+from ddb_athena.lib.settings import LOCAL_STATE_DIR, REPO_ROOT, Settings
 from ddb_athena_bench.counting_emulator import COUNTS_PATH
 
 OUT = LOCAL_STATE_DIR / "bench"

@@ -11,8 +11,8 @@ import random
 import signal
 import sys
 
-from ddb_athena.settings import Settings
-from ddb_athena.simulate import BookSimulator
+from ddb_athena.dev.simulate import BookSimulator
+from ddb_athena.lib.settings import Settings
 
 # With the simulator's other attributes, a book of about 1 KB.
 SUMMARY_BYTES = 700

@@ -51,9 +51,9 @@ def write_export_files(directory: Path) -> list[Path]:
 
 def spark_load(paths: list[Path], workdir: Path) -> tuple[float, float]:
     """(seconds in a fresh JVM, as a daily job pays them; seconds in a warm JVM, as on a long-lived cluster)."""
-    from ddb_athena.resources import IcebergSparkResource
-    from ddb_athena.spark.export_load import ExportDataFile, load_export_files
-    from ddb_athena.table_spec import ORDERS_SPEC
+    from ddb_athena.lake.export_load import ExportDataFile, load_export_files
+    from ddb_athena.lake.table_spec import ORDERS_SPEC
+    from ddb_athena.lib.resources import IcebergSparkResource
 
     started = time.monotonic()
     spark = IcebergSparkResource(profile="local", warehouse=(workdir / "warehouse").as_uri(), extra_config={"spark.ui.enabled": "false"}).spark_session

@@ -24,14 +24,14 @@ from datetime import datetime, timedelta, timezone
 
 import psutil
 
-from ddb_athena.assets.upkeep import maintain
-from ddb_athena.books_cycle import BooksSync
-from ddb_athena.checks.table_checks import unique_key_result
-from ddb_athena.resources import resources_from_settings
-from ddb_athena.settings import Settings
-from ddb_athena.simulate import BookSimulator, book_item
-from ddb_athena.spark.maintenance import compact_with_tombstones
-from ddb_athena.table_spec import BOOKS_SPEC
+from ddb_athena.dev.simulate import BookSimulator, book_item
+from ddb_athena.lake.maintenance import compact_with_tombstones
+from ddb_athena.lake.table_spec import BOOKS_SPEC
+from ddb_athena.lib.resources import resources_from_settings
+from ddb_athena.lib.settings import Settings
+from ddb_athena.lib.table_checks import unique_key_result
+from ddb_athena.lib.upkeep import maintain
+from ddb_athena.streamed.cycle import BooksSync
 from ddb_athena_bench.freshness import OUT, _percentile, local_stack
 from ddb_athena_bench.memory_dynamodb import MemoryDynamoDB
 from ddb_athena_bench.sync_cpu import _children_cpu, _cpu

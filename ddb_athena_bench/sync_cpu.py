@@ -20,11 +20,11 @@ from typing import Iterator
 
 import psutil
 
-from ddb_athena.assets.books import books_syncer
-from ddb_athena.books_cycle import BooksSync
-from ddb_athena.checks.books import cycle_check_results
-from ddb_athena.resources import resources_from_settings
-from ddb_athena.settings import Settings
+from ddb_athena.lib.resources import resources_from_settings
+from ddb_athena.lib.settings import Settings
+from ddb_athena.streamed.assets import books_syncer
+from ddb_athena.streamed.check_results import cycle_check_results
+from ddb_athena.streamed.cycle import BooksSync
 from ddb_athena_bench.freshness import OUT, local_stack
 
 WARM_UP_CYCLES = 4

@@ -20,8 +20,8 @@ import psutil
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.readwriter import DataFrameWriterV2
 
-import ddb_athena.books_cycle as books_cycle
-from ddb_athena.spark.plan_settings import session_settings
+import ddb_athena.streamed.cycle as books_cycle
+from ddb_athena.lake.plan_settings import session_settings
 from ddb_athena_bench.freshness import OUT
 from ddb_athena_bench.sync_cpu import _children_cpu, _cpu, warm_sync
 

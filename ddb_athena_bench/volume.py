@@ -34,7 +34,7 @@ from urllib.parse import urlparse
 
 import psutil
 
-from ddb_athena.settings import Settings
+from ddb_athena.lib.settings import Settings
 from ddb_athena_bench.counting_emulator import PROBE_ACCESS_KEY
 from ddb_athena_bench.freshness import OUT, CpuMeter, Markers, _percentile, _run_workers, _start, _stop, local_stack, request_counts
 

@@ -21,10 +21,10 @@ PACKAGE_DIR = Path(ddb_athena.__file__).resolve().parent
 TESTS_DIR = Path(__file__).resolve().parent
 DAGSTER_AWS_DIR = Path(dagster_aws.__file__).resolve().parent
 CAPTURE_LAMBDA, DAGSTER_RUNS, SPARK_JOB, OPERATOR = "capture_lambda", "dagster_runs", "spark_job", "operator"
-LAMBDA_MODULE = PACKAGE_DIR / "capture" / "lambda_handler.py"
-# ... and `ddb-athena replay-failures` (capture/failed_batches.py; its queue-depth reading, made from a check, is the
+LAMBDA_MODULE = PACKAGE_DIR / "streamed" / "capture" / "lambda_handler.py"
+# ... and `ddb-athena replay-failures` (streamed/capture/failed_batches.py; its queue-depth reading, made from a check, is the
 # runs': a call is the operator's when the outermost package frame is one of these).
-OPERATOR_MODULES = {PACKAGE_DIR / name for name in ("local_stack.py", "simulate.py", "cli.py", "capture/failed_batches.py")}
+OPERATOR_MODULES = {PACKAGE_DIR / name for name in ("dev/local_stack.py", "dev/simulate.py", "dev/cli.py", "streamed/capture/failed_batches.py")}
 RESOURCE_PARAMETERS = (
     "Bucket", "Key", "Prefix", "TableName", "TableArn", "StreamArn", "ExportArn", "S3Bucket", "S3Prefix",
     "applicationId", "jobRunId", "executionRoleArn", "logGroupName", "logStreamName",

@@ -11,8 +11,8 @@ from datetime import date, datetime, time, timedelta, timezone
 
 import pytest
 
-from ddb_athena.local_stack import create_demo_resources, start_moto_server
-from ddb_athena.settings import Settings
+from ddb_athena.dev.local_stack import create_demo_resources, start_moto_server
+from ddb_athena.lib.settings import Settings
 from ddb_athena_tests import aws_calls
 
 # Before any client exists: every AWS call of the suite is recorded for the IAM coverage test.
@@ -122,7 +122,7 @@ def settings(aws_env) -> Settings:
 @pytest.fixture(scope="session")
 def spark(moto_endpoint, warehouse):
     """The SparkSession, built by the same resource the Dagster runs use."""
-    from ddb_athena.resources import IcebergSparkResource
+    from ddb_athena.lib.resources import IcebergSparkResource
 
     resource = IcebergSparkResource(
         profile="local",

@@ -6,9 +6,9 @@ from unittest import mock
 
 from dagster import DagsterInstance, materialize
 
-from ddb_athena.assets.books import sync_books as books_sync_assets
-from ddb_athena.resources import resources_from_settings
-from ddb_athena.settings import Settings
+from ddb_athena.lib.resources import resources_from_settings
+from ddb_athena.lib.settings import Settings
+from ddb_athena.streamed.assets import sync_books as books_sync_assets
 
 
 def local_resources(**sync_options) -> dict:
@@ -47,5 +47,5 @@ def clock_at(moment: datetime):
     emulator keeps real time, so point-in-time recovery still reaches back only to when it was turned on."""
     from dagster._core.test_utils import freeze_time
 
-    with freeze_time(moment), mock.patch("ddb_athena.assets.orders.utc_now", return_value=moment):
+    with freeze_time(moment), mock.patch("ddb_athena.exported.assets.utc_now", return_value=moment):
         yield

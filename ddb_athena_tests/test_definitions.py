@@ -78,8 +78,8 @@ def test_workspace_points_at_the_definitions_module():
 
 
 def test_writer_pools_are_limited_in_the_instance_before_its_daemon_meets_them(tmp_path):
-    from ddb_athena.jobs import WRITER_POOLS
-    from ddb_athena.local_runs import limit_writer_pools
+    from ddb_athena.dev.local_runs import limit_writer_pools
+    from ddb_athena.lib.writer_lease import WRITER_POOLS
 
     (tmp_path / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
     with DagsterInstance.from_config(str(tmp_path)) as instance:

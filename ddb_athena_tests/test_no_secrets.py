@@ -6,9 +6,9 @@ import logging
 import pytest
 from dagster import DagsterInstance
 
-from ddb_athena.simulate import BookSimulator
-from ddb_athena_tests.assets.test_orders import put_orders, sync_orders
+from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena_tests.dagster_helpers import local_resources, sync_books
+from ddb_athena_tests.exported.test_assets import put_orders, sync_orders
 
 SECRETS = {
     "AWS_ACCESS_KEY_ID": "AKIADDBATHENATEST7Q",

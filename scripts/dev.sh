@@ -13,7 +13,7 @@ export DAGSTER_HOME="${DAGSTER_HOME:-$PWD/.dagster_home}"
 DAGSTER_PORT="${DAGSTER_PORT:-3000}"
 # Dates in Python, not `date -d` (GNU only): the first orders partition is yesterday (UTC), and so is the
 # partitions' start, unless set: the demo shows the partition it materializes, not weeks of empty ones.
-YESTERDAY="$($BIN/python -c 'from ddb_athena.launch import yesterday_utc; print(yesterday_utc())')"
+YESTERDAY="$($BIN/python -c 'from ddb_athena.dev.launch import yesterday_utc; print(yesterday_utc())')"
 export DDB_ATHENA_ORDERS_START_DATE="${DDB_ATHENA_ORDERS_START_DATE:-$YESTERDAY}"
 mkdir -p "$DAGSTER_HOME" .ddb_athena/logs
 cp dagster.yaml "$DAGSTER_HOME/dagster.yaml"
@@ -35,7 +35,7 @@ trap cleanup INT TERM EXIT
 
 $BIN/ddb-athena local-stack --port "$PORT" > .ddb_athena/logs/local-stack.log 2>&1 &
 pids+=($!)
-$BIN/python -c "from ddb_athena.local_stack import wait_for_endpoint; wait_for_endpoint('$AWS_ENDPOINT_URL')"
+$BIN/python -c "from ddb_athena.dev.local_stack import wait_for_endpoint; wait_for_endpoint('$AWS_ENDPOINT_URL')"
 # The emulator starts empty, so its Iceberg tables' history would point at vanished S3 files.
 rm -rf .ddb_athena/warehouse
 $BIN/ddb-athena init

@@ -8,7 +8,7 @@ import time
 import boto3
 import pytest
 
-from ddb_athena.local_stack import wait_for_endpoint
+from ddb_athena.dev.local_stack import wait_for_endpoint
 from ddb_athena_bench.counting_emulator import PROBE_ACCESS_KEY
 from ddb_athena_bench.freshness import request_counts
 from ddb_athena_tests.conftest import _free_port

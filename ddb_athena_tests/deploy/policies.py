@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from cfnlint.decode import decode_str
 
-from ddb_athena.settings import REPO_ROOT
+from ddb_athena.lib.settings import REPO_ROOT
 from ddb_athena_tests.aws_calls import AwsCall
 
 TEMPLATE = REPO_ROOT / "deploy" / "ddb_athena.yaml"
@@ -112,11 +112,11 @@ class Deployment:
         """The deployment the call belongs to: a test's table other than orders is that deployment's books table;
         the sync run reads the stream only where it captures itself (BooksCapture=run)."""
         table = (call.param("TableName") or "").rsplit("/", 1)[-1]
-        capture = "run" if call.origin.startswith("capture/stream_reader.py") else "lambda"
+        capture = "run" if call.origin.startswith("streamed/capture/stream_reader.py") else "lambda"
         if not table or table in (BOOKS_TABLE, ORDERS_TABLE):
             return cls(region=call.region, books_capture=capture)
         # A test's own table: the export code's is that deployment's orders table, any other code's its books table.
-        if call.origin.startswith("exports/"):
+        if call.origin.startswith("exported/export.py"):
             return cls(orders_table=table, region=call.region, books_capture=capture)
         return cls(books_table=table, region=call.region, books_capture=capture)
 
@@ -130,7 +130,7 @@ class Deployment:
             "DagsterPrincipal": self.dagster_principal,
             "BooksCapture": self.books_capture,
             "CaptureCodeBucket": "code-bucket",
-            "CaptureCodeKey": "ddb_athena/capture-lambda.zip",
+            "CaptureCodeKey": "ddb_athena/streamed/capture-lambda.zip",
             "AlarmTopicArn": "",
             "EnableEmrServerless": str(self.emr_serverless).lower(),
             "EmrReleaseLabel": "emr-7.12.0",

@@ -8,8 +8,8 @@ import time
 import pytest
 from cfnlint.api import ManualArgs, lint_file
 
-from ddb_athena.packaging import CAPTURE_LAMBDA, build_zip
-from ddb_athena.settings import Settings
+from ddb_athena.lib.settings import Settings
+from ddb_athena_build.packaging import CAPTURE_LAMBDA, build_zip
 from ddb_athena_tests.deploy.policies import TEMPLATE, as_list
 from ddb_athena_tests.deploy.policies import load_template as template
 
@@ -117,7 +117,7 @@ def test_the_stack_deploys_into_the_emulator(settings, tmp_path, principal, book
     archive = tmp_path / "capture-lambda.zip"
     build_zip(archive)
     s3.create_bucket(Bucket="code-bucket")
-    s3.upload_file(str(archive), "code-bucket", "ddb_athena/capture-lambda.zip")
+    s3.upload_file(str(archive), "code-bucket", "ddb_athena/streamed/capture-lambda.zip")
     stream_arn = settings.client("dynamodb").describe_table(TableName=settings.books_table)["Table"]["LatestStreamArn"]
     parameters = {
         "BooksTableName": settings.books_table,

@@ -21,11 +21,9 @@ import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster_graphql import DagsterGraphQLClient
 
-from ddb_athena.assets.books import BOOKS_WRITER_POOL
-from ddb_athena.assets.orders import ORDERS_WRITER_POOL
-from ddb_athena.jobs import WRITER_POOLS
-from ddb_athena.local_runs import limit_writer_pools
-from ddb_athena.simulate import BookSimulator, order_item
+from ddb_athena.dev.local_runs import limit_writer_pools
+from ddb_athena.dev.simulate import BookSimulator, order_item
+from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL, ORDERS_WRITER_POOL, WRITER_POOLS
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -1,0 +1,44 @@
+"""The cleanup jobs the sensor requests: they delete exactly the source files that successful materializations
+consumed (books change files, orders export files)."""
+
+from dagster import Config, OpExecutionContext, job, op
+from pydantic import Field
+
+from ddb_athena.lib.resources import AwsClientsResource
+from ddb_athena.lib.writer_lease import ORDERS_WRITER_POOL
+from ddb_athena.streamed.capture.commit_manifests import delete_committed_files
+
+# One cleanup run per table at a time (dagster.yaml).
+CLEANUP_TAG = "ddb_athena/cleanup"
+
+
+class CleanupConfig(Config):
+    bucket: str = Field(description="bucket of the manifests")
+    manifest_keys: list[str] = Field(description="commit manifests written by the materializations, oldest first")
+
+
+def _delete_committed_source_files(context: OpExecutionContext, config: CleanupConfig, aws: AwsClientsResource) -> int:
+    deleted = 0
+    for manifest_key in config.manifest_keys:
+        deleted += delete_committed_files(aws.client("s3"), config.bucket, manifest_key)
+    context.log.info(f"Deleted {deleted} committed files listed in {len(config.manifest_keys)} manifests in s3://{config.bucket}/")
+    return deleted
+
+
+DELETE_DESCRIPTION = "Deletes exactly the source files that successful materializations consumed."
+# Books change files are never read again once committed: their cleanup never waits for the hour-long sync.
+delete_committed_change_files = op(name="delete_committed_change_files", description=DELETE_DESCRIPTION)(_delete_committed_source_files)
+# A re-run of an orders partition re-uses its export's files: their cleanup waits in the orders writers' queue.
+delete_loaded_export_files = op(name="delete_loaded_export_files", description=DELETE_DESCRIPTION, pool=ORDERS_WRITER_POOL)(
+    _delete_committed_source_files
+)
+
+
+@job(description="Deletes the books change files that commits consumed (requested by the cleanup sensor).")
+def books_source_cleanup():
+    delete_committed_change_files()
+
+
+@job(description="Deletes the orders export files that loads consumed, after their retention (requested by the cleanup sensor).")
+def orders_export_cleanup():
+    delete_loaded_export_files()

@@ -1,0 +1,83 @@
+"""Sensors: cleanup of the source files each successful materialization consumed.
+
+Books change files are deleted as soon as their merge committed; orders export files after
+`export_retention_days` (0: at once). Removing them never affects readers: the Iceberg tables
+do not reference source files. One cleanup run per table and tick takes every manifest found
+since the last tick, every DDB_ATHENA_CLEANUP_INTERVAL_SECONDS (5 minutes by default): a run is a process
+of its own, so one per 10-second sync cycle would cost more than the merges. Books cleanup runs never wait
+behind the sync; orders cleanup runs are in the orders writers' pool (a re-run of a partition re-uses its files).
+"""
+
+import json
+import time
+
+from dagster import AssetKey, AssetRecordsFilter, DefaultSensorStatus, JobDefinition, RunRequest, SensorEvaluationContext, SkipReason, sensor
+
+from ddb_athena.cleanup.jobs import CLEANUP_TAG, books_source_cleanup, orders_export_cleanup
+from ddb_athena.exported.assets import orders_athena
+from ddb_athena.lib.resources import SyncSettings
+from ddb_athena.lib.settings import Settings
+from ddb_athena.streamed.assets import books_iceberg
+
+SECONDS_PER_DAY = 86_400
+# Materializations one cleanup run covers at most (about a quarter of an hour of 10-second cycles).
+CLEANUP_BATCH = 100
+
+
+def cleanup_requests(
+    context: SensorEvaluationContext, asset_key: AssetKey, bucket: str, job: JobDefinition, after: int | None, retention_seconds: float = 0.0
+):
+    """At most one cleanup run for the materializations after `after` that consumed files, keyed by the
+    events it covers so it never runs twice. A materialization younger than the retention stops the scan:
+    it and those after it wait."""
+    records = context.instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=asset_key, after_storage_id=after), limit=CLEANUP_BATCH, ascending=True
+    ).records
+    manifests, cursor = [], after
+    for record in records:
+        if record.timestamp + retention_seconds > time.time():
+            break
+        manifest = record.asset_materialization.metadata.get("commit_manifest") if record.asset_materialization else None
+        if manifest is not None and manifest.value:
+            manifests.append(manifest.value)
+        cursor = record.storage_id
+    if not manifests:
+        return [], cursor
+    table = asset_key.to_user_string()
+    (op_name,) = [node.name for node in job.graph.nodes]
+    request = RunRequest(
+        run_key=f"cleanup-{table}-{after or 0}-{cursor}",
+        job_name=job.name,
+        run_config={"ops": {op_name: {"config": {"bucket": bucket, "manifest_keys": manifests}}}},
+        tags={CLEANUP_TAG: table},
+    )
+    return [request], cursor
+
+
+def _cursors(cursor: str | None) -> dict[str, int]:
+    if not cursor:
+        return {}
+    parsed = json.loads(cursor)
+    # A bare number is the cursor of the books-only sensor this one grew from.
+    return {books_iceberg.key.to_user_string(): parsed} if isinstance(parsed, int) else parsed
+
+
+@sensor(
+    jobs=[books_source_cleanup, orders_export_cleanup],
+    minimum_interval_seconds=Settings.from_env().cleanup_interval_seconds,
+    default_status=DefaultSensorStatus.RUNNING,
+)
+def cleanup_after_materialization(context: SensorEvaluationContext, sync: SyncSettings):
+    cursors = _cursors(context.cursor)
+    requests = []
+    for asset_key, job, retention_days in (
+        (books_iceberg.key, books_source_cleanup, 0.0),
+        (orders_athena.key, orders_export_cleanup, sync.export_retention_days),
+    ):
+        name = asset_key.to_user_string()
+        found, cursor = cleanup_requests(context, asset_key, sync.bucket, job, cursors.get(name), retention_days * SECONDS_PER_DAY)
+        requests += found
+        if cursor is not None:
+            cursors[name] = cursor
+    context.update_cursor(json.dumps(cursors))
+    return requests or SkipReason("no new materialization consumed files")

@@ -1,0 +1,263 @@
+"""The `ddb-athena` command: local stack, init, seed, simulate, query, launch, and the runs `make dev` leaves behind."""
+
+import argparse
+import random
+import signal
+import sys
+import threading
+
+from ddb_athena.lib.settings import LOCAL_STACK_PORT, Settings
+
+
+def _local_stack(args, settings: Settings) -> int:
+    from ddb_athena.dev.local_stack import start_moto_server
+
+    # The handler before the banner: a SIGTERM right after it (make dev stopping early, a test) stops cleanly.
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    server = start_moto_server(args.port)
+    print(f"AWS emulator (moto) listening on http://127.0.0.1:{args.port} — Ctrl-C to stop", flush=True)
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    server.stop()
+    return 0
+
+
+def _init(args, settings: Settings) -> int:
+    from ddb_athena.dev.local_stack import create_demo_resources
+
+    if not settings.is_local and not args.yes:
+        print(
+            f"Refusing to create tables and buckets in the aws profile (region {settings.region}) without --yes.",
+            file=sys.stderr,
+        )
+        return 2
+    for line in create_demo_resources(settings) or ["everything already exists"]:
+        print(line)
+    return 0
+
+
+def _simulator(args, settings: Settings, with_orders: bool):
+    from ddb_athena.dev.simulate import BookSimulator
+
+    simulator = BookSimulator(
+        settings.client("dynamodb"), settings.books_table, settings.orders_table if with_orders else None, rng=random.Random(args.seed)
+    )
+    simulator.load_existing_ids()
+    return simulator
+
+
+def _seed(args, settings: Settings) -> int:
+    from datetime import datetime, timedelta, timezone
+
+    from ddb_athena.dev.simulate import order_item
+
+    simulator = _simulator(args, settings, with_orders=False)
+    for _ in range(args.books):
+        simulator.insert()
+    now = datetime.now(timezone.utc)
+    for index in range(args.orders):
+        created = now - timedelta(days=1, seconds=index * 60)
+        simulator.dynamodb.put_item(TableName=settings.orders_table, Item=order_item(simulator.rng, created))
+    print(f"seeded {args.books} books and {args.orders} orders")
+    return 0
+
+
+def _simulate(args, settings: Settings) -> int:
+    simulator = _simulator(args, settings, with_orders=not args.books_only)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        counts = simulator.run(args.rate, args.duration, should_stop=stop.is_set)
+    except KeyboardInterrupt:
+        counts = simulator.counts
+    print(" ".join(f"{name}={count}" for name, count in counts.items()), flush=True)
+    return 0
+
+
+def _query(args, settings: Settings) -> int:
+    from ddb_athena.lake.query import rows_as_json, rows_as_table, run_query
+    from ddb_athena.lib.resources import resources_from_settings
+
+    spark = resources_from_settings(settings)["spark"].spark_session
+    spark.sparkContext.setLogLevel("ERROR")
+    columns, rows = run_query(spark, args.sql)
+    print(rows_as_json(columns, rows) if args.format == "json" else rows_as_table(columns, rows))
+    return 0
+
+
+def _print_now(line: str) -> None:
+    print(line, flush=True)
+
+
+def _followed(args, run_id: str) -> int:
+    """With --follow, logs the run's status until it finishes: 0 if it succeeded, else 1."""
+    from dagster import DagsterRunStatus
+
+    from ddb_athena.dev.launch import follow_run
+
+    if not args.follow:
+        return 0
+    return 0 if follow_run(args.host, args.port, run_id, _print_now) == DagsterRunStatus.SUCCESS else 1
+
+
+def _launch(args, settings: Settings) -> int:
+    from ddb_athena.dev.launch import launch_partition_run, yesterday_utc
+
+    partition = args.partition or yesterday_utc()
+    return _followed(args, launch_partition_run(args.host, args.port, args.job, partition, args.ready_timeout, _print_now))
+
+
+def _bootstrap(args, settings: Settings) -> int:
+    from ddb_athena.dev.launch import launch_run
+    from ddb_athena.streamed.jobs import BOOTSTRAP_JOB_NAME
+
+    return _followed(args, launch_run(args.host, args.port, BOOTSTRAP_JOB_NAME, {}, f" for {args.table}", args.ready_timeout, _print_now))
+
+
+def _replay_failures(args, settings: Settings) -> int:
+    from ddb_athena.lib.settings import BOOKS_SOURCE_PREFIX
+    from ddb_athena.streamed.capture.change_files import SourceLayout
+    from ddb_athena.streamed.capture.failed_batches import replay
+
+    queue_url = args.queue_url or settings.capture_failure_queue_url
+    if not queue_url:
+        print("No queue: pass --queue-url or set DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URL (the stack's CaptureFailureQueueUrl)", file=sys.stderr)
+        return 2
+    layout = SourceLayout(settings.bucket, BOOKS_SOURCE_PREFIX)
+    result = replay(settings.client("sqs"), settings.client("dynamodbstreams"), settings.client("s3"), queue_url, layout, log=print)
+    print(f"{result.records} records captured again in {len(result.replayed)} change files; {len(result.not_replayable)} batches no longer in the stream")
+    return 1 if result.not_replayable else 0
+
+
+def _webserver_arguments(command: argparse.ArgumentParser) -> None:
+    """Where the running Dagster webserver is, and whether to follow the run launched through it."""
+    command.add_argument("--host", default="127.0.0.1")
+    command.add_argument("--port", type=int, default=3000)
+    command.add_argument("--ready-timeout", type=float, default=600, help="seconds to wait for the webserver and its code location")
+    command.add_argument("--follow", action="store_true", help="log the run's status until it finishes; exit 1 unless it succeeds")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ddb-athena", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    stack = commands.add_parser("local-stack", help="run the AWS emulator (moto) on 127.0.0.1 in the foreground")
+    stack.add_argument("--port", type=int, default=LOCAL_STACK_PORT)
+    stack.set_defaults(handler=_local_stack)
+
+    init = commands.add_parser("init", help="create the DynamoDB tables and the bucket if missing")
+    init.add_argument("--yes", action="store_true", help="required in the aws profile")
+    init.set_defaults(handler=_init)
+
+    seed = commands.add_parser("seed", help="insert demo books and orders")
+    seed.add_argument("--books", type=int, default=50)
+    seed.add_argument("--orders", type=int, default=100)
+    seed.add_argument("--seed", type=int, default=None)
+    seed.set_defaults(handler=_seed)
+
+    simulate = commands.add_parser("simulate", help="write book inserts, updates and deletes (and orders)")
+    simulate.add_argument("--rate", type=float, default=2.0, help="operations per second")
+    simulate.add_argument("--duration", type=float, default=None, help="seconds (default: until stopped)")
+    simulate.add_argument("--seed", type=int, default=None, help="random seed, for repeatable traffic")
+    simulate.add_argument("--books-only", action="store_true", help="no orders")
+    simulate.set_defaults(handler=_simulate)
+
+    query = commands.add_parser("query", help="run Spark SQL against the Iceberg catalog")
+    query.add_argument("sql")
+    query.add_argument("--format", choices=("table", "json"), default="table")
+    query.set_defaults(handler=_query)
+
+    launch = commands.add_parser(
+        "launch", help="launch a partitioned job's run through a running Dagster webserver (the instance its UI shows)"
+    )
+    launch.add_argument("job", help="e.g. orders_daily")
+    launch.add_argument("--partition", help="daily partition key, YYYY-MM-DD (default: yesterday, UTC)")
+    _webserver_arguments(launch)
+    launch.set_defaults(handler=_launch)
+
+    bootstrap = commands.add_parser(
+        "bootstrap",
+        help="rebuild a streamed table from a scan of DynamoDB (the recovery from a stream gap): queues the books_bootstrap "
+        "run through the running Dagster webserver; the running sync ends its cycle and resumes after it",
+    )
+    bootstrap.add_argument("table", choices=["books"])
+    _webserver_arguments(bootstrap)
+    bootstrap.set_defaults(handler=_bootstrap)
+
+    replay = commands.add_parser(
+        "replay-failures", help="capture again the stream batches the capture Lambda gave up on (its on-failure queue)"
+    )
+    replay.add_argument("--queue-url", help="default: DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URL")
+    replay.set_defaults(handler=_replay_failures)
+
+    wait = commands.add_parser("wait-for-runs", help="wait until no run of the Dagster instance ($DAGSTER_HOME) is in progress")
+    wait.add_argument("--timeout", type=float, default=60, help="seconds; exit 1 if runs are still in progress then")
+    wait.set_defaults(handler=_wait_for_runs)
+
+    pools = commands.add_parser(
+        "writer-pools", help="limit each table writers' pool to one run at a time in the Dagster instance ($DAGSTER_HOME); once, before its daemon starts"
+    )
+    pools.set_defaults(handler=_writer_pools)
+
+    end = commands.add_parser(
+        "end-runs-left-in-progress",
+        help="mark the runs an earlier `make dev` left in progress, their process gone, as failed",
+    )
+    end.set_defaults(handler=_end_runs_left_in_progress)
+    return parser
+
+
+def _wait_for_runs(args, settings: Settings) -> int:
+    from dagster import DagsterInstance
+
+    from ddb_athena.dev.local_runs import runs_in_progress, wait_for_runs_to_end
+
+    with DagsterInstance.get() as instance:
+        running = runs_in_progress(instance)
+        if running:
+            names = ", ".join(f"{run.job_name} {run.run_id[:8]}" for run in running)
+            print(f"Waiting up to {args.timeout:g} s for runs to record their end ({names}); Ctrl-C again to stop at once", flush=True)
+            running = wait_for_runs_to_end(instance, args.timeout)
+        for run in running:
+            print(f"Run {run.job_name} {run.run_id} is still in progress; the next `make dev` ends it", file=sys.stderr)
+    return 1 if running else 0
+
+
+def _writer_pools(args, settings: Settings) -> int:
+    from dagster import DagsterInstance
+
+    from ddb_athena.dev.local_runs import limit_writer_pools
+    from ddb_athena.lib.writer_lease import WRITER_POOLS
+
+    with DagsterInstance.get() as instance:
+        limit_writer_pools(instance, WRITER_POOLS)
+    print(f"One run at a time in each writers' pool: {', '.join(WRITER_POOLS)}")
+    return 0
+
+
+def _end_runs_left_in_progress(args, settings: Settings) -> int:
+    from dagster import DagsterInstance
+
+    from ddb_athena.dev.local_runs import end_runs_left_in_progress
+
+    with DagsterInstance.get() as instance:
+        ended, alive = end_runs_left_in_progress(instance)
+    for run in ended:
+        print(f"Ended run {run.job_name} {run.run_id}: an earlier stack stopped before it recorded its end")
+    for run in alive:
+        print(f"Run {run.job_name} {run.run_id} is in progress and its process is alive: left as it is (another stack?)", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "rate", 1) <= 0:
+        build_parser().error("--rate must be positive")
+    return args.handler(args, Settings.from_env())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

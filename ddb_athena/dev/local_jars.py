@@ -1,0 +1,54 @@
+"""Where the local stack's Spark JARs are (`ddb_athena_build.jars` provisions them at install time): the local profile's
+session finds them here, failing fast with the fix when they are missing."""
+
+import hashlib
+import os
+from pathlib import Path
+
+from ddb_athena.lib.settings import LOCAL_STATE_DIR, REPO_ROOT
+
+DEFAULT_JAR_DIR = Path(os.environ.get("DDB_ATHENA_JAR_DIR") or LOCAL_STATE_DIR / "jars")
+
+ICEBERG_RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
+RELOCATED_JACKSON_JAR = "iceberg-shaded-jackson-2.15.2.jar"
+HADOOP_AWS_JAR = "hadoop-aws-3.3.1.jar"
+AWS_SDK_BUNDLE_JAR = "aws-java-sdk-bundle-1.11.901.jar"
+LOCAL_JAR_NAMES = (
+    ICEBERG_RUNTIME_JAR,
+    RELOCATED_JACKSON_JAR,
+    HADOOP_AWS_JAR,
+    AWS_SDK_BUNDLE_JAR,
+)
+
+# Hadoop's local file system without a chmod process for every file it writes; optional: without a JDK to compile it,
+# the local warehouse keeps Hadoop's own.
+LOCAL_FILE_SYSTEM_SOURCE = REPO_ROOT / "ddb_athena_build" / "LocalWarehouseFileSystem.java"
+
+
+class MissingJarsError(RuntimeError):
+    """The local Spark JARs have not been provisioned yet."""
+
+
+def local_jar_paths(jar_dir: Path | None = None) -> list[Path]:
+    """Return the provisioned JARs, failing fast (no network) if any is missing."""
+    jar_dir = jar_dir or DEFAULT_JAR_DIR
+    paths = [jar_dir / name for name in LOCAL_JAR_NAMES]
+    missing = [path.name for path in paths if not path.is_file()]
+    if missing:
+        raise MissingJarsError(
+            f"Missing Spark JARs in {jar_dir}: {', '.join(missing)}. "
+            "Run `make install` (or `python -m ddb_athena_build.jars`) to provision them."
+        )
+    return paths
+
+
+def local_file_system_jar_name() -> str:
+    """Named for its source, so that a changed source is compiled again."""
+    digest = hashlib.sha256(LOCAL_FILE_SYSTEM_SOURCE.read_bytes()).hexdigest()[:12]
+    return f"ddb-athena-local-fs-{digest}.jar"
+
+
+def local_file_system_jar(jar_dir: Path | None = None) -> Path | None:
+    """The compiled local warehouse file system, or None where no JDK was at hand to compile it."""
+    path = (jar_dir or DEFAULT_JAR_DIR) / local_file_system_jar_name()
+    return path if path.is_file() else None

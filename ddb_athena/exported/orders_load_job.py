@@ -1,0 +1,53 @@
+"""The orders load as a Spark job: `spark-submit orders_load_job.py`, on EMR Serverless or locally.
+
+Dagster Pipes brings the request (the extra `orders_load`, see `OrdersLoadRequest`) and takes the outcome back as
+the materialization's metadata (`orders_load`). The SparkSession is the one spark-submit configured.
+"""
+
+import json
+from datetime import datetime, timezone
+
+from dagster_pipes import open_dagster_pipes
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+
+from ddb_athena.exported.partition_load import OrdersLoadRequest, load_orders_partition
+from ddb_athena.lib.lease_record import not_held_by
+
+REQUEST_EXTRA = "orders_load"
+# The `--py-files` archive of the modules this job imports, beside it in the code location (`make emr-job`).
+JOB_ARCHIVE_NAME = "ddb_athena_job.zip"
+OUTCOME_METADATA = "orders_load"
+
+
+def main() -> None:
+    with open_dagster_pipes() as pipes:
+        request = OrdersLoadRequest.from_json(pipes.get_extra(REQUEST_EXTRA))
+        pipes.log.info(f"Loading {len(request.files)} export files into {request.target}")
+        spark = SparkSession.builder.getOrCreate()
+        outcome = load_orders_partition(spark, request, before_commit=lambda: still_the_writer(spark, request))
+        pipes.log.info(f"Inserted {outcome.load.rows_inserted} rows; snapshot {outcome.load.snapshot_id}")
+        pipes.report_asset_materialization(metadata={OUTCOME_METADATA: {"raw_value": outcome.to_json(), "type": "json"}})
+
+
+class WriterLeaseLost(RuntimeError):
+    """The run that launched this job no longer holds the table's writer lease."""
+
+
+def still_the_writer(spark: SparkSession, request: OrdersLoadRequest) -> None:
+    """The run that launched this job holds the table's lease while it waits (and renews it): a job whose run died,
+    and whose table another writer may have taken, does not commit. Read through the job's own file system."""
+    lease = request.writer_lease
+    if not lease:
+        return
+    try:
+        body = json.loads("".join(row.value for row in spark.read.text(lease["uri"]).collect()))
+    except AnalysisException:
+        body = None  # no lease object: released, or never taken
+    reason = not_held_by(body, lease["holder"], lease["ttl_seconds"], datetime.now(timezone.utc))
+    if reason:
+        raise WriterLeaseLost(f"{request.target}: {reason}; this job stops without committing")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""One orders partition's load, whole: its export files into the table, the full export recorded, and the table's
+daily upkeep when it is due (Spark only, no Dagster).
+
+The request and the outcome are plain JSON values: the same function runs in the Dagster run, and as the
+Spark job the run submits (`ddb_athena/exported/orders_load_job.py`, locally through spark-submit or on EMR
+Serverless), which receives the request through Dagster Pipes and reports the outcome back the same way.
+"""
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Callable
+
+from pyspark.sql import SparkSession
+
+from ddb_athena.lake.export_load import ExportDataFile, ExportLoadResult, load_export_files, record_loaded_full_export
+from ddb_athena.lake.maintenance import maintain_table, maintenance_due, record_maintained
+from ddb_athena.lake.table_spec import ORDERS_SPEC
+
+# library.orders changes once a day: its upkeep (compaction, expiry, orphans) runs with the first load of a day.
+ORDERS_MAINTENANCE_INTERVAL = timedelta(hours=20)
+
+
+@dataclass(frozen=True)
+class OrdersUpkeep:
+    snapshot_retention_hours: float
+    retain_last: int
+    orphan_file_age_days: float
+
+
+@dataclass(frozen=True)
+class OrdersLoadRequest:
+    target: str
+    catalog: str
+    files: list[ExportDataFile]
+    quarantine_uri: str
+    exported_at: datetime
+    upkeep: OrdersUpkeep
+    now: datetime
+    # Set when the files are a full export: the table then holds every order as of `exported_at`.
+    full_export_arn: str | None = None
+    # The launching run's writer lease (uri, holder, ttl_seconds): a job checks it before it commits.
+    writer_lease: dict | None = None
+
+    def to_json(self) -> dict:
+        return {
+            **asdict(self),
+            "files": [[file.uri, file.items] for file in self.files],
+            "exported_at": self.exported_at.isoformat(),
+            "now": self.now.isoformat(),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "OrdersLoadRequest":
+        return cls(
+            target=data["target"],
+            catalog=data["catalog"],
+            files=[ExportDataFile(uri, items) for uri, items in data["files"]],
+            quarantine_uri=data["quarantine_uri"],
+            exported_at=datetime.fromisoformat(data["exported_at"]),
+            upkeep=OrdersUpkeep(**data["upkeep"]),
+            now=datetime.fromisoformat(data["now"]),
+            full_export_arn=data.get("full_export_arn"),
+            writer_lease=data.get("writer_lease"),
+        )
+
+
+@dataclass
+class OrdersLoadOutcome:
+    """What the load did (JSON values only): the asset's metadata and checks are read from it."""
+
+    load: ExportLoadResult
+    maintenance: dict[str, int | float] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "OrdersLoadOutcome":
+        return cls(ExportLoadResult(**data["load"]), data["maintenance"])
+
+
+def load_orders_partition(spark: SparkSession, request: OrdersLoadRequest, before_commit: Callable[[], None] = lambda: None) -> OrdersLoadOutcome:
+    """`before_commit` raises when this writer may no longer commit (checked right before the load's MERGE)."""
+    result = load_export_files(
+        spark, ORDERS_SPEC, request.target, request.files, request.quarantine_uri, exported_at=request.exported_at, before_commit=before_commit
+    )
+    if request.full_export_arn:
+        # Days that end by the export's time need no export of their own from now on.
+        record_loaded_full_export(spark, request.target, request.full_export_arn, request.exported_at)
+    maintenance = {}
+    if maintenance_due(spark, request.target, ORDERS_MAINTENANCE_INTERVAL, request.now):
+        upkeep = request.upkeep
+        maintained = maintain_table(
+            spark,
+            request.catalog,
+            request.target,
+            snapshot_retention=timedelta(hours=upkeep.snapshot_retention_hours),
+            retain_last=upkeep.retain_last,
+            orphan_age=timedelta(days=upkeep.orphan_file_age_days),
+        )
+        record_maintained(spark, request.target, maintained, request.now)
+        maintenance = maintained.metadata()
+    return OrdersLoadOutcome(result, maintenance)

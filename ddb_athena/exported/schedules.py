@@ -1,0 +1,15 @@
+"""The orders schedule: daily at a configurable hour (UTC), for the day that just ended."""
+
+from dagster import DefaultScheduleStatus, build_schedule_from_partitioned_job
+
+from ddb_athena.exported.jobs import orders_daily
+from ddb_athena.lib.settings import Settings
+
+# Each tick runs the partition of the previous day, once that day has ended.
+orders_daily_schedule = build_schedule_from_partitioned_job(
+    orders_daily,
+    name="orders_daily_schedule",
+    hour_of_day=Settings.from_env().orders_schedule_hour,
+    minute_of_hour=0,
+    default_status=DefaultScheduleStatus.RUNNING,
+)

@@ -1,0 +1,385 @@
+"""Applies change files to an Iceberg table with one MERGE INTO (Spark only, no Dagster).
+
+Guarantees:
+- the latest change per key wins by stream sequence number; an older change never
+  overwrites a newer one (the row keeps the sequence number it was written from);
+- a deleted key is remembered in a tombstone table, so replaying an older insert or update
+  for it (a retried run, a partly failed cleanup, a late file) never resurrects it;
+- re-applying files that were already applied changes nothing;
+- a bad record is quarantined with its reason, and everything else is applied.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
+
+from ddb_athena.lake.plan_settings import session_settings
+from ddb_athena.lake.table_spec import (
+    CHANGED_AT_COLUMN,
+    ITEM_COLUMN,
+    METADATA_UPKEEP_PROPERTIES,
+    SEQUENCE_COLUMN,
+    SEQUENCE_DIGITS,
+    SYNCED_AT_COLUMN,
+    TableSpec,
+    create_table_sql,
+    image_problem_sql,
+    image_schema_ddl,
+    properties_sql,
+    set_properties_sql,
+    typed_columns_sql,
+    upsert_merge_sql,
+)
+from ddb_athena.lib.dynamodb_json import item_problem
+from ddb_athena.lib.identifiers import dotted_name, qualified_name, string_literal, validate_identifier
+from ddb_athena.streamed.capture.bootstrap import snapshot_group
+from ddb_athena.streamed.capture.change_files import EVENT_NAMES, SNAPSHOT_KIND, is_change_file, parse_change_file_name
+
+BOOTSTRAP_FILE_PROPERTY = "ddb_athena.bootstrap-file"
+# A stream batch is a few rows to a few thousand: one shuffle partition and a static plan (adaptive execution
+# plans each stage again) cost ~10% less CPU per sync cycle (interleaved A/B in one warm session, README "CPU of a
+# sync cycle"). A bootstrap's rebuild, the whole table, keeps the session's settings.
+STREAM_BATCH_PLAN = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
+ITEM_PROBLEM_FUNCTION = "ddb_athena_item_problem"
+TOMBSTONE_PROPERTIES = {
+    **dict(METADATA_UPKEEP_PROPERTIES),
+    # Exact bounds of the sequence number in each file (Iceberg keeps 16 characters by default, all zeros of the
+    # padding): a cycle's lookup of newer deletes skips every file whose newest delete is older than its changes.
+    f"write.metadata.metrics.column.{SEQUENCE_COLUMN}": "full",
+}
+_ENVELOPE_SCHEMA = "event_name string, keys string, new_image string, sequence_number string, approximate_creation_time string"
+
+
+@dataclass
+class MergeResult:
+    change_files: list[str]
+    records_read: int = 0
+    records_quarantined: int = 0
+    records_superseded: int = 0
+    changes: int = 0
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    stale_skipped: int = 0
+    # Keys whose newest change in the batch was quarantined: none of their changes was applied.
+    keys_held: int = 0
+    bootstrap_file: str | None = None
+    snapshot_id: int | None = None
+    newest_change_at: datetime | None = None
+    quarantine_reasons: dict[str, int] = field(default_factory=dict)
+
+
+def tombstone_table(target: str) -> str:
+    return f"{target}_tombstones"
+
+
+def row_versions(spark: SparkSession, target: str, key: str) -> dict[str, str | None]:
+    """Every key of the table, with the sequence number of the change its row was written from."""
+    rows = spark.table(dotted_name(target)).select(validate_identifier(key, "key column"), SEQUENCE_COLUMN).collect()
+    return {row[0]: row[1] for row in rows}
+
+
+def _newest_deletes_sql(target: str, key: str) -> str:
+    """`key`, `_tombstone`: each deleted key's newest delete. Tombstones are appended (one row per delete applied),
+    so that is its highest sequence number."""
+    key = validate_identifier(key, "key column")
+    return f"SELECT {key} AS key, max({SEQUENCE_COLUMN}) AS _tombstone FROM {dotted_name(tombstone_table(target))} GROUP BY {key}"
+
+
+def tombstone_versions(spark: SparkSession, target: str, key: str, keys: set[str]) -> dict[str, str]:
+    """The sequence number of the newest delete of each of `keys` that was ever deleted from the table."""
+    wanted = spark.createDataFrame([(value,) for value in sorted(keys)], "key string")
+    return {row["key"]: row["_tombstone"] for row in spark.sql(_newest_deletes_sql(target, key)).join(F.broadcast(wanted), "key").collect()}
+
+
+def ensure_table(spark: SparkSession, spec: TableSpec, target: str) -> None:
+    """Creates the namespace and the table of `spec` if they do not exist, and brings its properties up to the spec."""
+    namespace = qualified_name(*target.split(".")[:-1])
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
+    spark.sql(create_table_sql(spec, target))
+    _bring_properties_up_to(spark, target, dict(spec.properties))
+
+
+def _bring_properties_up_to(spark: SparkSession, target: str, properties: dict[str, str]) -> None:
+    # A table created by an earlier version takes the current properties (write tuning, metadata upkeep).
+    current = table_properties(spark, target)
+    stale = {name: value for name, value in properties.items() if current.get(name) != value}
+    if stale:
+        spark.sql(set_properties_sql(target, stale))
+
+
+def ensure_tables(spark: SparkSession, spec: TableSpec, target: str) -> None:
+    """The table and its tombstones."""
+    ensure_table(spark, spec, target)
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {dotted_name(tombstone_table(target))} "
+        f"({spec.key.name} string, {SEQUENCE_COLUMN} string, deleted_at timestamp) USING iceberg "
+        f"TBLPROPERTIES ({properties_sql({'format-version': '2', 'write.merge.mode': 'merge-on-read', **TOMBSTONE_PROPERTIES})})"
+    )
+    _bring_properties_up_to(spark, tombstone_table(target), TOMBSTONE_PROPERTIES)
+
+
+def table_exists(spark: SparkSession, target: str) -> bool:
+    return spark.catalog.tableExists(dotted_name(target))
+
+
+def current_snapshot_id(spark: SparkSession, target: str) -> int | None:
+    return snapshot_id_of(table_properties(spark, target))
+
+
+def snapshot_id_of(properties: dict[str, str]) -> int | None:
+    # Iceberg's Spark table lists its current snapshot among its properties: no scan of the snapshots table.
+    value = properties.get("current-snapshot-id", "none")
+    return None if value == "none" else int(value)
+
+
+def table_properties(spark: SparkSession, target: str) -> dict[str, str]:
+    return {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {dotted_name(target)}").collect()}
+
+
+def _count_where(condition: str):
+    return F.sum(F.when(F.expr(condition), 1).otherwise(0))
+
+
+def _tombstones_of(changes: DataFrame, key: str) -> DataFrame:
+    """Tombstone rows (the tombstone table's columns) for the REMOVE changes among `changes`."""
+    return changes.where("event_name = 'REMOVE'").select(
+        F.col("key").alias(key), SEQUENCE_COLUMN, F.col(CHANGED_AT_COLUMN).alias("deleted_at")
+    )
+
+
+def _validated_changes_sql(spec: TableSpec, lines_view: str) -> str:
+    """Every line of the change files in `lines_view` (a text scan) with its parsed fields and the reason it
+    cannot be applied (NULL if it can). One SQL text, not a chain of DataFrame calls: each of those is a py4j
+    round trip, ~160 of them a sync cycle (README "Python's calls into the JVM")."""
+    key = spec.key
+    events = ", ".join(f"'{name}'" for name in EVENT_NAMES)
+    envelope_problem = (
+        "CASE "
+        "WHEN get_json_object(line, '$') IS NULL THEN 'not valid JSON' "
+        f"WHEN event_name IS NULL OR event_name NOT IN ({events}) THEN 'missing or unknown event_name' "
+        f"WHEN sequence_number IS NULL OR NOT sequence_number RLIKE '^[0-9]{{1,{SEQUENCE_DIGITS}}}$' THEN 'missing or malformed sequence_number' "
+        f"WHEN key IS NULL THEN 'missing key attribute {key.attribute} ({key.type_tag})' "
+        "WHEN try_cast(approximate_creation_time AS timestamp) IS NULL THEN 'missing or malformed approximate_creation_time' "
+        "WHEN new_image IS NULL AND event_name <> 'REMOVE' THEN 'missing new_image' "
+        "ELSE NULL END"
+    )
+    lines = f"SELECT input_file_name() AS source_file, value AS line FROM {validate_identifier(lines_view)}"
+    envelopes = (
+        "SELECT source_file, regexp_extract(source_file, '([^/]+)$', 1) AS file_name, line, "
+        f"from_json(line, {string_literal(_ENVELOPE_SCHEMA)}) AS envelope FROM ({lines}) WHERE trim(line) <> ''"
+    )
+    fields = (
+        f"SELECT source_file, file_name, line, envelope.*, from_json(envelope.new_image, {string_literal(image_schema_ddl(spec))}) AS image, "
+        f"get_json_object(envelope.keys, {string_literal(f'$.{key.attribute}.{key.type_tag}')}) AS key FROM ({envelopes})"
+    )
+    return (
+        "SELECT source_file, file_name, line, event_name, keys, new_image, sequence_number, approximate_creation_time, image, key, "
+        f"coalesce(envelope_problem, {ITEM_PROBLEM_FUNCTION}(new_image), CASE WHEN event_name <> 'REMOVE' THEN {image_problem_sql(spec)} END) "
+        f"AS reason FROM (SELECT *, {envelope_problem} AS envelope_problem FROM ({fields}))"
+    )
+
+
+def _with_item_problem_function(spark: SparkSession) -> None:
+    # Registered once per session: a registration is a dozen py4j calls.
+    if not spark.catalog.functionExists(ITEM_PROBLEM_FUNCTION):
+        spark.udf.register(ITEM_PROBLEM_FUNCTION, item_problem, StringType())
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    # The session time zone is UTC, so Spark's naive timestamps are UTC.
+    return moment.replace(tzinfo=timezone.utc) if moment else None
+
+
+def _ranked_changes_sql(spec: TableSpec, validated_view: str) -> str:
+    """Every change in files after `:cutoff` and from `:first_file` on whose key and sequence number can be read,
+    quarantined or not, typed and ranked per key: `_rank` 1 is the change with the highest stream sequence number (ties:
+    the later file). A key whose newest change is quarantined is held: none of its older changes is applied, since
+    applying one would present a state the key has already left."""
+    # The key comes from the record's Keys: a REMOVE has no image to take it from.
+    typed = [
+        "key",
+        "event_name",
+        "file_name",
+        "reason",
+        f"key AS {spec.key.name}",
+        *typed_columns_sql(spec.columns, "image"),
+        f"new_image AS {ITEM_COLUMN}",
+        f"lpad(sequence_number, {SEQUENCE_DIGITS}, '0') AS {SEQUENCE_COLUMN}",
+        f"CAST(approximate_creation_time AS timestamp) AS {CHANGED_AT_COLUMN}",
+    ]
+    readable = f"key IS NOT NULL AND sequence_number RLIKE '^[0-9]{{1,{SEQUENCE_DIGITS}}}$'"
+    changes = f"SELECT {', '.join(typed)} FROM {validate_identifier(validated_view)} WHERE {readable} AND file_name > :cutoff AND file_name >= :first_file"
+    return f"SELECT *, row_number() OVER (PARTITION BY key ORDER BY {SEQUENCE_COLUMN} DESC, file_name DESC) AS _rank FROM ({changes})"
+
+
+def _latest_changes_sql(spec: TableSpec, validated_view: str) -> str:
+    """One row per key of the changes in files after `:cutoff` and from `:first_file` on, typed: the newest change of
+    each key (see _ranked_changes_sql) unless it is quarantined, with the merge time `:synced_at`.
+
+    The merge time joins as data (a one-row VALUES relation), not as a literal: Spark inlines timestamp literals
+    into the Java it generates, so a new literal every cycle meant new classes to compile and JIT every cycle
+    (about a fifth of a warm sync run's CPU)."""
+    names = ["key", "event_name", "file_name", spec.key.name, *(column.name for column in spec.columns), ITEM_COLUMN, SEQUENCE_COLUMN, CHANGED_AT_COLUMN]
+    merged_at = f"SELECT CAST(col1 AS timestamp) AS {SYNCED_AT_COLUMN} FROM VALUES (:synced_at)"
+    ranked = _ranked_changes_sql(spec, validated_view)
+    return f"SELECT {', '.join(names)}, {SYNCED_AT_COLUMN} FROM ({ranked}) CROSS JOIN ({merged_at}) WHERE _rank = 1 AND reason IS NULL"
+
+
+def merge_change_files(
+    spark: SparkSession,
+    spec: TableSpec,
+    target: str,
+    change_file_uris: list[str],
+    quarantine_uri: str,
+    ensure: bool = True,
+) -> MergeResult:
+    """Applies exactly the given change files to `target` (a `namespace.table` in the default catalog).
+
+    `ensure=False` skips creating the tables and updating their properties: a caller that merges every few
+    seconds does that once."""
+    if ensure:
+        ensure_tables(spark, spec, target)
+    result = MergeResult(change_files=list(change_file_uris))
+    if not change_file_uris:
+        return _with_snapshot(spark, target, result)
+
+    _with_item_problem_function(spark)
+    lines_view, validated_view = validate_identifier(f"{spec.table}_change_lines"), validate_identifier(f"{spec.table}_validated_changes")
+    spark.read.text(change_file_uris).createOrReplaceTempView(lines_view)
+    validated = spark.sql(_validated_changes_sql(spec, lines_view)).persist()
+    validated.createOrReplaceTempView(validated_view)
+    try:
+        # One pass for every count this function needs: per file, outcome and kind of record.
+        with session_settings(spark, STREAM_BATCH_PLAN):
+            summary = spark.sql(
+                f"SELECT file_name, reason, count(*) AS count, min(lpad(sequence_number, {SEQUENCE_DIGITS}, '0')) AS oldest "
+                f"FROM {validated_view} GROUP BY file_name, reason"
+            ).collect()
+        result.records_read = sum(row["count"] for row in summary)
+        for row in summary:
+            if row["reason"] is not None:
+                result.quarantine_reasons[row["reason"]] = result.quarantine_reasons.get(row["reason"], 0) + row["count"]
+        result.records_quarantined = sum(result.quarantine_reasons.values())
+        if result.records_quarantined:
+            bad = validated.where("reason IS NOT NULL").select("source_file", "line", "reason")
+            bad.coalesce(1).write.mode("append").json(quarantine_uri)
+
+        # A snapshot (its seal and parts) replaces everything captured before it (see capture/bootstrap.py).
+        cutoff = table_properties(spark, target).get(BOOTSTRAP_FILE_PROPERTY) or ""
+        first_file, result.bootstrap_file = _newest_snapshot(change_file_uris, cutoff)
+        first_file = first_file or cutoff
+        valid = [row for row in summary if row["reason"] is None and row["file_name"] > cutoff]
+        applicable_rows = [row for row in valid if row["file_name"] >= first_file]
+        applicable = sum(row["count"] for row in applicable_rows)
+        result.records_superseded = result.records_read - result.records_quarantined - applicable
+        if result.records_quarantined:
+            held = spark.sql(
+                f"SELECT count(*) AS held FROM ({_ranked_changes_sql(spec, validated_view)}) WHERE _rank = 1 AND reason IS NOT NULL",
+                args={"cutoff": cutoff, "first_file": first_file},
+            )
+            result.keys_held = held.collect()[0]["held"]
+        if not applicable and not result.bootstrap_file:
+            return _with_snapshot(spark, target, result)
+
+        synced_at = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+        latest = spark.sql(_latest_changes_sql(spec, validated_view), args={"cutoff": cutoff, "first_file": first_file, "synced_at": synced_at})
+        if result.bootstrap_file:
+            _rebuild(spark, spec, target, latest, result)
+        else:
+            with session_settings(spark, STREAM_BATCH_PLAN):
+                _upsert(spark, spec, target, latest, min(row["oldest"] for row in applicable_rows), result)
+    finally:
+        validated.unpersist()
+    return _with_snapshot(spark, target, result)
+
+
+def _newest_snapshot(change_file_uris: list[str], cutoff: str) -> tuple[str | None, str | None]:
+    """The first and last file names of the newest snapshot named after `cutoff` (its seal, then its parts), from the
+    names alone: an empty table's snapshot has no records, and still replaces the table."""
+    names = [uri.rsplit("/", 1)[-1] for uri in change_file_uris]
+    snapshots = [name for name in names if parse_change_file_name(name)[1] == SNAPSHOT_KIND and name > cutoff]
+    if not snapshots:
+        return None, None
+    newest = max(snapshot_group(name) for name in snapshots)
+    members = [name for name in snapshots if snapshot_group(name) == newest]
+    return min(members), max(members)
+
+
+def _with_snapshot(spark: SparkSession, target: str, result: MergeResult) -> MergeResult:
+    result.snapshot_id = current_snapshot_id(spark, target)
+    return result
+
+
+def classification_sql(spec: TableSpec, target: str, latest_view: str) -> str:
+    """Each change of `latest_view` (newer than `:oldest` or as old) with its `_action` against the table as it is
+    now (runs never overlap, so it stays so): insert, update, delete, tombstone (a delete of a key the table does not
+    hold) or stale."""
+    key = validate_identifier(spec.key.name, "key column")
+    return (
+        f"SELECT l.*, CASE "
+        f"WHEN _current IS NOT NULL AND l.{SEQUENCE_COLUMN} <= _current THEN 'stale' "
+        "WHEN event_name = 'REMOVE' AND _current IS NOT NULL THEN 'delete' "
+        # Not newer than a delete of the key: already applied, or older than it. A semi join, not the newest
+        # delete per key: that aggregate put a shuffle in every cycle. Only deletes as new as the batch's oldest
+        # change can be, and the bound lets Iceberg skip the files of older ones: the lookup reads the recent
+        # tombstones, not a day's retention of them.
+        f"WHEN EXISTS (SELECT 1 FROM {dotted_name(tombstone_table(target))} d WHERE d.{key} = l.key "
+        f"AND d.{SEQUENCE_COLUMN} >= l.{SEQUENCE_COLUMN} AND d.{SEQUENCE_COLUMN} >= :oldest) THEN 'stale' "
+        "WHEN event_name = 'REMOVE' THEN 'tombstone' "
+        "WHEN _current IS NOT NULL THEN 'update' ELSE 'insert' END AS _action "
+        f"FROM {validate_identifier(latest_view)} l "
+        f"LEFT JOIN (SELECT {key} AS key, {SEQUENCE_COLUMN} AS _current FROM {dotted_name(target)}) c ON l.key = c.key"
+    )
+
+
+def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame, oldest_sequence: str, result: MergeResult) -> None:
+    """Applies `latest` (one change per key, none older than `oldest_sequence`) to the table and its tombstones."""
+    key = validate_identifier(spec.key.name, "key column")
+    tombstones_sql = dotted_name(tombstone_table(target))
+    latest_view = validate_identifier(f"{spec.table}_latest_changes")
+    latest.createOrReplaceTempView(latest_view)
+    classified = spark.sql(classification_sql(spec, target, latest_view), args={"oldest": oldest_sequence}).localCheckpoint()
+    summary = classified.groupBy("_action").agg(F.count("*").alias("count"), F.max(CHANGED_AT_COLUMN).alias("newest")).collect()
+    counts = {row["_action"]: row["count"] for row in summary}
+    result.newest_change_at = _utc(max((row["newest"] for row in summary if row["newest"]), default=None))
+    result.changes = sum(counts.values())
+    result.inserted, result.updated, result.deleted = counts.get("insert", 0), counts.get("update", 0), counts.get("delete", 0)
+    result.stale_skipped = counts.get("stale", 0)
+
+    applicable = classified.where("_action <> 'stale'")
+    view = validate_identifier(f"{spec.table}_changes")
+    # Tombstones first: if the run dies between the two commits, the retry still knows the delete (and appends
+    # it again, which changes no key's newest delete). An append, not a MERGE: no join, a third of the jobs.
+    if counts.get("delete", 0) + counts.get("tombstone", 0):
+        _tombstones_of(applicable, key).writeTo(tombstones_sql).append()
+    if result.inserted + result.updated + result.deleted:
+        applicable.where("_action <> 'tombstone'").createOrReplaceTempView(view)
+        spark.sql(upsert_merge_sql(spec, target, view))
+
+
+def _rebuild(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame, result: MergeResult) -> None:
+    """Replaces the table with the snapshot plus the changes after it, in one atomic overwrite."""
+    key = spec.key.name
+    target_sql = dotted_name(target)
+    tombstones_sql = dotted_name(tombstone_table(target))
+    if not is_change_file(result.bootstrap_file):
+        raise ValueError(f"{result.bootstrap_file!r} is not a change file name")
+    latest = latest.localCheckpoint()
+    live = latest.where("event_name <> 'REMOVE'").select(*spec.table_column_names)
+    before = spark.table(target_sql).select(F.col(key).alias("_old"))
+    compared = before.join(live.select(F.col(key).alias("_new")), F.col("_old") == F.col("_new"), "full_outer")
+    # Rows gained, kept and lost against the table being replaced, in one pass.
+    inserted, updated, deleted = compared.agg(
+        _count_where("_old IS NULL"), _count_where("_old IS NOT NULL AND _new IS NOT NULL"), _count_where("_new IS NULL")
+    ).collect()[0]
+    result.inserted, result.updated, result.deleted = inserted or 0, updated or 0, deleted or 0
+    result.changes, newest = latest.agg(F.count("*"), F.max(CHANGED_AT_COLUMN)).collect()[0]
+    result.newest_change_at = _utc(newest)
+    removes = _tombstones_of(latest, key)
+    removes.writeTo(tombstones_sql).overwrite(F.lit(True))
+    live.writeTo(target_sql).overwrite(F.lit(True))
+    spark.sql(set_properties_sql(target, {BOOTSTRAP_FILE_PROPERTY: result.bootstrap_file}))

@@ -1,0 +1,221 @@
+"""Iceberg table upkeep with Spark procedures: compaction, snapshot expiry, orphan files, tombstone pruning.
+
+Snapshots are expired only once older than a retention that exceeds the longest query (at least an
+hour), so a reader that planned its scan on an older snapshot can always read it to the end; files
+that no snapshot references are removed only once older than a day, so a write still in flight is never
+taken for an orphan. Old metadata files go at each commit (the tables' `write.metadata.*` properties).
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from pyspark.sql import SparkSession
+
+from ddb_athena.lake.change_merge import table_properties, tombstone_table
+from ddb_athena.lake.table_spec import set_properties_sql, timestamp_literal
+from ddb_athena.lib.identifiers import dotted_name, validate_identifier
+
+# Floors: the longest query we document (Athena's DML queries time out after 30 minutes by default), and the
+# age below which a file may belong to a commit still being written.
+MIN_SNAPSHOT_RETENTION = timedelta(hours=1)
+MIN_ORPHAN_AGE = timedelta(days=1)
+# What compaction aims at per data file (Iceberg's default is 512 MB: too big for a small, busy table).
+TARGET_FILE_BYTES = 128 * 1024 * 1024
+
+
+MAINTAINED_AT_PROPERTY = "ddb_athena.maintained-at"
+ORPHANS_REMOVED_AT_PROPERTY = "ddb_athena.orphans-removed-at"
+
+
+class MaintenanceSettingsError(ValueError):
+    """A retention below its floor: expiring or deleting that early could fail running queries or writes."""
+
+
+def check_floors(snapshot_retention: timedelta, orphan_age: timedelta) -> None:
+    if snapshot_retention < MIN_SNAPSHOT_RETENTION:
+        raise MaintenanceSettingsError(
+            f"snapshot retention {snapshot_retention} is shorter than {MIN_SNAPSHOT_RETENTION}: a query planned on an "
+            "expired snapshot would fail (HIVE_CANNOT_OPEN_SPLIT); keep it longer than the longest query"
+        )
+    if orphan_age < MIN_ORPHAN_AGE:
+        raise MaintenanceSettingsError(
+            f"orphan file age {orphan_age} is under {MIN_ORPHAN_AGE}: files of a commit still being written could be deleted"
+        )
+
+
+@dataclass(frozen=True)
+class TableFiles:
+    """What a table's current state and history hold."""
+
+    data_files: int
+    data_bytes: int
+    delete_files: int
+    snapshots: int
+    # Metadata files the table references: metadata.json versions, manifest lists, manifests.
+    metadata_files: int
+
+    @property
+    def average_data_file_bytes(self) -> float:
+        return self.data_bytes / self.data_files if self.data_files else 0.0
+
+
+def table_files(spark: SparkSession, target: str) -> TableFiles:
+    table = dotted_name(target)
+    data = spark.sql(
+        f"SELECT count_if(content = 0) AS data_files, coalesce(sum(if(content = 0, file_size_in_bytes, 0)), 0) AS data_bytes, "
+        f"count_if(content <> 0) AS delete_files FROM {table}.files"
+    ).collect()[0]
+    snapshots = spark.table(f"{table}.snapshots").count()
+    manifests = spark.sql(f"SELECT count(DISTINCT path) FROM {table}.all_manifests").collect()[0][0]
+    versions = spark.table(f"{table}.metadata_log_entries").count()
+    return TableFiles(data["data_files"], data["data_bytes"], data["delete_files"], snapshots, versions + snapshots + manifests)
+
+
+@dataclass
+class CompactionResult:
+    rewritten_data_files: int
+    added_data_files: int
+
+
+def compact(spark: SparkSession, catalog: str, target: str) -> CompactionResult:
+    """Rewrites small files (and data files carrying delete files) into files of about TARGET_FILE_BYTES."""
+    catalog = validate_identifier(catalog, "catalog name")
+    rewrite = spark.sql(
+        f"CALL {catalog}.system.rewrite_data_files(table => '{dotted_name(target)}', options => map("
+        f"'min-input-files', '2', 'delete-file-threshold', '1', 'remove-dangling-deletes', 'true', "
+        f"'target-file-size-bytes', '{TARGET_FILE_BYTES}'))"
+    ).collect()[0]
+    return CompactionResult(rewrite["rewritten_data_files_count"], rewrite["added_data_files_count"])
+
+
+def compact_with_tombstones(spark: SparkSession, catalog: str, target: str) -> CompactionResult:
+    """Compaction only (no expiry, no orphan listing) of a table and its tombstones: the cheap upkeep a sync run
+    does every few minutes between maintenances, so its cycles read few files."""
+    results = [compact(spark, catalog, name) for name in (target, tombstone_table(target))]
+    return CompactionResult(sum(r.rewritten_data_files for r in results), sum(r.added_data_files for r in results))
+
+
+@dataclass
+class MaintenanceResult:
+    before: TableFiles
+    after: TableFiles
+    rewritten_data_files: int
+    added_data_files: int
+    expired_snapshots: int
+    deleted_data_files: int
+    # None: this pass did not list the table's files for orphans.
+    orphan_files_removed: int | None
+    pruned_tombstones: int
+
+    @property
+    def orphans_swept(self) -> bool:
+        return self.orphan_files_removed is not None
+
+    def metadata(self) -> dict:
+        """Flat numbers, so the UI can plot them."""
+        files = {f"{when}_{name}": value for when, state in (("before", self.before), ("after", self.after)) for name, value in vars(state).items()}
+        counts = {name: value for name, value in vars(self).items() if isinstance(value, int)}
+        return {**files, **counts, "average_data_file_bytes": self.after.average_data_file_bytes, "orphans_swept": self.orphans_swept}
+
+
+def maintain_table(
+    spark: SparkSession,
+    catalog: str,
+    target: str,
+    snapshot_retention: timedelta,
+    retain_last: int,
+    orphan_age: timedelta,
+    tombstone_retention: timedelta | None = None,
+    now: datetime | None = None,
+    remove_orphans: bool = True,
+) -> MaintenanceResult:
+    """Compaction, expiry past the retention, orphan removal past its age (unless `remove_orphans` is false), and
+    (for a table with tombstones) pruning of tombstones past theirs. Refuses retentions below their floors."""
+    check_floors(snapshot_retention, orphan_age)
+    if retain_last < 1:
+        raise ValueError("retain_last must be at least 1")
+    now = now or datetime.now(timezone.utc)
+    catalog = validate_identifier(catalog, "catalog name")
+    table_sql = dotted_name(target)
+    before = table_files(spark, target)
+    compaction = compact(spark, catalog, target)
+    snapshots_before = spark.table(f"{table_sql}.snapshots").count()
+    expired = _expire(spark, catalog, target, now - snapshot_retention, retain_last)
+    orphans = _remove_orphans(spark, catalog, target, orphan_age) if remove_orphans else None
+    pruned = 0
+    if tombstone_retention is not None:
+        tombstones = tombstone_table(target)
+        tombstones_sql = dotted_name(tombstones)
+        # A tombstone guards against replays of older changes; past the retention no such file may remain.
+        count_before = spark.table(tombstones_sql).count()
+        spark.sql(f"DELETE FROM {tombstones_sql} WHERE deleted_at < {timestamp_literal(now - tombstone_retention)}")
+        pruned = count_before - spark.table(tombstones_sql).count()
+        # Deletes append tombstones every few seconds: the tombstone table needs the same upkeep to stay bounded.
+        compact(spark, catalog, tombstones)
+        _expire(spark, catalog, tombstones, now - snapshot_retention, retain_last)
+        if remove_orphans:
+            _remove_orphans(spark, catalog, tombstones, orphan_age)
+    return MaintenanceResult(
+        before=before,
+        after=table_files(spark, target),
+        rewritten_data_files=compaction.rewritten_data_files,
+        added_data_files=compaction.added_data_files,
+        expired_snapshots=snapshots_before - spark.table(f"{table_sql}.snapshots").count(),
+        deleted_data_files=expired,
+        orphan_files_removed=orphans,
+        pruned_tombstones=pruned,
+    )
+
+
+def _expire(spark: SparkSession, catalog: str, target: str, older_than: datetime, retain_last: int) -> int:
+    """Expires snapshots older than `older_than` beyond the last `retain_last`; the data and delete files deleted."""
+    expire = spark.sql(
+        f"CALL {catalog}.system.expire_snapshots(table => '{dotted_name(target)}', "
+        f"older_than => {timestamp_literal(older_than)}, retain_last => {int(retain_last)})"
+    ).collect()[0]
+    return expire["deleted_data_files_count"] + expire["deleted_position_delete_files_count"]
+
+
+def _remove_orphans(spark: SparkSession, catalog: str, target: str, orphan_age: timedelta) -> int:
+    # Files carry real modification times (and Iceberg refuses anything under 24 hours from the real now).
+    older_than = datetime.now(timezone.utc) - orphan_age
+    return spark.sql(
+        f"CALL {catalog}.system.remove_orphan_files(table => '{dotted_name(target)}', older_than => {timestamp_literal(older_than)})"
+    ).count()
+
+
+@dataclass(frozen=True)
+class MaintenanceState:
+    """What a table records of its upkeep."""
+
+    # When it was last maintained; a table never maintained counts from its oldest snapshot (a new table needs
+    # no upkeep yet); None for a table without snapshots.
+    maintained_at: datetime | None
+    # When its files were last listed for orphans; None if never.
+    orphans_removed_at: datetime | None
+
+    def orphan_sweep_due(self, interval: timedelta, now: datetime) -> bool:
+        return self.orphans_removed_at is None or now - self.orphans_removed_at >= interval
+
+
+def maintenance_state(spark: SparkSession, target: str) -> MaintenanceState:
+    properties = table_properties(spark, target)
+    swept = properties.get(ORPHANS_REMOVED_AT_PROPERTY)
+    orphans_removed_at = datetime.fromisoformat(swept) if swept else None
+    recorded = properties.get(MAINTAINED_AT_PROPERTY)
+    if recorded is not None:
+        return MaintenanceState(datetime.fromisoformat(recorded), orphans_removed_at)
+    oldest = spark.sql(f"SELECT min(committed_at) FROM {dotted_name(target)}.snapshots").collect()[0][0]
+    return MaintenanceState(oldest.replace(tzinfo=timezone.utc) if oldest else None, orphans_removed_at)  # the session time zone is UTC
+
+
+def maintenance_due(spark: SparkSession, target: str, interval: timedelta, now: datetime | None = None) -> bool:
+    since = maintenance_state(spark, target).maintained_at
+    return since is not None and (now or datetime.now(timezone.utc)) - since >= interval
+
+
+def record_maintained(spark: SparkSession, target: str, result: MaintenanceResult, now: datetime | None = None) -> None:
+    """Records the pass on the table (one commit): when it ran, and when it last listed orphans if it did."""
+    at = (now or datetime.now(timezone.utc)).isoformat()
+    recorded = {MAINTAINED_AT_PROPERTY: at, **({ORPHANS_REMOVED_AT_PROPERTY: at} if result.orphans_swept else {})}
+    spark.sql(set_properties_sql(target, recorded))

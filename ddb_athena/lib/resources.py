@@ -1,0 +1,429 @@
+"""Dagster resources: AWS clients, the Iceberg-configured SparkSession, the sync settings, and where the orders load runs."""
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Callable, Literal
+
+import boto3
+from botocore.config import Config
+from dagster import AssetExecutionContext, ConfigurableResource, PipesSubprocessClient
+from dagster_aws.pipes import PipesCloudWatchMessageReader, PipesEMRServerlessClient
+from dagster_aws.utils import ResourceWithBoto3Configuration
+from dagster_pyspark import LazyPySparkResource
+from pydantic import Field, PrivateAttr
+from pyspark.sql import SparkSession
+
+import ddb_athena.exported.orders_load_job as orders_load_job
+from ddb_athena.exported.partition_load import OrdersLoadOutcome, OrdersLoadRequest, load_orders_partition
+from ddb_athena.lake.class_lookups import keep_class_lookups
+from ddb_athena.lake.job_submission import (
+    EmrServerlessJob,
+    JobSubmissionError,
+    emr_spark_config,
+    spark_home_environment,
+    spark_submit_command,
+    start_job_run_params,
+)
+from ddb_athena.lake.session_config import SparkIcebergOptions, iceberg_spark_config, python_workers_from
+from ddb_athena.lib.identifiers import qualified_name
+from ddb_athena.lib.settings import (
+    BOOKS_SOURCE_PREFIX,
+    DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS,
+    DEFAULT_MERGE_INTERVAL_SECONDS,
+    DEFAULT_SYNC_RUN_MINUTES,
+    DEFAULT_WRITER_LEASE_SECONDS,
+    MAX_MERGE_INTERVAL_SECONDS,
+    MAX_SYNC_RUN_MINUTES,
+    MAX_WRITER_LEASE_SECONDS,
+    MIN_MERGE_INTERVAL_SECONDS,
+    MIN_WRITER_LEASE_SECONDS,
+    ORDERS_EXPORT_PREFIX,
+    Settings,
+)
+from ddb_athena.lib.writer_lease import WriterLease
+from ddb_athena.streamed.capture.change_files import SourceLayout
+from ddb_athena.streamed.run_loop import sigint_handler_kept
+
+
+class AwsClientsResource(ResourceWithBoto3Configuration):
+    """boto3 clients for DynamoDB, DynamoDB Streams and S3, from one configuration, one per service."""
+
+    _clients: dict = PrivateAttr(default_factory=dict)
+
+    def client(self, service: str):
+        # boto3 clients are thread-safe and costly to build; assets and checks of a run share them.
+        if service not in self._clients:
+            self._clients[service] = self._new_client(service)
+        return self._clients[service]
+
+    def _new_client(self, service: str):
+        session = boto3.session.Session(
+            profile_name=self.profile_name,
+            aws_access_key_id=self.aws_access_key_id,
+            aws_secret_access_key=self.aws_secret_access_key,
+            aws_session_token=self.aws_session_token,
+            region_name=self.region_name,
+        )
+        return session.client(
+            service,
+            endpoint_url=self.endpoint_url,
+            use_ssl=self.use_ssl,
+            verify=self.verify,
+            config=Config(retries={"max_attempts": self.max_attempts, "mode": "standard"}),
+        )
+
+
+class WriterLeases(ConfigurableResource):
+    """The writer lease of each table a run writes (ddb_athena/lib/writer_lease.py): taken before the run's first write
+    to the table, renewed while the run lives, released when the run ends. Dagster's pools keep this instance's runs
+    from overlapping; the lease also stops writers the pools cannot see (the CLI's in-process runs, another instance)."""
+
+    ttl_seconds: float = Field(
+        default=DEFAULT_WRITER_LEASE_SECONDS,
+        ge=MIN_WRITER_LEASE_SECONDS,
+        le=MAX_WRITER_LEASE_SECONDS,
+        description="a writer renews its lease a few times within this; a dead writer's lease expires this long after "
+        "its last renewal. A run waits twice this for another writer's lease (long enough for a dead writer's to "
+        "expire), then stops with a message naming that writer",
+    )
+    _held: dict = PrivateAttr(default_factory=dict)
+
+    def hold(self, context, s3, bucket: str, table: str) -> WriterLease:
+        """This run's lease of `table`, taken on first use (waiting up to wait_seconds)."""
+        if table not in self._held:
+            lease = WriterLease(s3, bucket, table, f"Dagster run {context.run.run_id} ({context.run.job_name})", self.ttl_seconds)
+            context.log.info(f"Taking the writer lease of {table} (s3://{bucket}/{lease.key})")
+            lease.acquire()
+            self._held[table] = lease
+        return self._held[table]
+
+    def teardown_after_execution(self, context) -> None:
+        for lease in self._held.values():
+            lease.release()
+        self._held.clear()
+
+
+class IcebergSparkResource(ConfigurableResource):
+    """One SparkSession per run (created on first use), configured for the Iceberg catalog.
+
+    Built on dagster-pyspark's LazyPySparkResource; `jars_packages` switches from the local
+    JARs to Maven coordinates (`spark.jars.packages`) where Maven is reachable.
+    """
+
+    profile: str = Field(description="local (Hadoop catalog, S3 emulator) or aws (Glue catalog)")
+    warehouse: str = Field(description="Iceberg warehouse URI")
+    catalog: str = Field(default="lake", description="Spark catalog name; it is the default catalog")
+    master: str | None = Field(default="local[2]", description="spark.master; None on a cluster")
+    jars_packages: str | None = Field(default=None, description="spark.jars.packages instead of local JARs")
+    s3_endpoint_url: str | None = None
+    region: str = "us-east-1"
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    extra_config: dict[str, str] = Field(default_factory=dict, description="any further Spark settings")
+    _pyspark: LazyPySparkResource | None = PrivateAttr(default=None)
+
+    def spark_config(self, with_credentials: bool = True) -> dict[str, str]:
+        """With `with_credentials=False`, S3A finds the credentials in the environment (see credential_environment)."""
+        jars: list = []
+        file_system_jar = None
+        if self.profile == "local":
+            from ddb_athena.dev.local_jars import local_file_system_jar, local_jar_paths
+
+            jars = [] if self.jars_packages else local_jar_paths()
+            file_system_jar = local_file_system_jar()
+        credentials = self.credential_environment() if with_credentials else {}
+        return iceberg_spark_config(
+            SparkIcebergOptions(
+                profile=self.profile,
+                warehouse=self.warehouse,
+                catalog=self.catalog,
+                master=self.master,
+                jars=[str(jar) for jar in jars],
+                jars_packages=self.jars_packages,
+                local_file_system_jar=str(file_system_jar) if file_system_jar else None,
+                s3_endpoint_url=self.s3_endpoint_url,
+                region=self.region,
+                credentials=credentials,
+                extra=self.extra_config,
+            )
+        )
+
+    def credential_environment(self) -> dict[str, str]:
+        """The configured keys as the environment variables AWS SDKs read; empty when the default chain applies."""
+        if self.access_key_id and self.secret_access_key:
+            return {"AWS_ACCESS_KEY_ID": self.access_key_id, "AWS_SECRET_ACCESS_KEY": self.secret_access_key}
+        return {}
+
+    @property
+    def spark_session(self) -> SparkSession:
+        if self._pyspark is None:
+            config = self.spark_config()
+            pyspark = LazyPySparkResource(spark_config=config)
+            with sigint_handler_kept(), python_workers_from(config):
+                pyspark.spark_session  # created here, once: PySpark replaces the SIGINT handler as it does
+            keep_class_lookups(pyspark.spark_session)
+            self._pyspark = pyspark
+        return self._pyspark.spark_session
+
+    @property
+    def source_scheme(self) -> str:
+        """s3a:// through Hadoop locally; s3:// on EMR and Glue, whose file systems own that scheme."""
+        return "s3a" if self.profile == "local" else "s3"
+
+
+class SyncSettings(ConfigurableResource):
+    """Where the sources live and what the Iceberg tables are called."""
+
+    bucket: str
+    books_table: str = Field(description="DynamoDB table name of books")
+    orders_table: str = Field(default="orders", description="DynamoDB table name of orders")
+    namespace: str = "library"
+    books_capture: Literal["run", "lambda"] = Field(
+        default="run", description="who reads the books stream: the sync run itself, or the capture Lambda (deploy/ddb_athena.yaml)"
+    )
+    capture_failure_queue_url: str | None = Field(
+        default=None,
+        description="the capture Lambda's on-failure queue (the stack's CaptureFailureQueueUrl): batches it gave up on, "
+        "which turn books_capture_failures red until `ddb-athena replay-failures` captures them again",
+    )
+    backlog_limit_minutes: float = Field(default=2.0, description="oldest unmerged change file allowed, in minutes")
+    sync_run_minutes: float = Field(
+        default=DEFAULT_SYNC_RUN_MINUTES,
+        ge=0,
+        le=MAX_SYNC_RUN_MINUTES,
+        description="how long one books_sync run keeps syncing before it ends (the schedule starts the next); 0: one cycle",
+    )
+    merge_interval_seconds: float = Field(
+        default=DEFAULT_MERGE_INTERVAL_SECONDS,
+        ge=MIN_MERGE_INTERVAL_SECONDS,
+        le=MAX_MERGE_INTERVAL_SECONDS,
+        description="seconds from one sync cycle's start to the next",
+    )
+    longest_merge_interval_seconds: float = Field(
+        default=DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS,
+        ge=MIN_MERGE_INTERVAL_SECONDS,
+        le=MAX_MERGE_INTERVAL_SECONDS,
+        description="after each cycle that found nothing to merge the interval doubles, up to this (never below "
+        "merge_interval_seconds): a quiet table costs fewer requests, and its first change waits at most this long",
+    )
+    table_checks_every_cycles: int = Field(
+        default=6,
+        ge=1,
+        description="the checks that read the Iceberg table (unique ids) or list S3 (backlog, quarantine) run on every n-th "
+        "recorded cycle (the backlog also whenever the capture is behind the stream, the quarantine whenever a cycle "
+        "quarantined something)",
+    )
+    parity_settle_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="a key that differs between library.books and DynamoDB this long is divergence, not a change in flight "
+        "(it must exceed a merge interval plus the capture delay)",
+    )
+    parity_scan_read_units_per_second: float = Field(
+        default=100.0,
+        gt=0,
+        description="the daily key parity check scans the DynamoDB table at most this fast (read units a second, as "
+        "DynamoDB reports them; eventually consistent: 0.5 a 4 KB item)",
+    )
+    parity_scan_capacity_share: float = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="on a provisioned table, the scan uses at most this share of its read capacity (the application keeps the rest)",
+    )
+    parity_scan_segments: int = Field(default=4, ge=1, le=1000, description="scan segments the key parity check reads in turn")
+    snapshot_retention_hours: float = Field(
+        default=1.0, ge=1.0, description="expire snapshots older than this; at least 1 hour, longer than the longest query"
+    )
+    snapshot_retain_last: int = Field(default=10, ge=1, description="snapshots kept whatever their age")
+    orphan_file_age_days: float = Field(
+        default=3.0, ge=1.0, description="remove files no snapshot references once older than this; at least 1 day"
+    )
+    maintenance_interval_minutes: float = Field(
+        default=15.0,
+        gt=0,
+        description="the sync run compacts library.books, expires snapshots and prunes tombstones this often (and removes "
+        "orphans, when orphan_sweep_interval_hours has gone by)",
+    )
+    orphan_sweep_interval_hours: float = Field(
+        default=24.0,
+        gt=0,
+        description="the sync run's maintenance lists library.books's files for orphans this often: the listing reads "
+        "every retained snapshot's manifests, the costliest step of a maintenance, and finds only files days old",
+    )
+    compaction_interval_minutes: float = Field(
+        default=2.0,
+        gt=0,
+        description="between maintenances, the sync run compacts library.books and its tombstones this often: every cycle "
+        "reads the table, and its cost grows with each commit's small files",
+    )
+    tombstone_retention_days: float = Field(
+        default=7.0,
+        ge=1.0,
+        description="deletes are remembered this long, so that an older change of a deleted key never resurrects it; at "
+        "least a day, the stream's retention: no change older than that can be replayed from the stream",
+    )
+    export_timeout_minutes: float = Field(default=180.0, description="how long to wait for a DynamoDB export")
+    export_poll_seconds: float = Field(default=30.0, description="how often to ask DynamoDB about a running export")
+    export_retention_days: float = Field(
+        default=0.0, description="keep loaded export files this many days (for audit) before the cleanup removes them"
+    )
+
+    @property
+    def books_layout(self) -> SourceLayout:
+        return SourceLayout(self.bucket, BOOKS_SOURCE_PREFIX)
+
+    @property
+    def books_iceberg_table(self) -> str:
+        return qualified_name(self.namespace, "books")
+
+    @property
+    def orders_layout(self) -> SourceLayout:
+        return SourceLayout(self.bucket, ORDERS_EXPORT_PREFIX)
+
+    @property
+    def orders_iceberg_table(self) -> str:
+        return qualified_name(self.namespace, "orders")
+
+    @property
+    def snapshot_retention(self) -> timedelta:
+        return timedelta(hours=self.snapshot_retention_hours)
+
+    @property
+    def orphan_file_age(self) -> timedelta:
+        return timedelta(days=self.orphan_file_age_days)
+
+    @property
+    def backlog_limit(self) -> timedelta:
+        return timedelta(minutes=self.backlog_limit_minutes)
+
+
+# Where orders_athena's Spark load runs: in the run process (the default), as a spark-submit job on this machine, or
+# on EMR Serverless. Both jobs run ddb_athena/exported/orders_load_job.py through Dagster Pipes and return the same
+# OrdersLoadOutcome as the run process, so the asset's metadata and checks cannot tell them apart.
+ENTRY_POINT = Path(orders_load_job.__file__)
+
+
+class OrdersLoadRunner(ConfigurableResource):
+    """Runs the orders load where `mode` says; the EMR Serverless settings are the stack's outputs."""
+
+    mode: Literal["in_process", "spark_submit", "emr_serverless"] = Field(
+        default="in_process", description="in_process (the run's SparkSession), spark_submit (a local job) or emr_serverless"
+    )
+    emr_application_id: str | None = Field(default=None, description="EMR Serverless application (SparkApplicationId)")
+    emr_execution_role_arn: str | None = Field(default=None, description="the job's role (SparkJobRoleArn)")
+    emr_release_label: str = Field(default="emr-7.12.0", description="the release the job is built for; the application must run it")
+    emr_code_uri: str | None = Field(default=None, description=f"s3:// prefix holding {ENTRY_POINT.name} and {orders_load_job.JOB_ARCHIVE_NAME}")
+    emr_log_group: str | None = Field(default=None, description="CloudWatch log group of the job's driver (SparkLogGroupName)")
+    emr_python: str = Field(default="/usr/bin/python3.11", description="the image's Python (3.10 or later) for driver and executors")
+    emr_timeout_minutes: int = Field(default=180, ge=1, description="EMR Serverless cancels the job after this long")
+
+    def emr_job(self) -> EmrServerlessJob:
+        return EmrServerlessJob(
+            application_id=self.emr_application_id or "",
+            execution_role_arn=self.emr_execution_role_arn or "",
+            code_uri=self.emr_code_uri or "",
+            entry_point=ENTRY_POINT.name,
+            archive=orders_load_job.JOB_ARCHIVE_NAME,
+            log_group=self.emr_log_group or "",
+            python=self.emr_python,
+            timeout_minutes=self.emr_timeout_minutes,
+        )
+
+    def load(
+        self,
+        context: AssetExecutionContext,
+        request: OrdersLoadRequest,
+        spark: IcebergSparkResource,
+        aws: AwsClientsResource,
+        before_commit: Callable[[], None],
+    ) -> tuple[OrdersLoadOutcome, dict]:
+        """The outcome, and what the job platform adds to the metadata (e.g. the EMR Serverless job run id). In this
+        process `before_commit` guards the commit; a job checks the request's writer lease itself."""
+        if self.mode == "in_process":
+            return load_orders_partition(spark.spark_session, request, before_commit), {}
+        before_commit()
+        extras = {orders_load_job.REQUEST_EXTRA: request.to_json()}
+        if self.mode == "spark_submit":
+            # Credentials reach the job through its environment (S3A reads them there), never its command line.
+            command = spark_submit_command(spark.spark_config(with_credentials=False), ENTRY_POINT)
+            environment = {**spark_home_environment(), **spark.credential_environment()}
+            invocation = PipesSubprocessClient(env=environment).run(command=command, context=context, extras=extras)
+        else:
+            invocation = PipesEMRServerlessClient(
+                client=aws.client("emr-serverless"),
+                message_reader=PipesCloudWatchMessageReader(client=aws.client("logs")),
+                forward_termination=True,
+            ).run(context=context, start_job_run_params=self.emr_request(context, spark, aws), extras=extras)
+        result = invocation.get_materialize_result()
+        reported = {name: value.value for name, value in (result.metadata or {}).items()}
+        outcome = OrdersLoadOutcome.from_json(reported.pop(orders_load_job.OUTCOME_METADATA))
+        return outcome, reported
+
+    def emr_request(self, context: AssetExecutionContext, spark: IcebergSparkResource, aws: AwsClientsResource) -> dict:
+        job = self.emr_job()
+        application = aws.client("emr-serverless").get_application(applicationId=job.application_id)["application"]
+        if application["releaseLabel"] != self.emr_release_label:
+            raise JobSubmissionError(
+                f"EMR Serverless application {job.application_id} runs {application['releaseLabel']}, but the job is built for "
+                f"{self.emr_release_label} (DDB_ATHENA_EMR_RELEASE_LABEL): upgrade the application or change the setting"
+            )
+        s3 = aws.client("s3")
+        for uri in (job.code(job.entry_point), job.code(job.archive)):
+            bucket, _, key = uri.removeprefix("s3://").partition("/")
+            try:
+                s3.head_object(Bucket=bucket, Key=key)
+            except s3.exceptions.ClientError as error:
+                raise JobSubmissionError(f"{uri} cannot be read ({error.response['Error']['Code']}): build it with `make emr-job` and upload it (README)") from None
+        return start_job_run_params(
+            job,
+            # The cluster's configuration: no master, no local JARs or packages, no keys (the job role's credentials).
+            emr_spark_config(spark.model_copy(update={"master": None}).spark_config(with_credentials=False), job.python),
+            name=f"ddb_athena orders_athena {context.partition_key}",
+            client_token=context.run.run_id,
+        )
+
+
+def resources_from_settings(settings: Settings, **sync_options) -> dict:
+    credentials = settings.credentials or {}
+    return {
+        "aws": AwsClientsResource(
+            region_name=settings.region,
+            endpoint_url=settings.default_endpoint_url,
+            aws_access_key_id=credentials.get("AWS_ACCESS_KEY_ID"),
+            aws_secret_access_key=credentials.get("AWS_SECRET_ACCESS_KEY"),
+        ),
+        "spark": IcebergSparkResource(
+            profile=settings.profile,
+            warehouse=settings.warehouse,
+            master=settings.spark_master,
+            jars_packages=settings.spark_packages,
+            s3_endpoint_url=settings.s3_endpoint_url,
+            region=settings.region,
+            access_key_id=credentials.get("AWS_ACCESS_KEY_ID"),
+            secret_access_key=credentials.get("AWS_SECRET_ACCESS_KEY"),
+        ),
+        "orders_load": orders_load_runner(settings),
+        "leases": WriterLeases(ttl_seconds=settings.writer_lease_seconds),
+        "sync": SyncSettings(
+            bucket=settings.bucket,
+            books_table=settings.books_table,
+            orders_table=settings.orders_table,
+            namespace=settings.namespace,
+            **{
+                "books_capture": settings.books_capture,
+                "capture_failure_queue_url": settings.capture_failure_queue_url,
+                "merge_interval_seconds": settings.merge_interval_seconds,
+                "sync_run_minutes": settings.sync_run_minutes,
+                "longest_merge_interval_seconds": settings.longest_merge_interval_seconds,
+                **sync_options,
+            },
+        ),
+    }
+
+
+def orders_load_runner(settings: Settings) -> OrdersLoadRunner:
+    runner = OrdersLoadRunner(mode=settings.orders_load, **settings.emr)
+    if runner.mode == "emr_serverless":
+        runner.emr_job()  # a malformed setting fails when the code location loads, not in the night's run
+    return runner

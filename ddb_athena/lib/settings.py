@@ -1,0 +1,229 @@
+"""Configuration from environment variables, with defaults that work on the local stack."""
+
+import os
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Mapping
+
+from ddb_athena.lib.identifiers import validate_identifier
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LOCAL_STATE_DIR = REPO_ROOT / ".ddb_athena"
+LOCAL_STACK_PORT = 5055
+LOCAL_ENDPOINT_URL = f"http://127.0.0.1:{LOCAL_STACK_PORT}"
+# moto accepts any credentials; these make boto3 work locally with nothing configured.
+LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+PROFILES = ("local", "aws")
+BOOKS_CAPTURES = ("run", "lambda")
+ORDERS_LOAD_MODES = ("in_process", "spark_submit", "emr_serverless")
+# The EMR Serverless job's settings (the stack's outputs), by the name the orders load runner gives them.
+EMR_SETTINGS = {
+    "emr_application_id": "DDB_ATHENA_EMR_APPLICATION_ID",
+    "emr_execution_role_arn": "DDB_ATHENA_EMR_EXECUTION_ROLE_ARN",
+    "emr_code_uri": "DDB_ATHENA_EMR_CODE_URI",
+    "emr_log_group": "DDB_ATHENA_EMR_LOG_GROUP",
+    "emr_release_label": "DDB_ATHENA_EMR_RELEASE_LABEL",
+    "emr_python": "DDB_ATHENA_EMR_PYTHON",
+    "emr_timeout_minutes": "DDB_ATHENA_EMR_TIMEOUT_MINUTES",
+}
+EMR_REQUIRED = ("emr_application_id", "emr_execution_role_arn", "emr_code_uri", "emr_log_group")
+NAMESPACE = "library"
+BOOKS_SOURCE_PREFIX = "books_source"
+ORDERS_EXPORT_PREFIX = "orders_export"
+DEFAULT_ORDERS_START_DATE = "2026-11-01"
+DEFAULT_ORDERS_SCHEDULE_HOUR = 2
+# The key parity check scans the user's DynamoDB table: once a day, at this hour (UTC).
+DEFAULT_PARITY_SCAN_HOUR = 3
+# Every cleanup run is a process of its own (a few CPU-seconds of imports): one every few minutes, not every
+# minute. Committed files waiting for it cost nothing: the sync skips them.
+DEFAULT_CLEANUP_INTERVAL_SECONDS = 300
+MIN_CLEANUP_INTERVAL_SECONDS = 30
+# The books sync cycle: each costs CPU (README, "CPU of a sync cycle"); above a minute the promise of changes in
+# Athena within a minute or two, and the 2-minute backlog check, no longer hold.
+DEFAULT_MERGE_INTERVAL_SECONDS = 10.0
+MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS = 1.0, 60.0
+# A quiet table's cycles back off to this (its first change then waits up to this long; target p95 30 s).
+DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS = 20.0
+# A writer renews its table's lease a few times within this; a dead writer's lease expires this long after its last
+# renewal, so a successor (a crashed sync's replacement) waits up to that long.
+DEFAULT_WRITER_LEASE_SECONDS, MIN_WRITER_LEASE_SECONDS, MAX_WRITER_LEASE_SECONDS = 30.0, 5.0, 600.0
+# A day at most: a run's max runtime (its length plus slack) is how long a hung one holds the books writer.
+DEFAULT_SYNC_RUN_MINUTES, MAX_SYNC_RUN_MINUTES = 60.0, 1440.0
+
+
+class SettingsError(ValueError):
+    """The environment describes a configuration that cannot work."""
+
+
+def _start_date(text: str) -> str:
+    try:
+        return date.fromisoformat(text).isoformat()
+    except ValueError:
+        raise SettingsError(f"DDB_ATHENA_ORDERS_START_DATE={text!r}: expected a date like 2026-11-01") from None
+
+
+def _hour(env: Mapping[str, str], name: str, default: int) -> int:
+    text = env.get(name, str(default))
+    if not text.isdigit() or not 0 <= int(text) <= 23:
+        raise SettingsError(f"{name}={text!r}: expected an hour of the day, 0 to 23 (UTC)")
+    return int(text)
+
+
+def _cleanup_interval(text: str) -> int:
+    if not text.isdigit() or int(text) < MIN_CLEANUP_INTERVAL_SECONDS:
+        raise SettingsError(f"DDB_ATHENA_CLEANUP_INTERVAL_SECONDS={text!r}: expected whole seconds, at least {MIN_CLEANUP_INTERVAL_SECONDS}")
+    return int(text)
+
+
+def _number_between(env: Mapping[str, str], name: str, default: float, low: float, high: float, unit: str) -> float:
+    """`env[name]` as a number from `low` to `high`, `default` when unset."""
+    text = env.get(name, str(default))
+    try:
+        number = float(text)
+    except ValueError:
+        number = float("nan")
+    if not low <= number <= high:
+        raise SettingsError(f"{name}={text!r}: expected {unit} from {low:g} to {high:g}")
+    return number
+
+
+def _longest_merge_interval(env: Mapping[str, str], merge_interval: float) -> float:
+    name = "DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS"
+    if name not in env:
+        return max(DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS, merge_interval)
+    longest = _number_between(env, name, DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS, "seconds")
+    if longest < merge_interval:
+        raise SettingsError(f"{name}={env[name]!r}: shorter than the merge interval ({merge_interval:g} s)")
+    return longest
+
+
+@dataclass(frozen=True)
+class Settings:
+    profile: str
+    bucket: str
+    warehouse: str
+    books_table: str
+    orders_table: str
+    region: str
+    namespace: str = NAMESPACE
+    credentials: Mapping[str, str] = field(default_factory=dict)
+    # Set only when the endpoint is our local default rather than boto3's own variables.
+    default_endpoint_url: str | None = None
+    # boto3's AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_<SERVICE> variables, as read.
+    endpoint_environ: Mapping[str, str] = field(default_factory=dict)
+    spark_master: str | None = "local[2]"
+    spark_packages: str | None = None
+    orders_start_date: str = DEFAULT_ORDERS_START_DATE
+    orders_schedule_hour: int = DEFAULT_ORDERS_SCHEDULE_HOUR
+    parity_scan_hour: int = DEFAULT_PARITY_SCAN_HOUR
+    cleanup_interval_seconds: int = DEFAULT_CLEANUP_INTERVAL_SECONDS
+    merge_interval_seconds: float = DEFAULT_MERGE_INTERVAL_SECONDS
+    sync_run_minutes: float = DEFAULT_SYNC_RUN_MINUTES
+    longest_merge_interval_seconds: float = DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS
+    writer_lease_seconds: float = DEFAULT_WRITER_LEASE_SECONDS
+    books_capture: str = "run"
+    # The capture Lambda's on-failure queue (the stack's CaptureFailureQueueUrl), with books_capture "lambda".
+    capture_failure_queue_url: str | None = None
+    orders_load: str = "in_process"
+    # Only the EMR settings the environment sets; the runner's defaults stand for the rest.
+    emr: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def is_local(self) -> bool:
+        return self.profile == "local"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
+        env = os.environ if environ is None else environ
+        profile = env.get("DDB_ATHENA_PROFILE", "local")
+        if profile not in PROFILES:
+            raise SettingsError(f"DDB_ATHENA_PROFILE={profile!r}: expected one of {', '.join(PROFILES)}")
+        local = profile == "local"
+        merge_interval = _number_between(
+            env, "DDB_ATHENA_MERGE_INTERVAL_SECONDS", DEFAULT_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS, "seconds"
+        )
+        books_capture = env.get("DDB_ATHENA_BOOKS_CAPTURE", "run")
+        if books_capture not in BOOKS_CAPTURES:
+            raise SettingsError(f"DDB_ATHENA_BOOKS_CAPTURE={books_capture!r}: expected run (the sync run reads the stream) or lambda")
+        orders_load = env.get("DDB_ATHENA_ORDERS_LOAD", "in_process")
+        if orders_load not in ORDERS_LOAD_MODES:
+            raise SettingsError(f"DDB_ATHENA_ORDERS_LOAD={orders_load!r}: expected one of {', '.join(ORDERS_LOAD_MODES)}")
+        emr = {name: env[variable] for name, variable in EMR_SETTINGS.items() if env.get(variable)}
+        missing = [EMR_SETTINGS[name] for name in EMR_REQUIRED if name not in emr]
+        if orders_load == "emr_serverless" and local:
+            raise SettingsError("DDB_ATHENA_ORDERS_LOAD=emr_serverless needs DDB_ATHENA_PROFILE=aws: a job on EMR cannot reach the local emulator")
+        if orders_load == "emr_serverless" and missing:
+            raise SettingsError(
+                f"DDB_ATHENA_ORDERS_LOAD=emr_serverless needs {', '.join(missing)}: the stack's outputs (README, 'Orders on EMR Serverless')"
+            )
+        bucket = env.get("DDB_ATHENA_BUCKET", "ddb-athena-local")
+        default_endpoint_url = LOCAL_ENDPOINT_URL if local and not env.get("AWS_ENDPOINT_URL") else None
+        if local:
+            warehouse = env.get("DDB_ATHENA_WAREHOUSE") or (LOCAL_STATE_DIR / "warehouse").as_uri()
+        else:
+            warehouse = env.get("DDB_ATHENA_WAREHOUSE") or f"s3://{bucket}/warehouse"
+            if not warehouse.startswith("s3://"):
+                raise SettingsError(f"DDB_ATHENA_WAREHOUSE={warehouse!r}: the aws profile needs an s3:// URI")
+        credentials = {}
+        if local and not env.get("AWS_ACCESS_KEY_ID"):
+            credentials = dict(LOCAL_CREDENTIALS)
+        return cls(
+            profile=profile,
+            bucket=bucket,
+            warehouse=warehouse,
+            # DynamoDB table names allow '-' and '.', which never reach SQL; Iceberg names are fixed.
+            books_table=env.get("DDB_ATHENA_BOOKS_TABLE", "books"),
+            orders_table=env.get("DDB_ATHENA_ORDERS_TABLE", "orders"),
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
+            namespace=validate_identifier(env.get("DDB_ATHENA_NAMESPACE", NAMESPACE), "namespace"),
+            credentials=credentials,
+            default_endpoint_url=default_endpoint_url,
+            endpoint_environ={name: value for name, value in env.items() if name.startswith("AWS_ENDPOINT_URL") and value},
+            # On a cluster the launcher sets the master; locally Spark runs in this process.
+            spark_master=env.get("DDB_ATHENA_SPARK_MASTER") or ("local[2]" if local else None),
+            spark_packages=env.get("DDB_ATHENA_SPARK_PACKAGES") or None,
+            orders_start_date=_start_date(env.get("DDB_ATHENA_ORDERS_START_DATE", DEFAULT_ORDERS_START_DATE)),
+            orders_schedule_hour=_hour(env, "DDB_ATHENA_ORDERS_SCHEDULE_HOUR", DEFAULT_ORDERS_SCHEDULE_HOUR),
+            parity_scan_hour=_hour(env, "DDB_ATHENA_PARITY_SCAN_HOUR", DEFAULT_PARITY_SCAN_HOUR),
+            books_capture=books_capture,
+            capture_failure_queue_url=env.get("DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URL") or None,
+            orders_load=orders_load,
+            emr=emr,
+            cleanup_interval_seconds=_cleanup_interval(env.get("DDB_ATHENA_CLEANUP_INTERVAL_SECONDS", str(DEFAULT_CLEANUP_INTERVAL_SECONDS))),
+            merge_interval_seconds=merge_interval,
+            sync_run_minutes=_number_between(env, "DDB_ATHENA_SYNC_RUN_MINUTES", DEFAULT_SYNC_RUN_MINUTES, 0, MAX_SYNC_RUN_MINUTES, "minutes"),
+            longest_merge_interval_seconds=_longest_merge_interval(env, merge_interval),
+            writer_lease_seconds=_number_between(
+                env, "DDB_ATHENA_WRITER_LEASE_SECONDS", DEFAULT_WRITER_LEASE_SECONDS, MIN_WRITER_LEASE_SECONDS, MAX_WRITER_LEASE_SECONDS, "seconds"
+            ),
+        )
+
+    @property
+    def endpoint_url(self) -> str | None:
+        return self.endpoint_environ.get("AWS_ENDPOINT_URL") or self.default_endpoint_url
+
+    @property
+    def s3_endpoint_url(self) -> str | None:
+        return self.endpoint_for("s3")
+
+    def endpoint_for(self, service: str) -> str | None:
+        """The endpoint boto3 would pick from these variables (its own lookup), else the local default."""
+        from botocore.configprovider import ConfiguredEndpointProvider
+
+        lookup = ConfiguredEndpointProvider(full_config={}, scoped_config={}, client_name=service, environ=self.endpoint_environ)
+        return lookup.provide() or self.default_endpoint_url
+
+    def client(self, service: str):
+        """A boto3 client for `service`, with the endpoint these settings were read with."""
+        import boto3
+
+        kwargs = {"region_name": self.region}
+        if self.credentials:
+            kwargs["aws_access_key_id"] = self.credentials["AWS_ACCESS_KEY_ID"]
+            kwargs["aws_secret_access_key"] = self.credentials["AWS_SECRET_ACCESS_KEY"]
+        endpoint = self.endpoint_for(service)
+        if endpoint:
+            kwargs["endpoint_url"] = endpoint
+        return boto3.client(service, **kwargs)

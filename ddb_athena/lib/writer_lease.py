@@ -1,0 +1,233 @@
+"""One writer per table, whoever starts it: a lease object in S3, taken and renewed with conditional writes.
+
+Dagster's pool keeps the runs of one instance from overlapping; the lease also stops what the pool cannot see (a
+`dagster asset materialize` in its own process, another Dagster instance, an EMR Serverless job): a writer takes
+the lease before its first write (`If-None-Match: *`), renews it while it lives (`If-Match` on its own ETag), checks
+it before every commit, and deletes it when done (`If-Match`, so it never deletes a successor's).
+
+A holder that dies stops renewing. A contender judges that by its own clock: the lease is expired once its ETag has
+not changed for `ttl_seconds` of the contender's watching, or at once when the holder's last renewal is older than
+twice that by the contender's wall clock (a holder long dead; the margin absorbs clock skew). It is then taken over
+with `If-Match` on that ETag (of two contenders, one wins). No Dagster here.
+"""
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Callable
+
+from botocore.exceptions import ClientError
+
+from ddb_athena.lib.lease_record import describe_holder, lease_body, lease_key, seconds_since_renewal
+
+# Every run that writes a table is in that table's pool, which dagster.yaml limits to one run at a time: Materialize,
+# a backfill or a re-execution queues behind the running writer. The lease below stops the writers the queue does
+# not see.
+BOOKS_WRITER_POOL = "books_writer"
+# Both orders assets: a backfill's partitions run one after the other, so on a table never loaded the first pays for
+# the full export and the others find it loaded.
+ORDERS_WRITER_POOL = "orders_writer"
+WRITER_POOLS = (BOOKS_WRITER_POOL, ORDERS_WRITER_POOL)
+
+# Renewals per lifetime: a holder survives two failed renewals in a row (a slow or throttled request).
+RENEWALS_PER_TTL = 3
+POLL_SECONDS = 2.0
+
+
+class LeaseHeldError(RuntimeError):
+    """Another writer holds the table's lease."""
+
+
+class LeaseLostError(RuntimeError):
+    """This writer's lease was taken over or could not be renewed in time: it must not commit."""
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    etag: str
+    holder: str
+    body: dict
+
+
+def _precondition_failed(error: ClientError) -> bool:
+    code = error.response.get("Error", {}).get("Code", "")
+    return code in ("PreconditionFailed", "412", "ConditionalRequestConflict") or error.response.get(
+        "ResponseMetadata", {}
+    ).get("HTTPStatusCode") in (409, 412)
+
+
+def _not_found(error: ClientError) -> bool:
+    return error.response.get("Error", {}).get("Code", "") in ("NoSuchKey", "404", "NotFound")
+
+
+class WriterLease:
+    """The lease of one table. `acquire()`, then `check()` before each commit, then `release()`; or `with lease:`."""
+
+    def __init__(
+        self,
+        s3,
+        bucket: str,
+        table: str,
+        holder: str,
+        ttl_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+    ):
+        if ttl_seconds <= 0:
+            raise ValueError(f"a lease's time to live must be positive, got {ttl_seconds}")
+        self._s3, self.bucket, self.table, self.holder = s3, bucket, table, holder
+        self.key = lease_key(table)
+        self.ttl_seconds = ttl_seconds
+        self._clock, self._sleep, self._wall_clock = clock, sleep, wall_clock
+        self._etag: str | None = None
+        self._renewed_at: float | None = None
+        self._lost: str | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def _put(self, **condition) -> str:
+        body = lease_body(self.holder, self.table, self.ttl_seconds, self._wall_clock())
+        response = self._s3.put_object(Bucket=self.bucket, Key=self.key, Body=body, ContentType="application/json", **condition)
+        return response["ETag"]
+
+    def read(self) -> LeaseState | None:
+        """The lease as it is in S3, or None when nobody holds it."""
+        try:
+            response = self._s3.get_object(Bucket=self.bucket, Key=self.key)
+        except ClientError as error:
+            if _not_found(error):
+                return None
+            raise
+        try:
+            body = json.loads(response["Body"].read())
+        except ValueError:
+            body = {}
+        return LeaseState(response["ETag"], describe_holder(body), body)
+
+    def try_acquire(self, watched: dict[str, float]) -> bool:
+        """One attempt. `watched` maps an ETag seen held to when this contender first saw it (kept across attempts)."""
+        try:
+            requested_at = self._clock()
+            self._taken(self._put(IfNoneMatch="*"), requested_at)
+            return True
+        except ClientError as error:
+            if not _precondition_failed(error):
+                raise
+        state = self.read()
+        if state is None:
+            return False  # released between the two requests: the next attempt creates it
+        first_seen = watched.setdefault(state.etag, self._clock())
+        if self._clock() - first_seen < self.ttl_seconds and not self._long_dead(state):
+            return False
+        try:
+            requested_at = self._clock()
+            self._taken(self._put(IfMatch=state.etag), requested_at)  # expired: its holder stopped renewing
+            return True
+        except ClientError as error:
+            if _precondition_failed(error) or _not_found(error):
+                return False  # renewed, released or taken by another contender meanwhile
+            raise
+
+    def _long_dead(self, state: LeaseState) -> bool:
+        age = seconds_since_renewal(state.body, self._wall_clock())
+        return age is not None and age > 2 * self.ttl_seconds
+
+    def acquire(self, wait_seconds: float | None = None) -> None:
+        """Takes the lease, waiting up to `wait_seconds` (default: twice its time to live, long enough for a dead
+        holder's lease to expire); raises LeaseHeldError naming the holder if it is still held then."""
+        wait = 2 * self.ttl_seconds if wait_seconds is None else wait_seconds
+        deadline, watched = self._clock() + wait, {}
+        while not self.try_acquire(watched):
+            if self._clock() >= deadline:
+                state = self.read()
+                holder = state.holder if state else "a writer that has just released it"
+                raise LeaseHeldError(
+                    f"{self.table} has another writer: {holder} (lease s3://{self.bucket}/{self.key}). This writer waited "
+                    f"{wait:g} s and stops without writing; a live writer renews its lease every {self.ttl_seconds / RENEWALS_PER_TTL:g} s, "
+                    f"a dead one's lease expires {self.ttl_seconds:g} s after its last renewal."
+                )
+            self._sleep(min(POLL_SECONDS, max(0.0, deadline - self._clock())))
+        self._start_renewing()
+
+    def _taken(self, etag: str, requested_at: float) -> None:
+        # From when the request was sent: the lease in S3 is at least that fresh, and check() errs on the safe side.
+        with self._lock:
+            self._etag, self._renewed_at, self._lost = etag, requested_at, None
+
+    def renew(self) -> None:
+        """Extends the lease (If-Match on this holder's last ETag); raises LeaseLostError if another took it."""
+        with self._lock:
+            if self._etag is None:
+                raise LeaseLostError(f"{self.table}: this writer does not hold the lease")
+            etag = self._etag
+        try:
+            requested_at = self._clock()
+            self._taken(self._put(IfMatch=etag), requested_at)
+        except ClientError as error:
+            if _precondition_failed(error) or _not_found(error):
+                with self._lock:
+                    self._etag, self._lost = None, f"taken over by {self._current_holder()}"
+                raise LeaseLostError(f"{self.table}: the writer lease was {self._lost}") from None
+            raise
+
+    def _current_holder(self) -> str:
+        try:
+            state = self.read()
+        except ClientError:
+            return "another writer"
+        return state.holder if state else "nobody (deleted)"
+
+    def check(self) -> None:
+        """Before a commit: raises LeaseLostError unless this writer holds a lease renewed within its time to live,
+        with a third of it to spare (a contender cannot have taken it over yet)."""
+        with self._lock:
+            lost, renewed_at = self._lost, self._renewed_at
+        if lost:
+            raise LeaseLostError(f"{self.table}: the writer lease was {lost}; this writer stops without committing")
+        if renewed_at is None or self._clock() - renewed_at > self.ttl_seconds * (1 - 1 / RENEWALS_PER_TTL):
+            raise LeaseLostError(
+                f"{self.table}: the writer lease has not been renewed for {self._clock() - (renewed_at or 0):.0f} s "
+                f"(time to live {self.ttl_seconds:g} s); this writer stops without committing"
+            )
+
+    def _start_renewing(self) -> None:
+        self._stop.clear()
+        self._renewer = threading.Thread(target=self._renew_until_stopped, name=f"lease-{self.table}", daemon=True)
+        self._renewer.start()
+
+    def _renew_until_stopped(self) -> None:
+        while not self._stop.wait(self.ttl_seconds / RENEWALS_PER_TTL):
+            try:
+                self.renew()
+            except LeaseLostError:
+                return
+            except Exception:  # noqa: BLE001 - a failed request: the next one may pass; check() tells if none does
+                continue
+
+    def release(self) -> None:
+        """Stops renewing and deletes the lease if it is still this writer's."""
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
+            self._renewer = None
+        with self._lock:
+            etag, self._etag = self._etag, None
+        if etag is None:
+            return
+        try:
+            self._s3.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=etag)
+        except ClientError as error:
+            if not (_precondition_failed(error) or _not_found(error)):
+                raise
+
+    def __enter__(self) -> "WriterLease":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+

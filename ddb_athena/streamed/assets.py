@@ -1,0 +1,222 @@
+"""Books assets: the stream captured as change files (books_source) and MERGEd into Iceberg (books_iceberg), by one
+long-lived sync run that keeps its SparkSession warm and cycles every few seconds.
+
+Every cycle that does something is recorded as a materialization of both assets (idle cycles once a minute,
+so freshness holds and the event log stays small), with the books_iceberg checks evaluated beside it:
+backlog and quarantine every time, the checks that read the table or DynamoDB every few cycles.
+"""
+
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Callable
+
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckResult,
+    AssetExecutionContext,
+    AssetMaterialization,
+    AssetObservation,
+    AssetSpec,
+    Config,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    RunsFilter,
+    multi_asset,
+)
+from pydantic import Field
+
+from ddb_athena.lake.maintenance import MaintenanceResult, MaintenanceState, compact_with_tombstones, maintenance_state
+from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
+from ddb_athena.lib.settings import MAX_MERGE_INTERVAL_SECONDS, MAX_SYNC_RUN_MINUTES, MIN_MERGE_INTERVAL_SECONDS
+from ddb_athena.lib.upkeep import maintain
+from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL
+from ddb_athena.streamed.check_results import cycle_check_results, files_compact_result
+from ddb_athena.streamed.cycle import BooksSync
+from ddb_athena.streamed.run_loop import StopRequest, run_cycles
+
+# The specs are skippable: each cycle's materializations are logged as events, no output is returned.
+books_source = AssetSpec(
+    "books_source",
+    group_name="books",
+    kinds={"dynamodb", "s3"},
+    description="DynamoDB stream changes of the books table, captured as change files under s3://<bucket>/books_source/.",
+    skippable=True,
+)
+books_iceberg = AssetSpec(
+    "books_iceberg",
+    deps=[books_source],
+    group_name="books",
+    kinds={"spark", "iceberg"},
+    description="library.books: the books table in Iceberg, kept in sync by a MERGE INTO every few seconds.",
+    skippable=True,
+)
+# The long-lived sync's job: a run of it gives way to any other books writer that waits (see waiting_writer).
+SYNC_JOB_NAME = "books_sync"
+# An idle cycle is recorded at most this often: enough for freshness and the plots, little for the event log.
+IDLE_RECORD_SECONDS = 60.0
+
+
+class BooksSyncConfig(Config):
+    bootstrap: bool = Field(
+        default=False,
+        description="Scan the whole table and replay the stream after it (first cycle): the recovery from a stream gap.",
+    )
+    run_minutes: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_SYNC_RUN_MINUTES,
+        description="How long this run keeps syncing; 0: one cycle. Default: the sync resource's sync_run_minutes for a "
+        "books_sync run, one cycle for any other (Materialize in the UI, a bootstrap).",
+    )
+    merge_interval_seconds: float | None = Field(
+        default=None,
+        ge=MIN_MERGE_INTERVAL_SECONDS,
+        le=MAX_MERGE_INTERVAL_SECONDS,
+        description="Seconds from one cycle's start to the next. Default: the sync resource's merge_interval_seconds."
+    )
+
+
+def books_syncer(
+    aws: AwsClientsResource,
+    spark: IcebergSparkResource,
+    sync: SyncSettings,
+    log: Callable[[str], None],
+    warn: Callable[[str], None],
+    before_write: Callable[[], None],
+    capture_seconds: float | None = None,
+) -> BooksSync:
+    """The sync cycle's state, from the resources (its SparkSession is created by the first cycle that needs it)."""
+    return BooksSync(
+        aws.client("dynamodb"),
+        aws.client("dynamodbstreams"),
+        aws.client("s3"),
+        lambda: spark.spark_session,
+        spark.source_scheme,
+        sync.books_table,
+        sync.books_iceberg_table,
+        sync.books_layout,
+        log=log,
+        warn=warn,
+        capture_stream=sync.books_capture == "run",
+        before_write=before_write,
+        capture_seconds=capture_seconds,
+    )
+
+
+def maintenance_observation(result: MaintenanceResult) -> AssetObservation:
+    """What maintenance did, shown on the books_iceberg asset page beside the materializations."""
+    return AssetObservation(asset_key=books_iceberg.key, metadata={f"maintenance_{k}": v for k, v in result.metadata().items()})
+
+
+def evaluation(result: AssetCheckResult, check_name: str) -> AssetCheckEvaluation:
+    """A check's result as an event of the running sync (a check runs in many cycles of one run)."""
+    return AssetCheckEvaluation(
+        asset_key=books_iceberg.key,
+        check_name=check_name,
+        passed=result.passed,
+        metadata=result.metadata,
+        severity=result.severity,
+        description=result.description,
+    )
+
+
+def waiting_writer(instance: DagsterInstance) -> DagsterRun | None:
+    """A queued run, other than a sync's successor, that writes library.books (a bootstrap, Materialize, a maintenance):
+    the sync ends after its cycle so that it runs now, not at the end of the hour; the schedule resumes the sync after."""
+    for run in instance.get_runs(filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED]), limit=50):
+        pools = (run.run_op_concurrency.all_pools or set()) if run.run_op_concurrency else set()
+        if run.job_name != SYNC_JOB_NAME and BOOKS_WRITER_POOL in pools:
+            return run
+    return None
+
+
+@multi_asset(
+    name="sync_books",
+    specs=[books_source, books_iceberg],
+    pool=BOOKS_WRITER_POOL,
+    description="Captures the books stream and MERGEs it into library.books every merge_interval_seconds for run_minutes.",
+)
+def sync_books(
+    context: AssetExecutionContext,
+    config: BooksSyncConfig,
+    aws: AwsClientsResource,
+    spark: IcebergSparkResource,
+    sync: SyncSettings,
+    leases: WriterLeases,
+):
+    # Materialize in the UI is one cycle now, not an hour's sync beside the schedule's: the schedule's runs are the sync.
+    default_minutes = sync.sync_run_minutes if context.run.job_name == SYNC_JOB_NAME else 0.0
+    run_minutes = default_minutes if config.run_minutes is None else config.run_minutes
+    interval = sync.merge_interval_seconds if config.merge_interval_seconds is None else config.merge_interval_seconds
+    lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.books_iceberg_table)
+    # A capture reads the stream for at most one interval: behind, the table still moves every cycle.
+    syncer = books_syncer(aws, spark, sync, log=context.log.info, warn=context.log.warning, before_write=lease.check, capture_seconds=interval)
+    recorded = {"at": None, "merges": 0}
+    maintenance_interval = timedelta(minutes=sync.maintenance_interval_minutes)
+    orphan_sweep_interval = timedelta(hours=sync.orphan_sweep_interval_hours)
+    # Read from the table once, at the run's first merge, then kept here: no catalog read or Spark job per cycle.
+    maintained = {"state": None}
+    # Compaction alone, more often than maintenance: counted from the run's start.
+    compaction_interval, compacted = timedelta(minutes=sync.compaction_interval_minutes), {"at": datetime.now(timezone.utc)}
+    starts = {"previous": None}
+    # Whether the last cycle found nothing to merge (the loop then backs off): said in the log when it changes.
+    pace = {"backing_off": False}
+    stop = StopRequest()
+
+    def cycle(number: int) -> bool:
+        waiting = waiting_writer(context.instance)
+        if waiting is not None and not stop.requested:
+            context.log.info(f"Ending the sync after this cycle: run {waiting.run_id} ({waiting.job_name}) waits to write {sync.books_iceberg_table}")
+            stop.end_after_cycle()
+        started, previous = time.monotonic(), starts["previous"]
+        starts["previous"] = started
+        outcome = syncer.cycle(f"{context.run.run_id}-{number}", bootstrap=config.bootstrap and number == 1)
+        if outcome.idle != pace["backing_off"]:
+            pace["backing_off"] = outcome.idle
+            context.log.info(
+                f"Nothing to merge: cycles back off, up to {max(interval, sync.longest_merge_interval_seconds):g} s apart"
+                if outcome.idle
+                else f"Changes again: a cycle every {interval:g} s"
+            )
+        if outcome.idle and recorded["at"] is not None and time.monotonic() - recorded["at"] < IDLE_RECORD_SECONDS:
+            return False
+        # How often cycles come: the interval, or more when cycles overrun it or a quiet table backs off.
+        pacing = {"seconds_since_previous_cycle": started - previous if previous is not None else 0.0}
+        context.log_event(AssetMaterialization(asset_key=books_source.key, metadata={**outcome.source, "cycle": number}))
+        context.log_event(AssetMaterialization(asset_key=books_iceberg.key, metadata={**outcome.merged, **pacing, "cycle": number}))
+        # The checks that list S3 or read the table: after the run's first merge, then every few (those that list S3
+        # also on an idle table's recorded cycles, a minute apart); at once when the cycle found trouble.
+        periodic = recorded["merges"] % sync.table_checks_every_cycles == 0
+        behind = None if outcome.source.get("stream_caught_up", True) else outcome.source["capture_lag_seconds"]
+        quarantined = bool(outcome.merged.get("records_quarantined") or outcome.merged.get("foreign_files_quarantined"))
+        checks = cycle_check_results(aws, spark, sync, periodic and not outcome.idle, behind, periodic or outcome.idle, quarantined)
+        for name, result in checks.items():
+            context.log_event(evaluation(result, name))
+        recorded.update(at=time.monotonic(), merges=recorded["merges"] + (not outcome.idle))
+        # One writer: upkeep runs inside the loop, between merges, never beside them. Idle tables need none.
+        if not outcome.idle:
+            upkeep()
+        return not outcome.idle
+
+    def upkeep() -> None:
+        lease.check()
+        if maintained["state"] is None:
+            maintained["state"] = maintenance_state(spark.spark_session, sync.books_iceberg_table)
+        state, now = maintained["state"], datetime.now(timezone.utc)
+        if state.maintained_at is not None and now - state.maintained_at >= maintenance_interval:
+            sweep = state.orphan_sweep_due(orphan_sweep_interval, now)
+            result = maintain(spark, sync, sync.books_iceberg_table, with_tombstones=True, now=now, remove_orphans=sweep)
+            maintained["state"] = MaintenanceState(now, now if sweep else state.orphans_removed_at)
+            compacted["at"] = now
+            context.log.info(f"Maintenance: {result.before} -> {result.after}")
+            context.log_event(maintenance_observation(result))
+            context.log_event(evaluation(files_compact_result(result.after), "books_files_compact"))
+        elif now - compacted["at"] >= compaction_interval:
+            compaction = compact_with_tombstones(spark.spark_session, spark.catalog, sync.books_iceberg_table)
+            compacted["at"] = now
+            context.log.info(f"Compaction: {compaction.rewritten_data_files} files rewritten into {compaction.added_data_files}")
+
+    cycles = run_cycles(cycle, interval, run_minutes * 60, stop=stop, idle_interval_seconds=sync.longest_merge_interval_seconds)
+    context.log.info(f"Sync run done after {cycles} cycles ({run_minutes:g} minutes, one every {interval:g} s or more)")
+    yield from ()

@@ -1,0 +1,98 @@
+"""Batches the capture Lambda gave up on: counted for a check, and captured again from the stream while it holds them.
+
+The event source mapping sends a batch whose retries or record age ran out to its on-failure queue, as a message
+that names the batch's shard and sequence-number range (`DDBStreamBatchInfo`), not its records. Until the range is
+captured again its changes are missing from the table: the queue's depth turns a check red, and `replay` reads
+each range back from the stream into a change file (kind `replay`) and only then deletes its message. A replayed
+change merges like any other: one older than what the table holds for its key is skipped by sequence number, and
+deletes are remembered, so replaying late never moves a key back. A range the stream no longer holds (24 hours)
+cannot be replayed: its message stays, and the way back is a bootstrap.
+"""
+
+import json
+from dataclasses import dataclass, field
+from typing import Callable
+
+from botocore.exceptions import ClientError
+
+from ddb_athena.streamed.capture.change_files import ChangeFileNamer, SourceLayout, change_record, write_change_file
+from ddb_athena.streamed.capture.stream_reader import BOOTSTRAP_HINT, EMPTY_PAGES_CAUGHT_UP
+
+REPLAY_KIND = "replay"
+# Where the stream no longer holds a range: trimmed records, or a shard (or stream) gone.
+_GONE = {"TrimmedDataAccessException", "ResourceNotFoundException"}
+
+
+@dataclass(frozen=True)
+class FailedBatch:
+    stream_arn: str
+    shard_id: str
+    first_sequence: str
+    last_sequence: str
+    size: int
+
+    @classmethod
+    def from_message(cls, body: str) -> "FailedBatch":
+        info = json.loads(body)["DDBStreamBatchInfo"]
+        return cls(info["streamArn"], info["shardId"], info["startSequenceNumber"], info["endSequenceNumber"], int(info.get("batchSize", 0)))
+
+    def holds(self, sequence: str) -> bool:
+        return int(self.first_sequence) <= int(sequence) <= int(self.last_sequence)
+
+
+@dataclass
+class ReplayResult:
+    replayed: list[str] = field(default_factory=list)  # change files written
+    records: int = 0
+    not_replayable: list[FailedBatch] = field(default_factory=list)
+
+
+def failure_queue_depth(sqs, queue_url: str) -> int:
+    """Messages in the queue, visible or being handled: batches not yet captured again."""
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+
+def read_range(streams, batch: FailedBatch) -> list[dict]:
+    """The stream records of the batch's range, read from its first sequence number."""
+    iterator = streams.get_shard_iterator(
+        StreamArn=batch.stream_arn, ShardId=batch.shard_id, ShardIteratorType="AT_SEQUENCE_NUMBER", SequenceNumber=batch.first_sequence
+    )["ShardIterator"]
+    records, empty_pages = [], 0
+    while iterator is not None and empty_pages < EMPTY_PAGES_CAUGHT_UP:
+        response = streams.get_records(ShardIterator=iterator, Limit=1000)
+        page = response.get("Records", [])
+        empty_pages = 0 if page else empty_pages + 1
+        records += [record for record in page if batch.holds(record["dynamodb"]["SequenceNumber"])]
+        if page and int(page[-1]["dynamodb"]["SequenceNumber"]) >= int(batch.last_sequence):
+            break
+        iterator = response.get("NextShardIterator")
+    return records
+
+
+def replay(sqs, streams, s3, queue_url: str, layout: SourceLayout, log: Callable[[str], None], namer: ChangeFileNamer | None = None) -> ReplayResult:
+    """Captures every failed batch in the queue again; a message is deleted once its change file is durable."""
+    namer, result = namer or ChangeFileNamer(), ReplayResult()
+    while True:
+        # Messages kept (not replayable) stay invisible for this call's duration, so the loop ends.
+        messages = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=300).get("Messages", [])
+        if not messages:
+            return result
+        for message in messages:
+            batch = FailedBatch.from_message(message["Body"])
+            try:
+                records = read_range(streams, batch)
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") not in _GONE:
+                    raise
+                result.not_replayable.append(batch)
+                log(f"{batch.shard_id} {batch.first_sequence}..{batch.last_sequence}: no longer in the stream. {BOOTSTRAP_HINT}")
+                continue
+            if records:
+                key = write_change_file(s3, layout, namer.next_name(REPLAY_KIND), [change_record(record, batch.shard_id) for record in records])
+                result.replayed.append(key)
+                result.records += len(records)
+            log(f"{batch.shard_id} {batch.first_sequence}..{batch.last_sequence}: {len(records)} records captured again")
+            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])

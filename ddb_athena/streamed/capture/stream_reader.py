@@ -1,0 +1,266 @@
+"""Reads a table's DynamoDB stream into change files: every shard, parents before children.
+
+A shard's checkpoint advances only after the change file holding its records is durable, so a
+crash at any point re-reads, never skips. Losing records to the stream's 24-hour trim is
+detected and reported, never papered over: the way back is a bootstrap.
+
+As AWS documents GetRecords, an empty page is not the end of a shard ("it might take multiple calls to get to a
+portion of the shard that contains stream records"): a closed shard is read until GetRecords returns no next
+iterator, an open one until several pages in a row come back empty (caught up). A finished shard's checkpoint is
+deleted once a child has one of its own: each capture reads the open shards' checkpoints, not the stream's history.
+"""
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from botocore.exceptions import ClientError
+
+from ddb_athena.streamed.capture.change_files import ChangeFileNamer, ChangeRecord, SourceLayout, change_record, write_change_file
+from ddb_athena.streamed.capture.checkpoints import CheckpointStore, ShardCheckpoint
+
+BOOTSTRAP_HINT = (
+    "Recover with a bootstrap (a full scan ordered before the stream's remaining changes): `ddb-athena bootstrap books`, "
+    "or launch the books_bootstrap job from the Dagster UI. It waits for the running sync to end its cycle, and the "
+    "sync resumes after it."
+)
+
+
+# Empty pages in a row after which an open shard counts as caught up (each is one GetRecords request).
+EMPTY_PAGES_CAUGHT_UP = 3
+
+
+class StreamGapError(RuntimeError):
+    """Changes that were never captured are no longer in the stream."""
+
+
+class StreamNotEnabledError(RuntimeError):
+    pass
+
+
+@dataclass
+class CaptureResult:
+    stream_arn: str
+    change_files: list[str] = field(default_factory=list)
+    records: int = 0
+    events: Counter = field(default_factory=Counter)
+    shards_read: int = 0
+    newest_change_at: str | None = None
+    # False when the capture stopped at its time or record bound with records left in the stream: it is behind.
+    caught_up: bool = True
+
+
+def _error_code(error: ClientError) -> str:
+    return error.response.get("Error", {}).get("Code", "")
+
+
+def latest_stream_arn(dynamodb, table_name: str) -> str:
+    table = dynamodb.describe_table(TableName=table_name)["Table"]
+    spec = table.get("StreamSpecification") or {}
+    if not spec.get("StreamEnabled") or "LatestStreamArn" not in table:
+        raise StreamNotEnabledError(
+            f"DynamoDB table {table_name!r} has no stream. Enable it with: aws dynamodb update-table "
+            f"--table-name {table_name} --stream-specification StreamEnabled=true,StreamViewType=NEW_AND_OLD_IMAGES"
+        )
+    return table["LatestStreamArn"]
+
+
+def list_shards(streams, stream_arn: str) -> list[dict]:
+    shards, start = [], None
+    while True:
+        kwargs = {"StreamArn": stream_arn, **({"ExclusiveStartShardId": start} if start else {})}
+        description = streams.describe_stream(**kwargs)["StreamDescription"]
+        shards.extend(description.get("Shards", []))
+        start = description.get("LastEvaluatedShardId")
+        if not start:
+            return shards
+
+
+def finished_shards(checkpoints: dict[str, ShardCheckpoint]) -> set[str]:
+    """Shards read to their end: finished checkpoints, and the parents of shards with a checkpoint (a child is read
+    only once its parent is finished, and the parent's checkpoint is deleted after that)."""
+    return {c.shard_id for c in checkpoints.values() if c.finished} | {c.parent_shard_id for c in checkpoints.values() if c.parent_shard_id}
+
+
+def parents_first(shards: list[dict]) -> list[dict]:
+    """Shards ordered so that every parent comes before its children (AWS's processing rule)."""
+    by_id = {shard["ShardId"]: shard for shard in shards}
+    ordered, seen = [], set()
+
+    def visit(shard: dict) -> None:
+        if shard["ShardId"] in seen:
+            return
+        parent = by_id.get(shard.get("ParentShardId"))
+        if parent is not None:
+            visit(parent)
+        seen.add(shard["ShardId"])
+        ordered.append(shard)
+
+    for shard in sorted(shards, key=lambda s: s["SequenceNumberRange"].get("StartingSequenceNumber", "").zfill(40)):
+        visit(shard)
+    return ordered
+
+
+class StreamCapture:
+    """Captures one table's stream into `layout`'s change files."""
+
+    def __init__(
+        self,
+        dynamodb,
+        streams,
+        s3,
+        table_name: str,
+        layout: SourceLayout,
+        namer: ChangeFileNamer | None = None,
+        records_per_file: int = 10_000,
+        max_records: int = 200_000,
+        log: Callable[[str], None] = lambda message: None,
+        max_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        """A capture reads until it has caught up with the stream, or holds `max_records`, or has read for
+        `max_seconds`: behind a stream it cannot keep up with, each capture still ends, so the cycle merges what it
+        has and the table keeps moving; the next capture goes on from the checkpoints."""
+        self._dynamodb, self._streams, self._s3 = dynamodb, streams, s3
+        self._table_name = table_name
+        self._layout = layout
+        self._checkpoints = CheckpointStore(s3, layout)
+        self._namer = namer or ChangeFileNamer()
+        self._records_per_file = records_per_file
+        self._max_records = max_records
+        self._log = log
+        self._max_seconds, self._clock = max_seconds, clock
+        self._deadline = float("inf")
+
+    def reset_checkpoints(self) -> int:
+        """Forgets every position (for a bootstrap): the next capture starts at TRIM_HORIZON."""
+        return self._checkpoints.delete_all()
+
+    def capture(self) -> CaptureResult:
+        stream_arn = latest_stream_arn(self._dynamodb, self._table_name)
+        all_checkpoints = self._checkpoints.load_all()
+        checkpoints = {c.shard_id: c for c in all_checkpoints if c.stream_arn == stream_arn}
+        if all_checkpoints and not checkpoints:
+            raise StreamGapError(
+                f"The stream of {self._table_name!r} changed (now {stream_arn}); changes made before it "
+                f"was re-created cannot be read. {BOOTSTRAP_HINT}"
+            )
+        shards = parents_first(list_shards(self._streams, stream_arn))
+        finished = finished_shards(checkpoints)
+        self._fail_on_gaps(shards, checkpoints, finished)
+
+        result = CaptureResult(stream_arn=stream_arn)
+        self._deadline = self._clock() + self._max_seconds if self._max_seconds is not None else float("inf")
+        listed = {shard["ShardId"] for shard in shards}
+        for shard in shards:
+            shard_id, parent_id = shard["ShardId"], shard.get("ParentShardId")
+            if shard_id in finished:
+                continue
+            if parent_id in listed and parent_id not in finished:
+                continue  # the parent still has unread records; children wait for the next capture
+            if self._bound_reached(result.records):
+                result.caught_up = False
+                break
+            checkpoint = checkpoints.get(shard_id) or ShardCheckpoint(stream_arn, shard_id, parent_id)
+            closed = "EndingSequenceNumber" in shard.get("SequenceNumberRange", {})
+            checkpoints[shard_id] = self._capture_shard(checkpoint, result, closed)
+            if checkpoints[shard_id].finished:
+                finished.add(shard_id)
+        self._prune(shards, checkpoints)
+        return result
+
+    def _prune(self, shards: list[dict], checkpoints: dict[str, ShardCheckpoint]) -> None:
+        """Deletes the checkpoints of finished shards whose children all have one of their own (each names its parent,
+        which is then known as finished without its own checkpoint)."""
+        children: dict[str, list[str]] = {}
+        for shard in shards:
+            children.setdefault(shard.get("ParentShardId"), []).append(shard["ShardId"])
+        for checkpoint in list(checkpoints.values()):
+            kids = children.get(checkpoint.shard_id, [])
+            if checkpoint.finished and kids and all(kid in checkpoints for kid in kids):
+                self._checkpoints.delete(checkpoint)
+                del checkpoints[checkpoint.shard_id]
+
+    def _fail_on_gaps(self, shards: list[dict], checkpoints: dict[str, ShardCheckpoint], finished: set[str]) -> None:
+        listed = {shard["ShardId"] for shard in shards}
+        for checkpoint in checkpoints.values():
+            if not checkpoint.finished and checkpoint.shard_id not in listed:
+                raise StreamGapError(
+                    f"Shard {checkpoint.shard_id} was trimmed from the stream before it was read to its end "
+                    f"(last captured sequence {checkpoint.sequence_number}). {BOOTSTRAP_HINT}"
+                )
+        if not checkpoints:
+            return  # first capture of this stream: history before it comes from the bootstrap scan
+        for shard in shards:
+            parent = shard.get("ParentShardId")
+            if shard["ShardId"] not in checkpoints.keys() | finished and parent and parent not in listed and parent not in finished:
+                raise StreamGapError(
+                    f"Shard {shard['ShardId']} descends from {parent}, which was trimmed before it was captured. "
+                    f"{BOOTSTRAP_HINT}"
+                )
+
+    def _iterator(self, checkpoint: ShardCheckpoint) -> str:
+        kwargs = {"StreamArn": checkpoint.stream_arn, "ShardId": checkpoint.shard_id}
+        if checkpoint.sequence_number:
+            kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=checkpoint.sequence_number)
+        else:
+            kwargs.update(ShardIteratorType="TRIM_HORIZON")
+        try:
+            return self._streams.get_shard_iterator(**kwargs)["ShardIterator"]
+        except ClientError as error:
+            if _error_code(error) == "TrimmedDataAccessException":
+                raise StreamGapError(
+                    f"Shard {checkpoint.shard_id}: records after sequence {checkpoint.sequence_number} were trimmed "
+                    f"(older than the stream's 24-hour retention) before they were captured. {BOOTSTRAP_HINT}"
+                ) from error
+            raise
+
+    def _capture_shard(self, checkpoint: ShardCheckpoint, result: CaptureResult, closed: bool) -> ShardCheckpoint:
+        iterator: str | None = self._iterator(checkpoint)
+        pending: list[ChangeRecord] = []
+        last_read = checkpoint.sequence_number
+        empty_pages = 0
+        result.shards_read += 1
+        while iterator is not None and not self._bound_reached(result.records + len(pending)):
+            try:
+                response = self._streams.get_records(ShardIterator=iterator, Limit=1000)
+            except ClientError as error:
+                if _error_code(error) != "ExpiredIteratorException":
+                    raise
+                # Iterators live 15 minutes; resume right after the last record we hold.
+                self._log(f"shard {checkpoint.shard_id}: iterator expired, renewing after {last_read}")
+                iterator = self._iterator(replace(checkpoint, sequence_number=last_read))
+                continue
+            records = response.get("Records", [])
+            pending.extend(change_record(record, checkpoint.shard_id) for record in records)
+            if records:
+                last_read = records[-1]["dynamodb"]["SequenceNumber"]
+            iterator = response.get("NextShardIterator")
+            if len(pending) >= self._records_per_file:
+                checkpoint = self._flush(checkpoint, pending, result, finished=False)
+                pending = []
+            empty_pages = 0 if records else empty_pages + 1
+            if not closed and empty_pages >= EMPTY_PAGES_CAUGHT_UP:
+                break  # caught up with an open shard
+        if iterator is not None and (closed or empty_pages < EMPTY_PAGES_CAUGHT_UP):
+            result.caught_up = False  # stopped at a bound with the shard not read to its end
+        return self._flush(checkpoint, pending, result, finished=iterator is None)
+
+    def _bound_reached(self, records: int) -> bool:
+        return records >= self._max_records or self._clock() >= self._deadline
+
+    def _flush(self, checkpoint: ShardCheckpoint, records: list[ChangeRecord], result: CaptureResult, finished: bool) -> ShardCheckpoint:
+        # A shard's first checkpoint is written even with no record: it names the parent, finished from then on.
+        if not records and not finished and checkpoint.updated_at is not None:
+            return checkpoint
+        if records:
+            key = write_change_file(self._s3, self._layout, self._namer.next_name("stream"), records)
+            result.change_files.append(key)
+            result.records += len(records)
+            result.events.update(record.event_name for record in records)
+            newest = max(record.approximate_creation_time for record in records)
+            result.newest_change_at = max(filter(None, [result.newest_change_at, newest]))
+            checkpoint = replace(checkpoint, sequence_number=records[-1].sequence_number, change_file=key)
+        # Only now that the file is durable does the position move.
+        return self._checkpoints.save(replace(checkpoint, finished=finished))

@@ -1,0 +1,151 @@
+"""What the books checks find, as AssetCheckResults (no check definitions): the sync run evaluates some of them in
+its cycles (`cycle_check_results`), and `checks.py` defines each as an asset check that can run on its own."""
+
+import json
+from datetime import datetime, timedelta, timezone
+
+from dagster import AssetCheckResult, AssetCheckSeverity
+
+from ddb_athena.lake.change_merge import row_versions, tombstone_versions
+from ddb_athena.lake.maintenance import TableFiles
+from ddb_athena.lake.table_spec import BOOKS_SPEC
+from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
+from ddb_athena.lib.table_checks import unique_key_result
+from ddb_athena.streamed.capture.change_files import is_change_file, list_keys
+from ddb_athena.streamed.capture.commit_manifests import committed_files
+from ddb_athena.streamed.capture.failed_batches import failure_queue_depth
+from ddb_athena.streamed.capture.quarantine import quarantined_reasons
+from ddb_athena.streamed.key_parity import KeyParity, KeyScan, ParityTracker, paced_keys, read_rate_for
+
+# Compaction keeps the average data file at least this big, or the table in at most this many files.
+MIN_AVERAGE_DATA_FILE_BYTES = 1024 * 1024
+SMALL_TABLE_MAX_FILES = 50
+# How often a parity check run on its own looks again while keys are in flight.
+PARITY_POLL_SECONDS = 5.0
+
+
+def backlog_result(aws: AwsClientsResource, sync: SyncSettings, stream_lag_seconds: float | None = None) -> AssetCheckResult:
+    """Change files waiting to be merged, and (from a sync cycle) how far behind the stream its capture is: the age of
+    the newest change it captured, when it stopped with records left to read."""
+    s3 = aws.client("s3")
+    layout = sync.books_layout
+    done = committed_files(s3, layout)
+    pending = [obj for obj in list_keys(s3, layout.bucket, layout.changes_prefix) if is_change_file(obj["Key"]) and obj["Key"] not in done]
+    ages = [datetime.now(timezone.utc) - obj["LastModified"] for obj in pending]
+    oldest = max(ages, default=timedelta(0))
+    behind = timedelta(seconds=stream_lag_seconds or 0)
+    metadata = {"unmerged_files": len(pending), "oldest_unmerged_seconds": oldest.total_seconds()}
+    if stream_lag_seconds is not None:
+        metadata["stream_behind_seconds"] = stream_lag_seconds
+    return AssetCheckResult(passed=oldest <= sync.backlog_limit and behind <= sync.backlog_limit, metadata=metadata)
+
+
+def quarantine_result(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheckResult:
+    layout = sync.books_layout
+    reasons = quarantined_reasons(aws.client("s3"), layout)
+    return AssetCheckResult(
+        passed=not reasons,
+        metadata={
+            "quarantined_records": sum(reasons.values()),
+            "reasons": json.dumps(reasons),
+            "quarantine": layout.uri(layout.quarantine_prefix),
+        },
+        description=None if not reasons else "Inspect the quarantined records, fix or re-inject them, then delete them.",
+    )
+
+
+def capture_failures_result(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheckResult:
+    depth = failure_queue_depth(aws.client("sqs"), sync.capture_failure_queue_url)
+    return AssetCheckResult(
+        passed=depth == 0,
+        metadata={"failed_batches": depth, "queue": sync.capture_failure_queue_url},
+        description=None if not depth else "The capture Lambda gave up on stream batches: their changes are missing from "
+        "library.books. `ddb-athena replay-failures` captures them again while the stream holds them (24 hours).",
+    )
+
+
+def key_parity_result(parity: KeyParity, scans: list[KeyScan]) -> AssetCheckResult:
+    return AssetCheckResult(
+        passed=parity.passed,
+        severity=AssetCheckSeverity.WARN,
+        metadata={
+            **parity.metadata(),
+            "dynamodb_scans": len(scans),
+            "dynamodb_read_units": sum(scan.read_units for scan in scans),
+            "dynamodb_scan_seconds": sum(scan.seconds for scan in scans),
+        },
+        description=None if parity.passed else "Keys differ from DynamoDB for longer than a change takes to merge: a lost change or a "
+        "hand-made edit of the table. A bootstrap run (config bootstrap: true) rebuilds the table from DynamoDB.",
+    )
+
+
+def key_parity_readers(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, scans: list[KeyScan]) -> tuple:
+    """What a ParityTracker reads: library.books's keys and row versions, DynamoDB's keys (a paced scan, appended to
+    `scans`), the newest tombstones of some keys."""
+    key = BOOKS_SPEC.key
+    dynamodb = aws.client("dynamodb")
+    rate = read_rate_for(dynamodb, sync.books_table, sync.parity_scan_capacity_share, sync.parity_scan_read_units_per_second)
+
+    def dynamodb_keys() -> list[str]:
+        scans.append(paced_keys(dynamodb, sync.books_table, key.attribute, key.type_tag, rate, sync.parity_scan_segments))
+        return scans[-1].keys
+
+    return (
+        lambda: row_versions(spark.spark_session, sync.books_iceberg_table, key.name),
+        dynamodb_keys,
+        lambda keys: tombstone_versions(spark.spark_session, sync.books_iceberg_table, key.name, keys),
+    )
+
+
+def observe_key_parity(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings) -> tuple[KeyParity, list[KeyScan]]:
+    """Compares the keys of library.books and DynamoDB until what was in flight at the first look has settled; each
+    look is a paced scan of DynamoDB's keys (returned too, for what they read)."""
+    scans: list[KeyScan] = []
+    parity = ParityTracker(sync.parity_settle_seconds).observe_until_settled(
+        *key_parity_readers(aws, spark, sync, scans), poll_seconds=min(PARITY_POLL_SECONDS, sync.parity_settle_seconds)
+    )
+    return parity, scans
+
+
+def files_compact_result(files: TableFiles) -> AssetCheckResult:
+    floor = min(MIN_AVERAGE_DATA_FILE_BYTES, files.data_bytes / SMALL_TABLE_MAX_FILES)
+    return AssetCheckResult(
+        passed=files.average_data_file_bytes >= floor,
+        metadata={
+            "data_files": files.data_files,
+            "delete_files": files.delete_files,
+            "average_data_file_bytes": files.average_data_file_bytes,
+            "floor_bytes": floor,
+            "metadata_files": files.metadata_files,
+            "snapshots": files.snapshots,
+        },
+    )
+
+
+def cycle_check_results(
+    aws: AwsClientsResource,
+    spark: IcebergSparkResource,
+    sync: SyncSettings,
+    with_table: bool,
+    stream_lag_seconds: float | None = None,
+    list_s3: bool = True,
+    quarantined: bool = False,
+) -> dict[str, AssetCheckResult]:
+    """The checks a sync cycle evaluates, by check name. Those that list S3 (backlog, quarantine) when `list_s3`, the
+    backlog also whenever the capture stopped behind the stream (`stream_lag_seconds`, None when it caught up) and the
+    quarantine whenever the cycle `quarantined` something; the one reading the table (a Spark job) when `with_table`.
+    None reads DynamoDB's items."""
+    results = {}
+    if list_s3 or stream_lag_seconds is not None:
+        results["books_backlog"] = backlog_result(aws, sync, stream_lag_seconds)
+    if list_s3 or quarantined:
+        results["books_quarantine_empty"] = quarantine_result(aws, sync)
+    if sync.capture_failure_queue_url:
+        results["books_capture_failures"] = capture_failures_result(aws, sync)
+    if with_table:
+        unique = unique_key_result(spark.spark_session, sync.books_iceberg_table, BOOKS_SPEC.key.name)
+        # Between the daily key parity scans, a free signal beside the table's row count: DynamoDB's own item count
+        # (DescribeTable, no read units; AWS refreshes it about every six hours, so it lags the table).
+        item_count = aws.client("dynamodb").describe_table(TableName=sync.books_table)["Table"].get("ItemCount", 0)
+        results["books_unique_id"] = AssetCheckResult(passed=unique.passed, metadata={**unique.metadata, "dynamodb_item_count_6h": item_count})
+    return results

@@ -1,0 +1,190 @@
+"""One cycle of the books sync: capture the stream into change files, then MERGE the change files present
+into Iceberg and write the commit manifest. No Dagster: the same object runs in a Dagster run or anywhere
+else a SparkSession can be had.
+
+Capture is the run's own (it reads the stream) or, deployed on AWS, the capture Lambda's (it writes the change
+files; the run only merges them and, to bootstrap, scans the table). A cycle that captured nothing and finds no
+change file is idle: it touches no Spark (the session is not
+even created until a cycle needs it) and commits no snapshot.
+"""
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Callable
+
+from pyspark.sql import SparkSession
+
+from ddb_athena.lake.change_merge import merge_change_files, table_exists
+from ddb_athena.lake.table_spec import BOOKS_SPEC
+from ddb_athena.streamed.capture.bootstrap import bootstrap_snapshot, delete_unsealed_parts, pending_snapshot, with_snapshot_parts
+from ddb_athena.streamed.capture.change_files import ChangeFileNamer, SourceLayout, change_file_keys, list_keys
+from ddb_athena.streamed.capture.commit_manifests import committed_files, write_commit_manifest
+from ddb_athena.streamed.capture.quarantine import quarantine_foreign_files
+from ddb_athena.streamed.capture.stream_reader import StreamCapture
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+@dataclass
+class CycleOutcome:
+    """Metadata of books_source and books_iceberg for one cycle."""
+
+    source: dict
+    merged: dict
+    idle: bool
+
+
+class BooksSync:
+    """The state a sync run keeps across its cycles: clients, the change-file namer, the SparkSession."""
+
+    def __init__(
+        self,
+        dynamodb,
+        streams,
+        s3,
+        spark: Callable[[], SparkSession],
+        source_scheme: str,
+        table_name: str,
+        iceberg_table: str,
+        layout: SourceLayout,
+        log: Callable[[str], None],
+        warn: Callable[[str], None],
+        capture_stream: bool = True,
+        before_write: Callable[[], None] = lambda: None,
+        capture_seconds: float | None = None,
+    ):
+        """`before_write` is called before each step that writes (checkpoints, change files, the table, the manifest):
+        it raises when this writer may no longer write (its lease was lost). A capture reads the stream for at most
+        `capture_seconds` (the cycle's interval): behind, the table still moves every cycle."""
+        self._dynamodb, self._s3, self._spark = dynamodb, s3, spark
+        self._before_write = before_write
+        self._scheme, self._table_name, self._iceberg_table, self._layout = source_scheme, table_name, iceberg_table, layout
+        self._log, self._warn, self._capture_stream = log, warn, capture_stream
+        self._namer = ChangeFileNamer()
+        self._capture = StreamCapture(dynamodb, streams, s3, table_name, layout, namer=self._namer, log=log, max_seconds=capture_seconds)
+        self._bootstrap_checked = False
+        # The tables are created (or brought up to the spec) by the run's first merge; later ones skip that.
+        self._tables_ensured = False
+
+    def cycle(self, batch: str, bootstrap: bool = False) -> CycleOutcome:
+        """Captures, then merges what is present; `batch` names this cycle's manifest and quarantine."""
+        source = self.capture(bootstrap)
+        merged = self.merge(batch)
+        return CycleOutcome(source, merged or self._idle_metadata(), idle=merged is None)
+
+    def capture(self, bootstrap: bool) -> dict:
+        self._before_write()
+        started = time.monotonic()
+        metadata: dict = {"bootstrap_items": 0}
+        if bootstrap or not self._bootstrap_checked:
+            # Once per run: after the first merge the table exists (a later run checks again).
+            missing = not table_exists(self._spark(), self._iceberg_table)
+            self._bootstrap_checked = True
+            if bootstrap or (missing and not pending_snapshot(self._s3, self._layout)):
+                reason = "requested" if bootstrap else f"{self._iceberg_table} does not exist yet"
+                self._log(f"Bootstrap ({reason}): scanning {self._table_name}; stream changes captured after its start apply on top")
+                delete_unsealed_parts(self._s3, self._layout)
+                snapshot = bootstrap_snapshot(self._dynamodb, self._s3, self._table_name, BOOKS_SPEC.key.attribute, self._layout, self._namer)
+                self._log(f"Snapshot of {snapshot.items} items sealed in {len(snapshot.parts)} parts: {snapshot.change_file}")
+                if self._capture_stream:
+                    # Only now that the snapshot is durable: the whole retained stream is replayed after it, which is what
+                    # makes the scan exact. A bootstrap that failed before this left the old positions, and with them
+                    # the gap that the next capture reports.
+                    self._capture.reset_checkpoints()
+                metadata.update(bootstrap_items=snapshot.items, bootstrap_file=snapshot.change_file, bootstrap_parts=len(snapshot.parts))
+        if not self._capture_stream:
+            # The capture Lambda (reading the stream from its start) names its files after the snapshot's.
+            metadata.update(capture="lambda", duration_seconds=time.monotonic() - started, source=self._layout.uri(self._layout.changes_prefix))
+            return metadata
+        result = self._capture.capture()
+        newest = datetime.fromisoformat(result.newest_change_at.replace("Z", "+00:00")) if result.newest_change_at else None
+        metadata.update(
+            capture="stream",
+            records_captured=result.records,
+            inserts=result.events.get("INSERT", 0),
+            modifies=result.events.get("MODIFY", 0),
+            removes=result.events.get("REMOVE", 0),
+            change_files_written=len(result.change_files),
+            shards_read=result.shards_read,
+            stream_arn=result.stream_arn,
+            capture_lag_seconds=(datetime.now(timezone.utc) - newest).total_seconds() if newest else 0.0,
+            stream_caught_up=result.caught_up,
+            duration_seconds=time.monotonic() - started,
+            source=self._layout.uri(self._layout.changes_prefix),
+        )
+        return metadata
+
+    def merge(self, batch: str) -> dict | None:
+        """Merges exactly the change files present now; None (and no Spark at all) when there is nothing to do."""
+        self._before_write()
+        started = time.monotonic()
+        # One listing of the change prefix for both: what is not a change file, and the change files to merge.
+        present = list(list_keys(self._s3, self._layout.bucket, self._layout.changes_prefix))
+        # A file the merge cannot take would otherwise sit in the prefix forever, its changes lost in silence.
+        foreign = quarantine_foreign_files(self._s3, self._layout, batch, present)
+        if foreign:
+            self._warn(f"Quarantined {len(foreign)} files that are not change files: {', '.join(r.source_file for r in foreign)}")
+        # Exactly the files present now: later arrivals wait for the next cycle, none is skipped. Files an earlier
+        # cycle committed wait only for their cleanup: merging them again would change nothing and cost a Spark job.
+        committed = committed_files(self._s3, self._layout)
+        files = with_snapshot_parts(self._s3, self._layout, [key for key in change_file_keys(present) if key not in committed])
+        if not files:
+            return {**self._idle_metadata(), "idle": False, "foreign_files_quarantined": len(foreign)} if foreign else None
+        self._log(f"Merging {len(files)} change files into {self._iceberg_table}")
+        self._before_write()
+        result = merge_change_files(
+            self._spark(),
+            BOOKS_SPEC,
+            self._iceberg_table,
+            [self._layout.uri(key, self._scheme) for key in files],
+            self._layout.uri(f"{self._layout.quarantine_prefix}{batch}", self._scheme),
+            ensure=not self._tables_ensured,
+        )
+        self._tables_ensured = True
+        # A bootstrap's manifest also lists its snapshot parts, which lie beside the change prefix.
+        files_prefix = f"{self._layout.prefix}/" if result.bootstrap_file else None
+        manifest = write_commit_manifest(self._s3, self._layout, batch, files, self._iceberg_table, result.snapshot_id, files_prefix=files_prefix)
+        if result.records_quarantined:
+            self._warn(
+                f"Quarantined {result.records_quarantined} records: {result.quarantine_reasons}; {result.keys_held} keys held at their "
+                "state before this batch (their newest change is among them)"
+            )
+        now = datetime.now(timezone.utc)
+        return {
+            "rows_inserted": result.inserted,
+            "rows_updated": result.updated,
+            "rows_deleted": result.deleted,
+            "keys_changed": result.changes,
+            "changes_stale_skipped": result.stale_skipped,
+            "files_consumed": len(files),
+            "records_consumed": result.records_read,
+            "records_quarantined": result.records_quarantined,
+            "keys_held": result.keys_held,
+            "foreign_files_quarantined": len(foreign),
+            "records_superseded_by_bootstrap": result.records_superseded,
+            "snapshot_id": result.snapshot_id,
+            "lag_seconds": (now - result.newest_change_at).total_seconds() if result.newest_change_at else 0.0,
+            "newest_change_at": _iso(result.newest_change_at),
+            "duration_seconds": time.monotonic() - started,
+            "bootstrap_file": result.bootstrap_file,
+            "commit_manifest": manifest,
+        }
+
+    @staticmethod
+    def _idle_metadata() -> dict:
+        """An idle cycle's books_iceberg metadata: the same numbers as a merge's (so the plots stay continuous), all zero."""
+        zero = (
+            "rows_inserted",
+            "rows_updated",
+            "rows_deleted",
+            "keys_changed",
+            "files_consumed",
+            "records_consumed",
+            "records_quarantined",
+            "foreign_files_quarantined",
+            "lag_seconds",
+        )
+        return {**{name: 0 for name in zero}, "idle": True, "commit_manifest": None}

@@ -1,0 +1,63 @@
+"""The books schedules: the sync's launcher and watchdog (every minute it starts a sync run unless one is queued or
+running, so a run that ended or crashed is replaced within a minute; the run maintains its table itself), and the
+daily key parity check."""
+
+import time
+
+from dagster import (
+    DagsterRunStatus,
+    DefaultScheduleStatus,
+    RunRequest,
+    RunsFilter,
+    ScheduleDefinition,
+    ScheduleEvaluationContext,
+    SkipReason,
+    schedule,
+)
+
+from ddb_athena.lib.resources import SyncSettings
+from ddb_athena.lib.settings import Settings
+from ddb_athena.streamed.jobs import books_key_parity, books_sync_job
+
+# Run monitoring (dagster.yaml) ends a sync run that is still going this long after its planned end: it hangs.
+SYNC_RUN_SLACK_MINUTES = 10
+
+# A successor is queued this long before the running sync run's planned end: the books writers' pool holds it until
+# that run ends, then it starts at once instead of at the next tick.
+SUCCESSOR_LEAD_SECONDS = 90
+
+_WAITING = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING]
+_RUNNING = [DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
+
+
+def sync_run_tags(sync: SyncSettings) -> dict[str, str]:
+    max_runtime = (sync.sync_run_minutes + SYNC_RUN_SLACK_MINUTES) * 60 + sync.merge_interval_seconds
+    return {"dagster/max_runtime": str(int(max_runtime))}
+
+
+def _seconds_left(record, run_seconds: float) -> float:
+    started = record.start_time or record.create_timestamp.timestamp()
+    return started + run_seconds - time.time()
+
+
+@schedule(job=books_sync_job, cron_schedule="* * * * *", default_status=DefaultScheduleStatus.RUNNING)
+def books_every_minute(context: ScheduleEvaluationContext, sync: SyncSettings):
+    # One sync run at a time, which loops for sync_run_minutes. A tick starts one when none runs (first start, or
+    # after a crash), or queues its successor in the running one's last minute and a half, never more than one.
+    job = books_sync_job.name
+    if context.instance.get_runs(filters=RunsFilter(job_name=job, statuses=_WAITING), limit=1):
+        return SkipReason("a books_sync run is already queued")
+    running = context.instance.get_run_records(filters=RunsFilter(job_name=job, statuses=_RUNNING), limit=1)
+    if running and _seconds_left(running[0], sync.sync_run_minutes * 60) > SUCCESSOR_LEAD_SECONDS:
+        return SkipReason("the books_sync run is running")
+    return RunRequest(tags=sync_run_tags(sync))
+
+
+# The key parity check reads the whole DynamoDB table: once a day, not with the sync's cycles.
+books_key_parity_daily = ScheduleDefinition(
+    name="books_key_parity_daily",
+    job=books_key_parity,
+    cron_schedule=f"0 {Settings.from_env().parity_scan_hour} * * *",
+    execution_timezone="UTC",
+    default_status=DefaultScheduleStatus.RUNNING,
+)

@@ -1,0 +1,1 @@
+"""Install-time tooling, outside the runtime package: the local JARs and the deployment bundles."""

@@ -1,0 +1,79 @@
+"""The cleanup sensor: one run per committing materialization, never twice, deleting exactly its files."""
+
+import json
+
+import pytest
+from dagster import build_sensor_context, instance_for_test
+
+from ddb_athena.cleanup.jobs import books_source_cleanup, orders_export_cleanup
+from ddb_athena.cleanup.sensors import cleanup_after_materialization
+from ddb_athena.dev.simulate import BookSimulator
+from ddb_athena.streamed.capture.change_files import SourceLayout, list_change_files
+from ddb_athena_tests.dagster_helpers import local_resources, materialization_metadata, sync_books
+from ddb_athena_tests.lake.helpers import ChangeFiles, change
+
+
+@pytest.fixture
+def instance():
+    with instance_for_test() as instance:
+        yield instance
+
+
+def evaluate(instance, cursor=None):
+    resources = local_resources()
+    context = build_sensor_context(instance=instance, cursor=cursor, resources={"sync": resources["sync"]})
+    result = cleanup_after_materialization.evaluate_tick(context)
+    return result.run_requests or [], result.cursor
+
+
+def test_each_materialization_gets_one_cleanup_that_deletes_only_what_it_committed(spark, settings, instance):
+    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table)
+    simulator.insert()
+    first = materialization_metadata(sync_books(instance), "books_iceberg")
+    simulator.insert()
+    second = materialization_metadata(sync_books(instance), "books_iceberg")
+    # A file that lands after the last merge: not committed, so no cleanup may touch it.
+    late = ChangeFiles(spark, settings).write(change(10**30, "late", "INSERT"))
+
+    # One run for everything committed since the last tick (a run per 10-second cycle would cost more than the merges).
+    (request,), cursor = evaluate(instance)
+    assert request.job_name == "books_source_cleanup"
+    assert request.run_config["ops"]["delete_committed_change_files"]["config"]["manifest_keys"] == [
+        first["commit_manifest"],
+        second["commit_manifest"],
+    ]
+    assert request.tags["ddb_athena/cleanup"] == "books_iceberg"
+    assert evaluate(instance, cursor)[0] == []  # evaluated again: nothing new, nothing twice
+
+    assert books_source_cleanup.execute_in_process(run_config=request.run_config, resources=local_resources()).success
+    assert list_change_files(settings.client("s3"), SourceLayout(settings.bucket, "books_source")) == [late]
+
+
+@pytest.mark.usefixtures("days")  # the day first, before the emulator's state: see the fixture
+def test_an_orders_load_gets_one_cleanup_of_exactly_its_export_and_the_retention_delays_it(days, spark, settings, instance):
+    from ddb_athena.streamed.capture.change_files import list_keys
+    from ddb_athena_tests.exported.test_assets import put_orders, sync_orders
+
+    put_orders(settings, 3, seed=9)
+    sync_orders(instance, days.yesterday)
+    s3 = settings.client("s3")
+    exported = [obj["Key"] for obj in list_keys(s3, settings.bucket, f"orders_export/{days.yesterday}/attempt-1/")]
+    assert exported
+
+    resources = local_resources(export_retention_days=1)
+    held = cleanup_after_materialization.evaluate_tick(build_sensor_context(instance=instance, resources={"sync": resources["sync"]}))
+    assert not held.run_requests  # kept for a day, for audit
+
+    requests, cursor = evaluate(instance)
+    (request,) = requests
+    # In the orders writers' pool: a re-run of the partition re-uses these files and must not lose them mid-load.
+    assert request.job_name == "orders_export_cleanup" and request.tags["ddb_athena/cleanup"] == "orders_athena"
+    assert evaluate(instance, cursor)[0] == []
+    assert orders_export_cleanup.execute_in_process(run_config=request.run_config, resources=local_resources(), tags=request.tags).success
+    assert [obj["Key"] for obj in list_keys(s3, settings.bucket, f"orders_export/{days.yesterday}/")] == [f"orders_export/{days.yesterday}/_export.json"]
+    assert spark.table(f"{settings.namespace}.orders").count() == 3  # the table does not reference export files
+
+
+def test_a_cursor_of_the_books_only_sensor_is_carried_over(settings, instance):
+    requests, cursor = evaluate(instance, cursor="12345")
+    assert requests == [] and json.loads(cursor) == {"books_iceberg": 12345}

@@ -1,0 +1,95 @@
+import json
+import os
+import subprocess
+import sys
+
+from ddb_athena.dev.cli import main
+from ddb_athena_tests.lake.helpers import ChangeFiles, change
+
+
+def test_init_refuses_the_aws_profile_without_yes(monkeypatch, capsys):
+    monkeypatch.setenv("DDB_ATHENA_PROFILE", "aws")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens: any AWS call would fail loudly
+    assert main(["init"]) == 2
+    assert "without --yes" in capsys.readouterr().err
+
+
+def test_init_creates_the_demo_resources_once(aws_env, capsys):
+    from ddb_athena.lib.settings import Settings
+
+    assert main(["init"]) == 0
+    settings = Settings.from_env()
+    dynamodb = settings.client("dynamodb")
+    books = dynamodb.describe_table(TableName="books")["Table"]
+    assert books["KeySchema"] == [{"AttributeName": "id", "KeyType": "HASH"}]
+    assert books["StreamSpecification"] == {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
+    backups = dynamodb.describe_continuous_backups(TableName="orders")["ContinuousBackupsDescription"]
+    assert backups["PointInTimeRecoveryDescription"]["PointInTimeRecoveryStatus"] == "ENABLED"
+    assert "test-bucket" in {b["Name"] for b in settings.client("s3").list_buckets()["Buckets"]}
+    assert main(["init"]) == 0
+    assert capsys.readouterr().out.strip().endswith("everything already exists")
+
+
+def test_seed_and_simulate_write_books_and_orders(settings, capsys):
+    assert main(["seed", "--books", "5", "--orders", "3", "--seed", "1"]) == 0
+    assert main(["simulate", "--rate", "200", "--duration", "0.5", "--seed", "2"]) == 0
+    counts = dict(pair.split("=") for pair in capsys.readouterr().out.split()[-5:])
+    assert sum(int(n) for n in counts.values()) > 20
+    dynamodb = settings.client("dynamodb")
+    assert dynamodb.scan(TableName="orders", Select="COUNT")["Count"] >= 3
+
+
+def test_query_json_prints_one_json_array_and_nothing_else_on_stdout(spark, settings):
+    files = ChangeFiles(spark, settings)
+    files.write(change(1, "b", "INSERT", name="Bee"), change(2, "a", "INSERT", name="Ay"))
+    files.merge()
+    completed = subprocess.run(
+        [sys.executable, "-m", "ddb_athena.dev.cli", "query", f"select id, name from {files.table} order by id", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+        timeout=300,
+        check=True,
+    )
+    assert json.loads(completed.stdout) == [{"id": "a", "name": "Ay"}, {"id": "b", "name": "Bee"}]
+
+
+def test_local_stack_serves_on_loopback_until_stopped(tmp_path):
+    import signal
+    import socket
+
+    from ddb_athena.dev.local_stack import wait_for_endpoint
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "ddb_athena.dev.cli", "local-stack", "--port", str(port)], stdout=subprocess.PIPE, text=True)
+    try:
+        wait_for_endpoint(f"http://127.0.0.1:{port}")
+        assert f"http://127.0.0.1:{port}" in process.stdout.readline()
+    finally:
+        process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+
+
+def test_a_date_range_backfill_from_the_cli_queues_one_orders_run_per_day(tmp_path):
+    from datetime import date, timedelta
+    from pathlib import Path
+
+    from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+    repo = Path(__file__).resolve().parents[2]
+    (tmp_path / "dagster.yaml").write_text((repo / "dagster.yaml").read_text())
+    start = date.fromisoformat(os.environ["DDB_ATHENA_ORDERS_START_DATE"])
+    days = [(start + timedelta(days=offset)).isoformat() for offset in (1, 2, 3)]
+    completed = subprocess.run(
+        [sys.executable, "-m", "dagster", "job", "backfill", "-m", "ddb_athena.definitions", "-j", "orders_daily",
+         "--from", days[0], "--to", days[-1], "--noprompt"],
+        capture_output=True, text=True, cwd=repo, env={**os.environ, "DAGSTER_HOME": str(tmp_path)}, timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        runs = instance.get_runs(RunsFilter(job_name="orders_daily"))
+        # Queued: the daemon of `dagster dev` runs them one at a time (the orders writers' pool).
+        assert sorted(run.tags["dagster/partition"] for run in runs) == days
+        assert {run.status for run in runs} == {DagsterRunStatus.QUEUED}

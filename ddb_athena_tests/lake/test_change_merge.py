@@ -1,0 +1,312 @@
+"""The merge's guarantees, on a real local Spark with Iceberg and change files in the S3 emulator."""
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from ddb_athena.lake import change_merge
+from ddb_athena.lake.change_merge import BOOTSTRAP_FILE_PROPERTY, STREAM_BATCH_PLAN, classification_sql, current_snapshot_id
+from ddb_athena.lake.plan_settings import session_settings
+from ddb_athena.lake.table_spec import BOOKS_SPEC, SEQUENCE_COLUMN
+from ddb_athena_tests.lake.helpers import T0, ChangeFiles, change
+
+
+@pytest.fixture
+def files(spark, settings) -> ChangeFiles:
+    return ChangeFiles(spark, settings)
+
+
+def test_latest_change_per_key_wins_whatever_the_file_order(files):
+    files.write(change(3, "a", name="third"), change(1, "b", "INSERT"))
+    files.write(change(1, "a", "INSERT", name="first"), change(2, "a", name="second"))  # captured later, older changes
+    result = files.merge()
+    assert files.names() == {"a": "third", "b": "b@1"}
+    assert (result.inserted, result.updated, result.deleted, result.records_read) == (2, 0, 0, 4)
+    assert files.rows()["a"]["_sequence_number"] == "3".zfill(40)
+
+
+def test_an_older_change_never_overwrites_a_newer_one(files):
+    files.merge([files.write(change(5, "a", name="new"))])
+    result = files.merge([files.write(change(4, "a", name="old"))])
+    assert files.names() == {"a": "new"} and result.stale_skipped == 1 and result.updated == 0
+
+
+def test_rerunning_a_merge_over_the_same_files_changes_nothing(files):
+    keys = [files.write(change(1, "a", "INSERT"), change(2, "b", "INSERT")), files.write(change(3, "a"), change(4, "b", "REMOVE"))]
+    files.merge(keys)
+    rows, snapshot = files.rows(), current_snapshot_id(files.spark, files.table)
+    retry = files.merge(keys)
+    assert retry.stale_skipped == 2
+    assert files.rows() == rows
+    assert current_snapshot_id(files.spark, files.table) == snapshot  # not even an empty commit
+
+
+def test_a_deleted_item_is_never_resurrected_by_replaying_an_older_insert(files):
+    insert = files.write(change(1, "a", "INSERT"))
+    files.merge([insert])
+    files.merge([files.write(change(2, "a", "REMOVE"))])
+    assert files.names() == {}
+    files.merge([insert])  # a replay of an already-cleaned batch
+    late = files.write(change(1, "a", "MODIFY", name="late"), at=T0 - timedelta(hours=1))  # an older change, landing late
+    files.merge([late])
+    assert files.names() == {}
+    files.merge([files.write(change(3, "a", "INSERT", name="back"))])  # a genuine re-insert is newer than the delete
+    assert files.names() == {"a": "back"}
+
+
+def test_the_snapshot_id_reported_is_the_commit_just_made(files):
+    """Read from the table's properties, not its snapshots: it must still be the newest commit, every time."""
+    for sequence in (1, 2, 3):
+        result = files.merge([files.write(change(sequence, "a", "INSERT" if sequence == 1 else "MODIFY"))])
+        newest = files.spark.sql(f"SELECT snapshot_id FROM {files.table}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()[0][0]
+        assert result.snapshot_id == newest
+
+
+def test_a_key_deleted_twice_is_guarded_by_its_newest_delete(files):
+    """Tombstones are appended, one per delete: what guards a key is the highest of its deletes."""
+    files.merge([files.write(change(1, "a", "INSERT"))])
+    files.merge([files.write(change(2, "a", "REMOVE"))])
+    files.merge([files.write(change(3, "a", "INSERT", name="back"))])
+    files.merge([files.write(change(5, "a", "REMOVE"))])
+    assert files.spark.table(f"{files.table}_tombstones").where("id = 'a'").count() == 2
+    replay = files.merge([files.write(change(4, "a", "MODIFY", name="between the deletes"))])
+    assert files.names() == {} and replay.stale_skipped == 1
+    files.merge([files.write(change(6, "a", "INSERT", name="after both"))])
+    assert files.names() == {"a": "after both"}
+
+
+def test_a_crash_between_commit_and_cleanup_then_a_retry_leaves_the_table_right(files):
+    first = [files.write(change(1, "a", "INSERT"), change(2, "b", "INSERT")), files.write(change(3, "a", "REMOVE"))]
+    files.merge(first)  # committed; the run dies before its cleanup
+    expected = files.rows()
+    files.write(change(4, "c", "INSERT"))  # new changes arrive meanwhile
+    retry = files.merge()  # the next run sees the old files and the new one
+    assert set(files.names()) == {"b", "c"} and retry.inserted == 1 and retry.stale_skipped == 2
+    assert {k: v for k, v in files.rows().items() if k != "c"} == expected
+
+
+def test_a_file_that_lands_late_with_an_earlier_name_is_not_lost(files):
+    files.write(change(10, "a", "INSERT"))
+    files.merge()
+    files.delete(files.present())  # cleaned up
+    late = files.write(change(5, "z", "INSERT"), at=T0 - timedelta(minutes=30))
+    assert files.present() == [late]
+    files.merge()
+    assert set(files.names()) == {"a", "z"}
+
+
+def test_bad_input_is_quarantined_with_its_reason_and_the_rest_is_merged(files):
+    files.write_raw('{"this is": not json\n')
+    good_and_bad = [
+        change(1, "good", "INSERT").to_json(),
+        json.dumps({"event_name": "INSERT", "keys": {"other": {"S": "x"}}, "new_image": {"other": {"S": "x"}}, "sequence_number": "2", "approximate_creation_time": "2026-11-22T03:00:00Z"}),
+        change(3, "weird", "INSERT", odd={"Q": "1"}).to_json(),
+        change(4, "nodate", "INSERT", date={"N": "soon"}).to_json(),
+        json.dumps({"event_name": "UPSERT", "keys": {"id": {"S": "u"}}, "sequence_number": "5", "approximate_creation_time": "2026-11-22T03:00:00Z"}),
+        change(6, "good2", "INSERT").to_json(),
+    ]
+    files.write_raw("\n".join(good_and_bad) + "\n")
+    result = files.merge()
+    assert set(files.names()) == {"good", "good2"}
+    assert result.records_quarantined == 5
+    reasons = sorted(record["reason"] for record in files.quarantined())
+    assert reasons == sorted(
+        [
+            "not valid JSON",
+            "missing key attribute id (S)",
+            "$.odd: unknown type tag 'Q' (expected one of S, N, B, BOOL, NULL, M, L, SS, NS, BS)",
+            "$.date: N is not a number",
+            "missing or unknown event_name",
+        ]
+    )
+    assert all(record["source_file"].startswith("s3a://") and record["line"] for record in files.quarantined())
+    # The reasons name the attribute and the problem: no attribute value reaches the event log.
+    assert not [reason for reason in result.quarantine_reasons if "soon" in reason or "UPSERT" in reason]
+
+
+def test_a_key_whose_newest_change_is_quarantined_is_held_at_its_state_before_the_batch(files):
+    files.write(change(1, "held", "INSERT", name="first"), change(1, "other", "INSERT"))
+    files.merge()
+    # An update the merge can take, then a newer one it cannot: applying the older would show a state the key has left.
+    files.write(change(2, "held", name="second"), change(3, "held", date={"N": "soon"}), change(2, "other", name="changed"))
+    result = files.merge()
+    assert result.records_quarantined == 1 and result.keys_held == 1
+    rows = files.rows()
+    assert rows["held"]["name"] == "first" and rows["other"]["name"] == "changed"
+
+
+def test_every_attribute_survives_in_the_item_column_and_typed_columns_are_exact(files):
+    attributes = {
+        "author": {"S": "Ada"},
+        "summary": {"S": "s"},
+        "date": {"N": "1763780400123456789"},
+        "price": {"N": "12345678901234567890.123456789"},
+        "cover": {"B": "AAH/"},
+        "tags": {"SS": ["x", "y"]},
+        "nested": {"M": {"l": {"L": [{"NULL": True}, {"BOOL": False}, {"NS": ["1", "2"]}, {"BS": ["AA=="]}]}}},
+    }
+    files.write(change(1, "a", "INSERT", name="Name", **attributes))
+    files.merge()
+    row = files.rows()["a"]
+    assert (row["name"], row["author"], row["summary"]) == ("Name", "Ada", "s")
+    assert row["published_at"].isoformat() == "2025-11-22T03:00:00.123456"  # nanoseconds truncated to micros (UTC)
+    assert json.loads(row["item"]) == {"id": {"S": "a"}, "name": {"S": "Name"}, **attributes}
+
+
+def test_a_bootstrap_snapshot_replaces_what_came_before_and_later_changes_apply_on_top(files):
+    files.write(change(1, "gone", "INSERT"), change(2, "a", "INSERT", name="before-scan"))
+    files.merge()
+    files.delete(files.present())
+    stale = files.write(change(3, "a", name="captured-before-the-scan"))
+    snapshot = files.write(
+        *[change(0, book_id, "SNAPSHOT", name="scanned") for book_id in ("a", "b", "c")], kind="snapshot"
+    )
+    files.write(change(3, "a", name="captured-before-the-scan"), change(4, "b", "REMOVE"), change(5, "c", name="after-scan"))
+    result = files.merge()
+    assert files.names() == {"a": "captured-before-the-scan", "c": "after-scan"}
+    assert result.bootstrap_file == snapshot.rsplit("/", 1)[-1] and result.records_superseded == 1
+    assert (result.inserted, result.updated, result.deleted) == (1, 1, 1)  # c new; a kept; "gone" dropped
+    properties = {row["key"]: row["value"] for row in files.spark.sql(f"SHOW TBLPROPERTIES {files.table}").collect()}
+    assert properties[BOOTSTRAP_FILE_PROPERTY] == result.bootstrap_file
+    # Files from before the snapshot never apply again, even if a cleanup left them behind.
+    files.merge([stale, snapshot])
+    assert files.names() == {"a": "captured-before-the-scan", "c": "after-scan"}
+
+
+def test_a_stream_batch_is_merged_with_its_plan_settings_and_the_session_keeps_its_own(files, monkeypatch):
+    at_merge = []
+    build_merge = change_merge.upsert_merge_sql
+
+    def recording(*args):
+        at_merge.append({name: files.spark.conf.get(name) for name in STREAM_BATCH_PLAN})
+        return build_merge(*args)
+
+    monkeypatch.setattr(change_merge, "upsert_merge_sql", recording)
+    sessions_own = {name: files.spark.conf.get(name) for name in STREAM_BATCH_PLAN}
+    assert sessions_own != STREAM_BATCH_PLAN
+    files.write(change(1, "a", "INSERT"), change(2, "b", "INSERT"))
+    assert files.merge().inserted == 2
+    assert at_merge == [STREAM_BATCH_PLAN]
+    assert {name: files.spark.conf.get(name) for name in STREAM_BATCH_PLAN} == sessions_own
+
+
+def test_a_bootstrap_rebuild_keeps_the_sessions_plan_settings(files, monkeypatch):
+    at_rebuild = []
+    rebuild = change_merge._rebuild
+
+    def recording(spark, *args):
+        at_rebuild.append({name: spark.conf.get(name) for name in STREAM_BATCH_PLAN})
+        return rebuild(spark, *args)
+
+    monkeypatch.setattr(change_merge, "_rebuild", recording)
+    sessions_own = {name: files.spark.conf.get(name) for name in STREAM_BATCH_PLAN}
+    assert sessions_own != STREAM_BATCH_PLAN
+    files.write(*[change(0, book_id, "SNAPSHOT") for book_id in ("a", "b")], kind="snapshot")
+    assert files.merge().bootstrap_file
+    assert at_rebuild == [sessions_own]  # the whole table: the session's partitions and adaptive execution
+
+
+def test_a_file_that_lands_while_a_merge_runs_survives_its_cleanup_and_is_merged_next(files):
+    from ddb_athena.streamed.capture.commit_manifests import delete_committed_files, write_commit_manifest
+
+    files.write(change(1, "a", "INSERT"))
+    listed = files.present()  # the merge's file set, taken at its start
+    during = files.write(change(2, "b", "INSERT"))  # lands after the listing, before the commit
+    result = files.merge(listed)
+    manifest = write_commit_manifest(files.s3, files.layout, "run-1", listed, files.table, result.snapshot_id)
+    delete_committed_files(files.s3, files.layout.bucket, manifest)
+    assert files.present() == [during] and set(files.names()) == {"a"}
+    files.merge()
+    assert set(files.names()) == {"a", "b"}
+
+
+def test_a_run_that_dies_between_the_tombstone_and_the_merge_never_applies_a_change_older_than_the_delete(files, monkeypatch):
+    """The delete's tombstone is committed, its MERGE is not: the row is still there, older than the delete."""
+    from ddb_athena.lake import change_merge
+
+    files.merge([files.write(change(1, "a", "INSERT"))])
+    delete = files.write(change(3, "a", "REMOVE"))
+
+    def dies(*_):
+        raise RuntimeError("the run dies before its MERGE")
+
+    monkeypatch.setattr(change_merge, "upsert_merge_sql", dies)
+    with pytest.raises(RuntimeError):
+        files.merge([delete])
+    monkeypatch.undo()
+    assert files.names() == {"a": "a@1"}
+    # With a change that does apply, so that the MERGE runs.
+    late = files.merge([files.write(change(2, "a", "MODIFY", name="before the delete"), change(4, "b", "INSERT"))])
+    assert files.names() == {"a": "a@1", "b": "b@4"} and (late.stale_skipped, late.updated, late.inserted) == (1, 0, 1)
+    retry = files.merge([delete])
+    assert files.names() == {"b": "b@4"} and retry.deleted == 1
+
+
+def test_a_warm_session_merges_without_generating_code_again(files):
+    """A sync run repeats one cycle's queries every few seconds: once warm, none is compiled to Java again."""
+    compilations = files.spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+
+    def cycle(sequence: int) -> None:
+        # An insert, an update and a delete: every query a cycle can run.
+        files.merge([files.write(change(sequence, f"new-{sequence}", "INSERT"), change(sequence, f"new-{sequence - 1}"), change(sequence, f"new-{sequence - 2}", "REMOVE"))])
+
+    for sequence in range(1, 5):
+        cycle(sequence)
+    before = compilations.getCount()
+    cycle(5)
+    assert compilations.getCount() == before
+
+
+def test_a_merge_like_the_last_one_generates_no_new_code(files):
+    """The merge time changes every cycle; as a literal it would be inlined into the generated Java, and each
+    merge would compile (and the JVM then JIT) new classes."""
+    compilations = files.spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    files.merge([files.write(change(1, "a", "INSERT"))])
+    for sequence in (2, 3):
+        files.merge([files.write(change(sequence, "a", name=f"v{sequence}"))])
+    before = compilations.getCount()
+    files.merge([files.write(change(4, "a", name="v4"))])
+    assert compilations.getCount() == before
+    assert files.names() == {"a": "v4"}
+
+
+def test_a_commit_writes_one_delete_file_however_many_data_files_its_changes_touch(files):
+    # Three commits, each adding a data file; the fourth updates a row of each: one position-delete file, not three.
+    for sequence, book_id in enumerate("abc", start=1):
+        files.merge([files.write(change(sequence, book_id, "INSERT"))])
+    files.merge([files.write(*(change(10 + n, book_id, name=f"{book_id} again") for n, book_id in enumerate("abc")))])
+    summary = files.spark.sql(f"SELECT summary FROM {files.table}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()[0][0]
+    assert (summary["added-data-files"], summary["added-position-delete-files"]) == ("1", "1"), summary
+    assert files.names() == {"a": "a again", "b": "b again", "c": "c again"}
+
+
+def _scan_metrics(executed, table: str) -> dict[str, int]:
+    """The Iceberg scan metrics of `table`'s scan in an executed DataFrame's plan (what Spark's UI shows)."""
+    leaves = executed._jdf.queryExecution().executedPlan().collectLeaves()
+    for index in range(leaves.size()):
+        leaf = leaves.apply(index)
+        if f"{table} " in leaf.simpleString(500):
+            metrics, values = leaf.metrics().iterator(), {}
+            while metrics.hasNext():
+                entry = metrics.next()
+                values[entry._1()] = entry._2().value()
+            return values
+    raise AssertionError(f"no scan of {table} in the plan")
+
+
+def test_the_lookup_of_deletes_reads_only_the_tombstone_files_as_new_as_the_batch(files):
+    # Five cycles' deletes, a file each (a day's retention of them, in small); then a change older than the newest
+    # delete of its key comes back.
+    for sequence, book_id in enumerate("abcde", start=1):
+        files.merge([files.write(change(sequence, book_id, "INSERT"))])
+    for sequence, book_id in enumerate("abcde", start=10):
+        files.merge([files.write(change(sequence, book_id, "REMOVE"))])
+    latest = files.spark.createDataFrame([("e", "MODIFY", "13".zfill(40))], f"key string, event_name string, {SEQUENCE_COLUMN} string")
+    latest.createOrReplaceTempView("replayed_changes")
+    with session_settings(files.spark, STREAM_BATCH_PLAN):
+        classified = files.spark.sql(classification_sql(BOOKS_SPEC, files.table, "replayed_changes"), args={"oldest": "13".zfill(40)})
+        assert [row["_action"] for row in classified.collect()] == ["stale"]
+    scan = _scan_metrics(classified, f"{files.table}_tombstones")
+    # The deletes at 13 and 14 could be newer than the change; the three older files are not read at all.
+    assert (scan["resultDataFiles"], scan["skippedDataFiles"]) == (2, 3), scan

@@ -1,0 +1,136 @@
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from ddb_athena.lake.change_merge import tombstone_table
+from ddb_athena.lake.maintenance import MaintenanceState, maintain_table, maintenance_state, record_maintained
+from ddb_athena.streamed.jobs import books_maintenance
+from ddb_athena_tests.dagster_helpers import local_resources
+from ddb_athena_tests.lake.helpers import ChangeFiles, change, plant_file
+
+
+def test_maintenance_compacts_keeps_recent_snapshots_and_prunes_only_old_tombstones(spark, settings):
+    files = ChangeFiles(spark, settings)
+    for batch in range(3):
+        files.merge([files.write(*[change(batch * 10 + i, f"k{batch}{i}", "INSERT") for i in range(3)])])
+    files.merge([files.write(change(100, "k00", "REMOVE"))])
+    snapshots = spark.table(f"{files.table}.snapshots").count()
+
+    now = datetime.now(timezone.utc)
+    kept = maintain_table(spark, "lake", files.table, timedelta(hours=6), 1, timedelta(days=3), timedelta(days=7), now=now)
+    assert kept.rewritten_data_files >= 3 and kept.expired_snapshots == 0 and kept.pruned_tombstones == 0
+    assert spark.table(f"{files.table}.snapshots").count() == snapshots + 1  # + the compaction
+    assert len(files.names()) == 8
+
+    later = maintain_table(spark, "lake", files.table, timedelta(hours=6), 1, timedelta(days=3), timedelta(days=7), now=now + timedelta(days=8))
+    assert later.expired_snapshots >= snapshots and later.pruned_tombstones == 1
+    assert spark.table(tombstone_table(files.table)).count() == 0 and len(files.names()) == 8
+
+
+def test_the_tombstone_table_is_compacted_and_expired_with_its_table(spark, settings):
+    """Every delete appends a tombstone file and a snapshot: upkeep keeps the tombstone table bounded too."""
+    files = ChangeFiles(spark, settings)
+    files.merge([files.write(*[change(i, f"k{i}", "INSERT") for i in range(4)])])
+    for i in range(4):
+        files.merge([files.write(change(10 + i, f"k{i}", "REMOVE"))])
+    tombstones = tombstone_table(files.table)
+    assert spark.table(f"{tombstones}.files").count() == 4 and spark.table(f"{tombstones}.snapshots").count() == 4
+    later = datetime.now(timezone.utc) + timedelta(days=1)
+    maintain_table(spark, "lake", files.table, timedelta(hours=6), 1, timedelta(days=3), timedelta(days=30), now=later)
+    assert spark.table(f"{tombstones}.files").count() == 1 and spark.table(f"{tombstones}.snapshots").count() == 1
+    assert spark.table(tombstones).count() == 4  # none past the 30-day tombstone retention
+
+
+def test_the_maintenance_job_records_what_it_did_on_the_asset(spark, settings):
+    files = ChangeFiles(spark, settings)
+    for batch in range(2):
+        files.merge([files.write(change(batch + 1, f"k{batch}", "INSERT"))])
+    result = books_maintenance.execute_in_process(resources=local_resources())
+    (observation,) = [e for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+    metadata = observation.event_specific_data.asset_observation.metadata
+    assert metadata["maintenance_rewritten_data_files"].value >= 2
+    assert metadata["maintenance_before_data_files"].value >= 2 and metadata["maintenance_after_data_files"].value == 1
+
+
+def test_retentions_below_their_floors_are_refused_clearly(spark, settings):
+    from pydantic import ValidationError
+
+    from ddb_athena.lake.maintenance import MaintenanceSettingsError
+    from ddb_athena.lib.resources import SyncSettings
+
+    files = ChangeFiles(spark, settings)
+    files.merge([files.write(change(1, "k", "INSERT"))])
+    with pytest.raises(MaintenanceSettingsError, match="shorter than 1:00:00.*longest query"):
+        maintain_table(spark, "lake", files.table, timedelta(minutes=30), 1, timedelta(days=3))
+    with pytest.raises(MaintenanceSettingsError, match="under 1 day.*still being written"):
+        maintain_table(spark, "lake", files.table, timedelta(hours=1), 1, timedelta(hours=12))
+    for bad in ({"snapshot_retention_hours": 0.5}, {"orphan_file_age_days": 0.5}):
+        with pytest.raises(ValidationError):
+            SyncSettings(bucket="b", books_table="books", **bad)
+
+
+def test_orphan_files_go_once_older_than_their_age_and_a_recent_one_stays(spark, settings):
+    files = ChangeFiles(spark, settings)
+    files.merge([files.write(change(1, "k", "INSERT"))])
+    old = plant_file(spark, files.table, "left-by-a-crashed-writer.parquet", age_days=5)
+    recent = plant_file(spark, files.table, "being-written-now.parquet")
+    result = maintain_table(spark, "lake", files.table, timedelta(hours=1), 1, timedelta(days=3))
+    assert result.orphan_files_removed == 1 and not old.exists() and recent.exists()
+    assert files.names() == {"k": "k@1"}
+
+
+def test_a_pass_told_not_to_list_orphans_leaves_them_and_records_no_sweep(spark, settings):
+    files = ChangeFiles(spark, settings)
+    files.merge([files.write(change(1, "k", "INSERT"))])
+    old = plant_file(spark, files.table, "left-by-a-crashed-writer.parquet", age_days=5)
+    skipped = maintain_table(spark, "lake", files.table, timedelta(hours=1), 1, timedelta(days=3), remove_orphans=False)
+    assert skipped.orphan_files_removed is None and old.exists()
+    assert skipped.metadata()["orphans_swept"] is False and "orphan_files_removed" not in skipped.metadata()
+    at = datetime(2026, 11, 24, 12, tzinfo=timezone.utc)
+    record_maintained(spark, files.table, skipped, at)
+    assert maintenance_state(spark, files.table) == MaintenanceState(at, None)
+
+    swept = maintain_table(spark, "lake", files.table, timedelta(hours=1), 1, timedelta(days=3))
+    assert swept.orphan_files_removed == 1 and not old.exists() and swept.metadata()["orphans_swept"] is True
+    later = at + timedelta(minutes=15)
+    record_maintained(spark, files.table, swept, later)
+    state = maintenance_state(spark, files.table)
+    assert state == MaintenanceState(later, later)
+    assert not state.orphan_sweep_due(timedelta(hours=24), later + timedelta(hours=23))
+    assert state.orphan_sweep_due(timedelta(hours=24), later + timedelta(hours=24))
+
+
+def test_old_metadata_files_are_deleted_at_commit_so_their_count_stays_bounded(spark, settings):
+    from pathlib import Path
+
+    from ddb_athena.lake.table_spec import set_properties_sql
+
+    files = ChangeFiles(spark, settings)
+    files.merge([files.write(change(1, "k", "INSERT"))])
+    for commit in range(30):  # each property change is a commit with a new metadata.json
+        spark.sql(set_properties_sql(files.table, {"ddb_athena.test-commit": str(commit)}))
+    location = spark.sql(f"DESCRIBE TABLE EXTENDED {files.table}").where("col_name = 'Location'").collect()[0]["data_type"]
+    versions = list((Path(location.removeprefix("file:")) / "metadata").glob("*.metadata.json"))
+    assert 30 > len(versions) <= 21  # previous-versions-max (20) and the current one
+
+
+def test_manifests_are_merged_at_commit_so_a_query_reads_few_of_them(spark, settings):
+    """Without merging, each of these commits would add a manifest that every later query reads."""
+    files = ChangeFiles(spark, settings)
+    for sequence in range(1, 13):
+        files.merge([files.write(change(sequence, f"k{sequence % 3}", "INSERT" if sequence <= 3 else "MODIFY"))])
+    manifests = spark.sql(f"SELECT content FROM {files.table}.manifests").collect()
+    assert len(manifests) <= 2, manifests  # one of data files, one of delete files
+    assert files.names() == {"k0": "k0@12", "k1": "k1@10", "k2": "k2@11"}
+
+
+def test_a_tombstone_table_created_before_the_upkeep_properties_takes_them_at_the_next_run(spark, settings):
+    from ddb_athena.lake.change_merge import ensure_tables, table_properties
+    from ddb_athena.lake.table_spec import BOOKS_SPEC, METADATA_UPKEEP_PROPERTIES
+
+    files = ChangeFiles(spark, settings)
+    files.merge([files.write(change(1, "k", "INSERT"))])
+    tombstones = tombstone_table(files.table)
+    spark.sql(f"ALTER TABLE {tombstones} UNSET TBLPROPERTIES ('commit.manifest.min-count-to-merge')")
+    ensure_tables(spark, BOOKS_SPEC, files.table)
+    assert all(table_properties(spark, tombstones).get(name) == value for name, value in METADATA_UPKEEP_PROPERTIES)

@@ -1,0 +1,72 @@
+import base64
+import json
+from decimal import Decimal
+
+import pytest
+
+from ddb_athena.lib.dynamodb_json import DynamoDBTypeError, decode_attribute, decode_item, item_problem, item_to_wire
+
+
+def test_every_type_decodes_exactly():
+    item = {
+        "s": {"S": "text"},
+        "n": {"N": "12345678901234567890123456789012345678"},
+        "frac": {"N": "0.1000000000000000000000000000000000001"},
+        "b": {"B": base64.b64encode(b"\x00\xffbin").decode()},
+        "yes": {"BOOL": True},
+        "nothing": {"NULL": True},
+        "m": {"M": {"inner": {"N": "-1.5e3"}}},
+        "l": {"L": [{"S": "a"}, {"N": "2"}, {"L": []}]},
+        "ss": {"SS": ["x", "y"]},
+        "ns": {"NS": ["1", "1.50"]},
+        "bs": {"BS": [base64.b64encode(b"a").decode(), base64.b64encode(b"b").decode()]},
+    }
+    decoded = decode_item(item)
+    assert decoded["s"] == "text"
+    assert decoded["n"] == Decimal("12345678901234567890123456789012345678")  # beyond float and int64
+    assert str(decoded["frac"]) == "0.1000000000000000000000000000000000001"
+    assert decoded["b"] == b"\x00\xffbin" and isinstance(decoded["b"], bytes)
+    assert decoded["yes"] is True and decoded["nothing"] is None
+    assert decoded["m"] == {"inner": Decimal("-1500")}
+    assert decoded["l"] == ["a", Decimal(2), []]
+    assert decoded["ss"] == {"x", "y"} and isinstance(decoded["ss"], set)
+    assert decoded["ns"] == {Decimal("1"), Decimal("1.5")}
+    assert decoded["bs"] == {b"a", b"b"}
+
+
+@pytest.mark.parametrize(
+    "attribute, message",
+    [
+        ({"X": "1"}, "unknown type tag 'X'"),
+        ({"S": "a", "N": "1"}, "exactly one type tag"),
+        ({"N": "one"}, "is not a number"),
+        ({"N": "NaN"}, "finite"),
+        ({"N": 5}, "N must be a string"),
+        ({"B": "@@@"}, "not valid base64"),
+        ({"BOOL": "true"}, "BOOL must be true or false"),
+        ({"NULL": False}, "NULL must be true"),
+        ({"SS": []}, "non-empty"),
+        ({"L": {"S": "a"}}, "L must be a list"),
+        ({"M": {"k": {"Q": 1}}}, "$.k: unknown type tag 'Q'"),
+    ],
+)
+def test_invalid_values_say_what_and_where(attribute, message):
+    with pytest.raises(DynamoDBTypeError, match=None) as error:
+        decode_attribute(attribute)
+    assert message in str(error.value)
+
+
+def test_item_problem_is_none_for_valid_items_and_a_reason_otherwise():
+    assert item_problem(None) is None
+    assert item_problem(json.dumps({"id": {"S": "1"}, "tags": {"SS": ["a"]}})) is None
+    assert "unknown type tag 'Z'" in item_problem(json.dumps({"id": {"S": "1"}, "bad": {"Z": "?"}}))
+    assert "not valid JSON" in item_problem("{nope")
+
+
+def test_wire_encoding_makes_boto3_binary_json_safe_and_round_trips():
+    boto3_item = {"b": {"B": b"\x01\x02"}, "bs": {"BS": [b"x"]}, "m": {"M": {"inner": {"B": b"z"}}}, "l": {"L": [{"B": b"q"}]}}
+    wire = item_to_wire(boto3_item)
+    json.dumps(wire)  # JSON-safe
+    assert decode_item(wire) == {"b": b"\x01\x02", "bs": {b"x"}, "m": {"inner": b"z"}, "l": [b"q"]}
+    # Lambda events already carry base64 text, which passes through unchanged.
+    assert item_to_wire({"b": {"B": "AQI="}}) == {"b": {"B": "AQI="}}

@@ -1,0 +1,169 @@
+import pytest
+
+from ddb_athena.lib.settings import LOCAL_ENDPOINT_URL, Settings, SettingsError
+
+
+def test_local_defaults_work_with_nothing_set():
+    settings = Settings.from_env({})
+    assert settings.profile == "local" and settings.bucket == "ddb-athena-local"
+    assert settings.warehouse.startswith("file://") and settings.warehouse.endswith("/.ddb_athena/warehouse")
+    assert settings.books_table == "books" and settings.orders_table == "orders" and settings.namespace == "library"
+    assert settings.endpoint_url == settings.default_endpoint_url == LOCAL_ENDPOINT_URL
+    assert settings.credentials == {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    assert settings.spark_master == "local[2]"
+    assert settings.cleanup_interval_seconds == 300
+
+
+def test_boto3_variables_keep_precedence_over_the_local_default():
+    settings = Settings.from_env({"AWS_ENDPOINT_URL": "http://127.0.0.1:9999", "AWS_ACCESS_KEY_ID": "k"})
+    assert settings.endpoint_url == "http://127.0.0.1:9999"
+    assert settings.default_endpoint_url is None  # boto3 resolves it, and AWS_ENDPOINT_URL_<SERVICE> too
+    assert settings.credentials == {}
+    assert Settings.from_env({"AWS_ENDPOINT_URL_S3": "http://s3.local"}).s3_endpoint_url == "http://s3.local"
+
+
+def test_aws_profile():
+    settings = Settings.from_env({"DDB_ATHENA_PROFILE": "aws", "DDB_ATHENA_BUCKET": "prod-bucket", "AWS_REGION": "eu-west-1"})
+    assert settings.warehouse == "s3://prod-bucket/warehouse"
+    assert settings.endpoint_url is None and settings.credentials == {} and settings.spark_master is None
+    assert settings.region == "eu-west-1"
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"DDB_ATHENA_PROFILE": "prod"},
+        {"DDB_ATHENA_PROFILE": "aws", "DDB_ATHENA_WAREHOUSE": "file:///tmp/x"},
+        {"DDB_ATHENA_NAMESPACE": "library; drop"},
+        {"DDB_ATHENA_CLEANUP_INTERVAL_SECONDS": "10"},
+        {"DDB_ATHENA_CLEANUP_INTERVAL_SECONDS": "5m"},
+        {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "0"},
+        {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "90"},
+        {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "20s"},
+        {"DDB_ATHENA_SYNC_RUN_MINUTES": "-1"},
+        {"DDB_ATHENA_SYNC_RUN_MINUTES": "2000"},
+        {"DDB_ATHENA_SYNC_RUN_MINUTES": "nan"},
+        {"DDB_ATHENA_SYNC_RUN_MINUTES": "an hour"},
+        {"DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "90"},
+        {"DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "5"},
+        {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "30", "DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "20"},
+    ],
+)
+def test_bad_configuration_is_refused(environ):
+    with pytest.raises(ValueError):
+        Settings.from_env(environ)
+
+
+def test_cleanup_interval_comes_from_the_environment():
+    assert Settings.from_env({"DDB_ATHENA_CLEANUP_INTERVAL_SECONDS": "60"}).cleanup_interval_seconds == 60
+
+
+def test_merge_interval_comes_from_the_environment_into_the_sync_resource():
+    from ddb_athena.lib.resources import resources_from_settings
+
+    assert resources_from_settings(Settings.from_env({}))["sync"].merge_interval_seconds == 10.0
+    settings = Settings.from_env({"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "20"})
+    assert resources_from_settings(settings)["sync"].merge_interval_seconds == 20.0
+
+
+def test_sync_run_minutes_come_from_the_environment_into_the_sync_resource():
+    from ddb_athena.lib.resources import resources_from_settings
+
+    assert resources_from_settings(Settings.from_env({}))["sync"].sync_run_minutes == 60.0
+    settings = Settings.from_env({"DDB_ATHENA_SYNC_RUN_MINUTES": "30"})
+    assert resources_from_settings(settings)["sync"].sync_run_minutes == 30.0
+    assert Settings.from_env({"DDB_ATHENA_SYNC_RUN_MINUTES": "0"}).sync_run_minutes == 0
+
+
+def test_the_longest_interval_comes_from_the_environment_into_the_sync_resource():
+    from ddb_athena.lib.resources import resources_from_settings
+
+    assert resources_from_settings(Settings.from_env({}))["sync"].longest_merge_interval_seconds == 20.0
+    sync = resources_from_settings(Settings.from_env({"DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "15"}))["sync"]
+    assert sync.longest_merge_interval_seconds == 15.0
+    # Unset, the longest interval is never shorter than a longer merge interval.
+    assert Settings.from_env({"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "30"}).longest_merge_interval_seconds == 30.0
+
+
+@pytest.mark.parametrize(
+    "resource_field, run_config_field, value",
+    [
+        ("sync_run_minutes", "run_minutes", -1),
+        ("sync_run_minutes", "run_minutes", 1441),
+        ("merge_interval_seconds", "merge_interval_seconds", 0.5),
+        ("merge_interval_seconds", "merge_interval_seconds", 61),
+    ],
+)
+def test_a_run_length_or_merge_interval_out_of_range_is_refused_in_the_resource_and_in_run_config(resource_field, run_config_field, value):
+    """The same bounds as the environment variables, however the run's length or interval is set."""
+    from ddb_athena.lib.resources import SyncSettings
+    from ddb_athena.streamed.assets import BooksSyncConfig
+
+    with pytest.raises(ValueError):
+        SyncSettings(bucket="b", books_table="books", **{resource_field: value})
+    with pytest.raises(ValueError):
+        BooksSyncConfig(**{run_config_field: value})
+
+
+def test_settings_error_is_a_value_error():
+    assert issubclass(SettingsError, ValueError)
+
+
+def test_clients_use_the_endpoints_of_the_environment_the_settings_were_read_from():
+    settings = Settings.from_env(
+        {"AWS_ENDPOINT_URL": "http://127.0.0.1:7001", "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": "http://127.0.0.1:7002", "AWS_ACCESS_KEY_ID": "k"}
+    )
+    assert settings.client("s3").meta.endpoint_url == "http://127.0.0.1:7001"
+    assert settings.client("dynamodbstreams").meta.endpoint_url == "http://127.0.0.1:7002"
+    assert Settings.from_env({}).client("dynamodb").meta.endpoint_url == LOCAL_ENDPOINT_URL
+
+
+EMR_STACK_OUTPUTS = {
+    "DDB_ATHENA_EMR_APPLICATION_ID": "00fabcdefghij000",
+    "DDB_ATHENA_EMR_EXECUTION_ROLE_ARN": "arn:aws:iam::123456789012:role/ddb-athena-SparkJobRole",
+    "DDB_ATHENA_EMR_CODE_URI": "s3://code-bucket/ddb_athena/emr",
+    "DDB_ATHENA_EMR_LOG_GROUP": "/ddb_athena/ddb-athena/spark",
+}
+AWS = {"DDB_ATHENA_PROFILE": "aws", "DDB_ATHENA_BUCKET": "prod"}
+
+
+def test_the_orders_load_runs_in_process_unless_told_otherwise():
+    from ddb_athena.lib.resources import resources_from_settings
+
+    assert resources_from_settings(Settings.from_env({}))["orders_load"].mode == "in_process"
+    runner = resources_from_settings(Settings.from_env({**AWS, "DDB_ATHENA_ORDERS_LOAD": "emr_serverless", **EMR_STACK_OUTPUTS}))["orders_load"]
+    assert runner.mode == "emr_serverless" and runner.emr_job().code("x.py") == "s3://code-bucket/ddb_athena/emr/x.py"
+    assert runner.emr_release_label == "emr-7.12.0" and runner.emr_timeout_minutes == 180
+
+
+@pytest.mark.parametrize(
+    "environ, named",
+    [
+        ({"DDB_ATHENA_ORDERS_LOAD": "lambda"}, "expected one of in_process, spark_submit, emr_serverless"),
+        ({"DDB_ATHENA_ORDERS_LOAD": "emr_serverless", **EMR_STACK_OUTPUTS}, "needs DDB_ATHENA_PROFILE=aws"),
+        ({**AWS, "DDB_ATHENA_ORDERS_LOAD": "emr_serverless"}, "DDB_ATHENA_EMR_APPLICATION_ID, DDB_ATHENA_EMR_EXECUTION_ROLE_ARN"),
+        ({**AWS, "DDB_ATHENA_ORDERS_LOAD": "emr_serverless", **EMR_STACK_OUTPUTS, "DDB_ATHENA_EMR_LOG_GROUP": ""}, "DDB_ATHENA_EMR_LOG_GROUP"),
+    ],
+)
+def test_an_orders_load_that_cannot_run_is_refused_with_what_is_missing(environ, named):
+    with pytest.raises(SettingsError, match=named):
+        Settings.from_env(environ)
+
+
+def test_a_malformed_emr_setting_fails_when_the_code_location_loads():
+    from ddb_athena.lake.job_submission import JobSubmissionError
+    from ddb_athena.lib.resources import resources_from_settings
+
+    environ = {**AWS, "DDB_ATHENA_ORDERS_LOAD": "emr_serverless", **EMR_STACK_OUTPUTS, "DDB_ATHENA_EMR_CODE_URI": "/home/me/emr"}
+    with pytest.raises(JobSubmissionError, match="code location '/home/me/emr'"):
+        resources_from_settings(Settings.from_env(environ))
+
+
+def test_deletes_are_remembered_at_least_as_long_as_the_stream_keeps_changes():
+    import pydantic
+
+    from ddb_athena.lib.resources import SyncSettings
+
+    with pytest.raises(pydantic.ValidationError, match="tombstone_retention_days"):
+        SyncSettings(bucket="b", books_table="books", tombstone_retention_days=0.5)
+    assert SyncSettings(bucket="b", books_table="books", tombstone_retention_days=1).tombstone_retention_days == 1

@@ -1,0 +1,155 @@
+"""The writer lease on the emulator's S3: one holder, renewed while it lives, expired when it dies."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from ddb_athena.lib.writer_lease import LeaseHeldError, LeaseLostError, WriterLease
+from ddb_athena_tests.fake_clock import FakeClock
+
+
+def lease(settings, holder: str, ttl: float = 3.0, **kwargs) -> WriterLease:
+    return WriterLease(settings.client("s3"), settings.bucket, "library.books", holder, ttl_seconds=ttl, **kwargs)
+
+
+def test_a_second_writer_stops_with_a_message_naming_the_holder(settings):
+    first = lease(settings, "dagster run aaaa (books_sync)")
+    first.acquire()
+    try:
+        with pytest.raises(LeaseHeldError, match=r"library\.books has another writer: dagster run aaaa \(books_sync\)"):
+            lease(settings, "dagster run bbbb (__ASSET_JOB)").acquire(wait_seconds=0.5)
+    finally:
+        first.release()
+    assert lease(settings, "dagster run bbbb").read() is None
+
+
+def test_a_live_holder_keeps_its_lease_past_its_time_to_live(settings):
+    holder = lease(settings, "the sync", ttl=1.5)
+    holder.acquire()
+    try:
+        # Waits twice the time to live while the holder renews (every 0.5 s): never judged expired.
+        with pytest.raises(LeaseHeldError):
+            lease(settings, "a contender", ttl=1.5).acquire(wait_seconds=3.0)
+        holder.check()
+    finally:
+        holder.release()
+
+
+def test_released_lease_is_free_at_once(settings):
+    with lease(settings, "first"):
+        pass
+    started = time.monotonic()
+    with lease(settings, "second") as second:
+        second.check()
+    assert time.monotonic() - started < 1.0
+
+
+HOLDER_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    import boto3
+    from ddb_athena.lib.writer_lease import WriterLease
+    lease = WriterLease(boto3.client("s3"), sys.argv[1], "library.books", "a holder that will be killed", ttl_seconds=float(sys.argv[2]))
+    lease.acquire()
+    print("held", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_a_killed_holder_does_not_block_the_next_writer_past_the_lease_time(settings):
+    ttl = 3.0
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER_SCRIPT, settings.bucket, str(ttl)], stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        # Alive: it renews, a contender that waits one time to live does not get in.
+        with pytest.raises(LeaseHeldError, match="a holder that will be killed"):
+            lease(settings, "next writer", ttl=ttl).acquire(wait_seconds=ttl)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    killed_at = time.monotonic()
+    successor = lease(settings, "next writer", ttl=ttl)
+    successor.acquire(wait_seconds=4 * ttl)
+    waited = time.monotonic() - killed_at
+    try:
+        # Expired by the successor's own clock: a time to live of watching an unchanged lease, plus a poll.
+        assert ttl <= waited <= ttl + 3.0, waited
+        assert successor.read().body["holder"] == "next writer"
+    finally:
+        successor.release()
+
+
+def test_a_holder_whose_lease_was_taken_over_cannot_commit(settings):
+    clock = FakeClock()
+    stalled = lease(settings, "a stalled writer", ttl=10.0, clock=clock, sleep=clock.sleep)
+    stalled.acquire()
+    stalled._stop.set()  # its renewals stop, as in a process frozen by a long pause
+    # A renewal older than two thirds of the time to live: no commit, even before anybody took over.
+    clock.now += 7.0
+    with pytest.raises(LeaseLostError, match="has not been renewed for 7 s"):
+        stalled.check()
+
+    contender = lease(settings, "a contender", ttl=10.0, clock=clock, sleep=clock.sleep)
+    contender.acquire(wait_seconds=30.0)  # watches the unchanged lease for its time to live, then takes it over
+    try:
+        with pytest.raises(LeaseLostError, match="taken over by a contender"):
+            stalled.renew()
+        with pytest.raises(LeaseLostError, match="taken over"):
+            stalled.check()
+        stalled.release()  # deletes nothing: the lease is the contender's now
+        assert contender.read().body["holder"] == "a contender"
+        contender.check()
+    finally:
+        contender.release()
+
+
+def test_a_lease_renewed_long_ago_is_taken_at_once(settings):
+    long_ago = datetime.now(timezone.utc) - timedelta(minutes=5)
+    dead = lease(settings, "a writer dead for minutes", ttl=30.0, wall_clock=lambda: long_ago)
+    dead.acquire()
+    dead._stop.set()  # its process is gone: no more renewals
+    started = time.monotonic()
+    successor = lease(settings, "the next writer", ttl=30.0)
+    successor.acquire(wait_seconds=60)
+    try:
+        assert time.monotonic() - started < 5  # not a time to live of watching
+        assert successor.read().body["holder"] == "the next writer"
+    finally:
+        successor.release()
+
+
+def test_a_job_commits_only_while_its_launching_run_holds_the_lease(spark, settings):
+    """The orders load job on EMR Serverless reads the lease through its own file system before its MERGE."""
+    from dataclasses import replace
+
+    from ddb_athena.exported.orders_load_job import WriterLeaseLost, still_the_writer
+    from ddb_athena.exported.partition_load import OrdersLoadRequest, OrdersUpkeep
+
+    launcher = lease(settings, "Dagster run 5678 (orders_daily)", ttl=30.0)
+    uri = f"s3a://{settings.bucket}/{launcher.key}"
+    request = OrdersLoadRequest(
+        "library.orders", "lake", [], "s3a://b/q", datetime.now(timezone.utc), OrdersUpkeep(1, 1, 1), datetime.now(timezone.utc),
+        writer_lease={"uri": uri, "holder": "Dagster run 5678 (orders_daily)", "ttl_seconds": 30.0},
+    )
+    with pytest.raises(WriterLeaseLost, match="nobody holds it"):
+        still_the_writer(spark, request)
+    launcher.acquire()
+    try:
+        still_the_writer(spark, request)
+        other = replace(request, writer_lease={**request.writer_lease, "holder": "Dagster run 9999 (orders_daily)"})
+        with pytest.raises(WriterLeaseLost, match="held by Dagster run 5678"):
+            still_the_writer(spark, other)
+    finally:
+        launcher.release()
+    stale = lease(settings, "Dagster run 5678 (orders_daily)", ttl=30.0, wall_clock=lambda: datetime.now(timezone.utc) - timedelta(minutes=5))
+    stale.acquire()
+    stale._stop.set()
+    with pytest.raises(WriterLeaseLost, match="has not renewed it since"):
+        still_the_writer(spark, request)

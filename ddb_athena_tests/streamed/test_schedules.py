@@ -1,0 +1,69 @@
+from dagster import DagsterRunStatus, RunRequest, SkipReason, build_schedule_context, instance_for_test
+from dagster._core.storage.dagster_run import DagsterRun
+
+from ddb_athena.lib.resources import SyncSettings
+from ddb_athena.streamed.schedules import books_every_minute
+
+
+def sync_settings(sync_run_minutes: float = 60) -> SyncSettings:
+    return SyncSettings(bucket="b", books_table="books", sync_run_minutes=sync_run_minutes, merge_interval_seconds=10)
+
+
+def tick(instance, sync_run_minutes: float = 60):
+    with build_schedule_context(instance=instance, resources={"sync": sync_settings(sync_run_minutes)}) as context:
+        return books_every_minute(context)
+
+
+def test_books_sync_is_launched_every_minute_with_a_max_runtime_past_its_length():
+    assert books_every_minute.cron_schedule == "* * * * *"
+    with instance_for_test() as instance:
+        request = tick(instance)
+    assert isinstance(request, RunRequest)
+    # Run monitoring ends a run still going 10 minutes after its planned hour (it hangs); the next tick replaces it.
+    assert int(request.tags["dagster/max_runtime"]) == 70 * 60 + 10
+
+
+def test_a_tick_waits_while_the_sync_runs_and_queues_one_successor_in_its_last_minute_and_a_half():
+    with instance_for_test() as instance:
+        # (QUEUED runs need a full code-location origin to be created; NOT_STARTED stands in for a pending run.)
+        queued = instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.NOT_STARTED))
+        assert isinstance(tick(instance), SkipReason)
+        instance.delete_run(queued.run_id)
+        running = instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.STARTED))
+        assert isinstance(tick(instance), SkipReason)  # just started: an hour to go
+        assert isinstance(tick(instance, sync_run_minutes=1), RunRequest)  # ends within 90 s: queue the successor
+        successor = instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.NOT_STARTED))
+        assert isinstance(tick(instance, sync_run_minutes=1), SkipReason)  # never a second successor
+        for run in (running, successor):
+            instance.delete_run(run.run_id)
+        # A finished run, or another job's run, does not hold the schedule back.
+        instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.SUCCESS))
+        instance.add_run(DagsterRun(job_name="books_source_cleanup", status=DagsterRunStatus.STARTED))
+        assert isinstance(tick(instance), RunRequest)
+
+
+def test_orders_run_daily_at_the_configured_hour_for_the_day_that_ended():
+    from datetime import datetime, time, timedelta, timezone
+
+    from ddb_athena.definitions import defs
+
+    orders_daily_schedule = defs.resolve_schedule_def("orders_daily_schedule")  # partitions come from the assets
+    assert orders_daily_schedule.cron_schedule == "0 2 * * *" and orders_daily_schedule.execution_timezone in (None, "UTC")
+    with instance_for_test() as instance:
+        today = datetime.now(timezone.utc).date()
+        tick = datetime.combine(today, time(2), tzinfo=timezone.utc)
+        context = build_schedule_context(instance=instance, scheduled_execution_time=tick)
+        (request,) = orders_daily_schedule.evaluate_tick(context).run_requests
+    assert request.partition_key == (today - timedelta(days=1)).isoformat()
+
+
+def test_schedule_hour_and_start_date_come_from_the_environment():
+    import pytest
+
+    from ddb_athena.lib.settings import Settings, SettingsError
+
+    settings = Settings.from_env({"DDB_ATHENA_ORDERS_SCHEDULE_HOUR": "5", "DDB_ATHENA_ORDERS_START_DATE": "2025-01-31"})
+    assert (settings.orders_schedule_hour, settings.orders_start_date) == (5, "2025-01-31")
+    for bad in ({"DDB_ATHENA_ORDERS_SCHEDULE_HOUR": "24"}, {"DDB_ATHENA_ORDERS_START_DATE": "31/01/2025"}):
+        with pytest.raises(SettingsError):
+            Settings.from_env(bad)
