@@ -25,6 +25,7 @@ test-fast: install lint
 
 lint: install
 	$(BIN)/ruff check ddb_athena ddb_athena_build ddb_athena_tests ddb_athena_bench
+	$(BIN)/ruff format --check ddb_athena ddb_athena_build ddb_athena_tests ddb_athena_bench
 
 dev: install
 	bash scripts/dev.sh
@@ -77,7 +78,7 @@ lambda: $(INSTALLED)
 	$(BIN)/python -m ddb_athena_build.packaging lambda
 
 # The orders load job for EMR Serverless (.ddb_athena/dist/emr/): its entry point and a --py-files archive of the
-# modules it imports (the package's and dagster-pipes); upload both to DDB_ATHENA_EMR_CODE_URI (README).
+# modules it imports (the package's and dagster-pipes); upload both to DDB_ATHENA_EMR_CODE_URI (docs/operations.md).
 emr-job: $(INSTALLED)
 	$(BIN)/python -m ddb_athena_build.packaging emr-job
 

@@ -10,7 +10,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from ddb_athena.dev.local_stack import start_moto_server
 from ddb_athena.lake.change_merge import merge_change_files
@@ -59,13 +59,17 @@ def main(argv: list[str] | None = None) -> None:
     rng = random.Random(1)
     started = time.monotonic()
     spark = IcebergSparkResource(
-        profile="local", warehouse=settings.warehouse, s3_endpoint_url=endpoint, access_key_id="testing", secret_access_key="testing",
+        profile="local",
+        warehouse=settings.warehouse,
+        s3_endpoint_url=endpoint,
+        access_key_id="testing",
+        secret_access_key="testing",
         extra_config={"spark.ui.enabled": "false"},
     ).spark_session
     spark.sparkContext.setLogLevel("ERROR")
     print(f"SparkSession start: {time.monotonic() - started:.1f} s")
     table = "bench.books"
-    t0 = datetime(2026, 11, 22, tzinfo=timezone.utc)
+    t0 = datetime(2026, 11, 22, tzinfo=UTC)
 
     ids = [f"book-{uuid.UUID(int=rng.getrandbits(128)).hex[:12]}" for _ in range(table_rows)]
     snapshot = write_change_file(s3, layout, change_file_name(t0, "snapshot"), (book(i, 0, "SNAPSHOT", rng, args.summary_bytes) for i in ids))

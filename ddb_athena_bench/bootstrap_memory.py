@@ -47,7 +47,11 @@ def _child(items: int, part_bytes: int, endpoint: str, bucket: str) -> None:
     result = bootstrap_snapshot(GeneratedScan(items), s3, "books", "id", SourceLayout(bucket, f"bench-{items}-{part_bytes}"), ChangeFileNamer(), part_bytes)
     largest = max(s3.head_object(Bucket=bucket, Key=key)["ContentLength"] for key in result.parts)
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"items": result.items, "parts": len(result.parts), "largest_part": largest, "peak_rss_mib": peak_kib / 1024, "seconds": time.monotonic() - started}))
+    print(
+        json.dumps(
+            {"items": result.items, "parts": len(result.parts), "largest_part": largest, "peak_rss_mib": peak_kib / 1024, "seconds": time.monotonic() - started}
+        )
+    )
 
 
 def main() -> None:
@@ -73,7 +77,9 @@ def main() -> None:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = start_moto_server(port)
     endpoint, bucket = f"http://127.0.0.1:{port}", "bench"
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing").create_bucket(Bucket=bucket)
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing").create_bucket(
+        Bucket=bucket
+    )
     print("| items | written as | parts | largest object | peak RSS of the bootstrap process | seconds |")
     print("| ---: | --- | ---: | ---: | ---: | ---: |")
     try:

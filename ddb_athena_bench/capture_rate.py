@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import boto3
 
@@ -49,7 +49,7 @@ class MemoryStream:
     """A DynamoDB Streams client serving `records` MODIFY records of ~1 KB from one open shard, 1,000 a page."""
 
     def __init__(self, records: int):
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         self.records = [
             {
                 "eventName": "MODIFY",
@@ -85,7 +85,9 @@ def _emulator() -> tuple[subprocess.Popen, str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "ddb_athena.dev.cli", "local-stack", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ddb_athena.dev.cli", "local-stack", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
     process.stdout.readline()  # its banner: listening
     return process, f"http://127.0.0.1:{port}"
 

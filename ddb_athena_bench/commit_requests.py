@@ -83,7 +83,9 @@ def report(result: dict) -> str:
             else:
                 totals[operation.split()[0]] += count
     lines += ["", "| in all | per cycle | per commit |", "| --- | --- | --- |"]
-    lines += [f"| {kind} | {count / cycles:.1f} | {count / commits:.1f} |" if commits else f"| {kind} | {count / cycles:.1f} | |" for kind, count in totals.items()]
+    lines += [
+        f"| {kind} | {count / cycles:.1f} | {count / commits:.1f} |" if commits else f"| {kind} | {count / cycles:.1f} | |" for kind, count in totals.items()
+    ]
     return "\n".join(lines)
 
 

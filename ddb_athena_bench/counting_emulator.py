@@ -12,6 +12,7 @@ JSON protocols' X-Amz-Target header, or for S3's REST protocol from the method, 
 
 import argparse
 import collections
+import contextlib
 import json
 import re
 import signal
@@ -107,10 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     print(f"AWS emulator (moto, counting requests at {COUNTS_PATH}) on http://127.0.0.1:{args.port}", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

@@ -22,15 +22,16 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable, Iterator
 
 import psutil
 
 from ddb_athena.dev.launch import yesterday_utc
 from ddb_athena.dev.local_stack import wait_for_endpoint
+from ddb_athena.lib.resources import sync_settings
 from ddb_athena.lib.settings import LOCAL_STATE_DIR, REPO_ROOT, Settings
 from ddb_athena_bench.counting_emulator import COUNTS_PATH
 
@@ -334,8 +335,8 @@ def run(minutes: float, rate: float) -> dict:
     return {
         "minutes": elapsed_minutes,
         "rate": rate,
-        "merge_interval": settings.merge_interval_seconds,
-        "longest_interval": settings.longest_merge_interval_seconds,
+        "merge_interval": sync_settings(settings).merge_interval_seconds,
+        "longest_interval": sync_settings(settings).longest_merge_interval_seconds,
         "cycle_gaps": gaps,
         "markers": len(markers.written),
         "missing": len(markers.pending),
@@ -359,14 +360,12 @@ def busiest_hour(series: list[dict], key: str) -> float | None:
     """CPU-s a minute of `key` (cumulative at each point of the series) over its busiest 60 minutes: the target is
     per hour, and a window that spans a run's start holds more than one that does not. None under an hour."""
     points = round(3600 / SERIES_EVERY_SECONDS)
-    rates = [
-        (end[key] - start[key]) / (end["minute"] - start["minute"]) for start, end in zip(series, series[points:])
-    ]
+    rates = [(end[key] - start[key]) / (end["minute"] - start["minute"]) for start, end in zip(series, series[points:], strict=False)]
     return max(rates, default=None)
 
 
 def report(result: dict) -> str:
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return "\n".join(
         [
             f"# Freshness of library.books ({when})",
@@ -405,7 +404,8 @@ def report(result: dict) -> str:
                 if busiest is not None
             ),
             f"| library.books data files, start → end | {result['files_at_start']['data_files']} → {result['files_at_end']['data_files']} | bounded |",
-            f"| library.books metadata files, start → end | {result['files_at_start']['metadata_files']} → {result['files_at_end']['metadata_files']} | bounded |",
+            f"| library.books metadata files, start → end | {result['files_at_start']['metadata_files']} → "
+            f"{result['files_at_end']['metadata_files']} | bounded |",
             "",
             "![lag distribution](freshness.png)",
             "",
@@ -417,7 +417,7 @@ def report(result: dict) -> str:
                 f"| {now['minute']:.0f} | {now['data_files']} | {now['metadata_files']} | "
                 + (" | ".join(f"{(now[key] - before[key]) / (now['minute'] - before['minute']):.1f}" for key in ("sync_cpu", "stack_cpu")) if before else " |")
                 + " |"
-                for before, now in zip([None, *result["series"]], result["series"])
+                for before, now in zip([None, *result["series"]], result["series"], strict=False)
             ),
             "",
         ]

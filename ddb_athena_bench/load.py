@@ -32,9 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     processes = max(1, min(args.processes, int(args.rate) or 1))
-    workers = [
-        multiprocessing.Process(target=_simulate, args=(args.rate / processes, args.seed * 1000 + number), daemon=True) for number in range(processes)
-    ]
+    workers = [multiprocessing.Process(target=_simulate, args=(args.rate / processes, args.seed * 1000 + number), daemon=True) for number in range(processes)]
     for worker in workers:
         worker.start()
 

@@ -11,7 +11,7 @@ import re
 import threading
 import zlib
 from bisect import bisect_right
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/{table}/stream/2026-11-25T00:00:00.000"
 FIRST_SEQUENCE_NUMBER = 10**20
@@ -87,8 +87,7 @@ class MemoryDynamoDB:
 
     def describe_stream(self, StreamArn: str, ExclusiveStartShardId: str | None = None) -> dict:
         shards = [
-            {"ShardId": f"shard-{number}", "SequenceNumberRange": {"StartingSequenceNumber": str(FIRST_SEQUENCE_NUMBER)}}
-            for number in range(len(self._shards))
+            {"ShardId": f"shard-{number}", "SequenceNumberRange": {"StartingSequenceNumber": str(FIRST_SEQUENCE_NUMBER)}} for number in range(len(self._shards))
         ]
         return {"StreamDescription": {"StreamArn": StreamArn, "Shards": shards}}
 
@@ -140,7 +139,7 @@ class MemoryDynamoDB:
                     "Keys": {self.key_attribute: {"S": key}},
                     **({"NewImage": item} if item is not None else {}),
                     "SequenceNumber": str(self._sequence),
-                    "ApproximateCreationDateTime": datetime.now(timezone.utc),
+                    "ApproximateCreationDateTime": datetime.now(UTC),
                     "StreamViewType": "NEW_AND_OLD_IMAGES",
                 },
             }

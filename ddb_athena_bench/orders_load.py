@@ -12,13 +12,13 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ORDERS = 1_000_000
 FILES = 8
 TARGET_ITEMS_PER_SECOND = 150_000
-EXPORTED_AT = datetime(2026, 11, 22, tzinfo=timezone.utc)
+EXPORTED_AT = datetime(2026, 11, 22, tzinfo=UTC)
 
 
 def _write_file(arguments: tuple[Path, int, int]) -> None:
@@ -29,9 +29,7 @@ def _write_file(arguments: tuple[Path, int, int]) -> None:
     lines = []
     for index in range(first, first + count):
         created = (start + timedelta(seconds=rng.randrange(90 * 86_400))).strftime("%Y-%m-%dT%H:%M:%SZ")
-        items = ",".join(
-            f'{{"M":{{"sku":{{"S":"sku-{rng.randrange(1000)}"}},"qty":{{"N":"{rng.randrange(1, 4)}"}}}}}}' for _ in range(rng.randrange(1, 4))
-        )
+        items = ",".join(f'{{"M":{{"sku":{{"S":"sku-{rng.randrange(1000)}"}},"qty":{{"N":"{rng.randrange(1, 4)}"}}}}}}' for _ in range(rng.randrange(1, 4)))
         lines.append(
             f'{{"Item":{{"order_id":{{"S":"{uuid.UUID(int=rng.getrandbits(128))}"}},"customer_id":{{"S":"customer-{index % 10_000}"}},'
             f'"amount":{{"N":"{rng.randrange(100, 100_000) / 100:.2f}"}},"currency":{{"S":"{rng.choice(("EUR", "USD", "NOK"))}"}},'
@@ -71,8 +69,10 @@ def spark_load(paths: list[Path], workdir: Path) -> tuple[float, float]:
     result, cold = load("bench.orders")
     print(f"Spark load of {result.items_read:,} orders into an empty table, fresh JVM: {cold:.1f} s, {result.rows_inserted:,} inserted")
     again, seconds = load("bench.orders")
-    print(f"Re-load of the same export (all duplicates, each compared with the stored document): {seconds:.1f} s, "
-          f"{again.duplicates_skipped:,} skipped, {again.rows_inserted} inserted")
+    print(
+        f"Re-load of the same export (all duplicates, each compared with the stored document): {seconds:.1f} s, "
+        f"{again.duplicates_skipped:,} skipped, {again.rows_inserted} inserted"
+    )
     result, warm = load("bench.orders_warm")
     print(f"Spark load of {result.items_read:,} orders into an empty table, warm JVM: {warm:.1f} s")
     spark.stop()

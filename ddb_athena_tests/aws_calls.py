@@ -26,8 +26,20 @@ LAMBDA_MODULE = PACKAGE_DIR / "streamed" / "capture" / "lambda_handler.py"
 # runs': a call is the operator's when the outermost package frame is one of these).
 OPERATOR_MODULES = {PACKAGE_DIR / name for name in ("dev/local_stack.py", "dev/simulate.py", "dev/cli.py", "streamed/capture/failed_batches.py")}
 RESOURCE_PARAMETERS = (
-    "Bucket", "Key", "Prefix", "TableName", "TableArn", "StreamArn", "ExportArn", "S3Bucket", "S3Prefix",
-    "applicationId", "jobRunId", "executionRoleArn", "logGroupName", "logStreamName",
+    "Bucket",
+    "Key",
+    "Prefix",
+    "TableName",
+    "TableArn",
+    "StreamArn",
+    "ExportArn",
+    "S3Bucket",
+    "S3Prefix",
+    "applicationId",
+    "jobRunId",
+    "executionRoleArn",
+    "logGroupName",
+    "logStreamName",
 )
 
 

@@ -7,7 +7,7 @@ import time as clock
 import urllib.request
 import uuid
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 
 import pytest
 
@@ -23,7 +23,7 @@ IAM_COVERAGE_TEST = "test_iam_coverage.py"
 def pytest_configure(config):
     # A deployment started four days ago: a backfill "from the start date" stays a few runs long whatever the
     # date. Set before any test module imports the assets, whose partitions are read at import.
-    start = (datetime.now(timezone.utc) - timedelta(days=4)).date().isoformat()
+    start = (datetime.now(UTC) - timedelta(days=4)).date().isoformat()
     os.environ.setdefault("DDB_ATHENA_ORDERS_START_DATE", start)
 
 
@@ -45,7 +45,7 @@ class Days:
 
     @property
     def midnight(self) -> datetime:
-        return datetime.combine(self.today, time(), tzinfo=timezone.utc)
+        return datetime.combine(self.today, time(), tzinfo=UTC)
 
     @property
     def yesterday(self) -> str:
@@ -65,11 +65,11 @@ def days() -> Days:
     """Taken when the test starts (not when its module is collected, minutes earlier), and away from midnight: a
     test close to it waits for the new day. Modules that use it list it in `pytestmark` so that it comes before the
     emulator's state (point-in-time recovery is turned on "today")."""
-    now = datetime.now(timezone.utc)
-    next_midnight = datetime.combine(now.date() + timedelta(days=1), time(), tzinfo=timezone.utc)
+    now = datetime.now(UTC)
+    next_midnight = datetime.combine(now.date() + timedelta(days=1), time(), tzinfo=UTC)
     if next_midnight - now < DAY_TURN_MARGIN:
         clock.sleep((next_midnight - now).total_seconds() + 1)
-    return Days(datetime.now(timezone.utc).date())
+    return Days(datetime.now(UTC).date())
 
 
 def _free_port() -> int:

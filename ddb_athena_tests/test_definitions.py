@@ -28,6 +28,7 @@ def test_lineage_jobs_schedules_and_sensors_are_wired():
     for sensor in defs.sensors:
         assert sensor.default_status == DefaultSensorStatus.RUNNING
 
+
 def pools_of(job) -> dict[str, str | None]:
     return {node.name: node.definition.pool for node in job.graph.nodes}
 

@@ -30,9 +30,9 @@ def materialized(instance, asset, seconds_ago: float, partition: str | None = No
 
 def freshness_passes(instance, asset, checks) -> bool:
     only_freshness = define_asset_job("freshness_only", selection=AssetSelection.checks(*checks))
-    job = Definitions(
-        assets=[asset], asset_checks=checks, jobs=[only_freshness], resources=resources_from_settings(Settings.from_env())
-    ).resolve_job_def("freshness_only")
+    job = Definitions(assets=[asset], asset_checks=checks, jobs=[only_freshness], resources=resources_from_settings(Settings.from_env())).resolve_job_def(
+        "freshness_only"
+    )
     result = job.execute_in_process(instance=instance)
     (evaluation,) = result.get_asset_check_evaluations()
     return evaluation.passed

@@ -41,9 +41,7 @@ def test_no_secret_in_logs_events_metadata_or_resource_configuration(days, spark
     with DagsterInstance.ephemeral() as instance:
         runs = [sync_books(instance), sync_orders(instance, days.yesterday)]
         assert all(run.success for run in runs)
-        events = "\n".join(
-            f"{entry.user_message} {entry.dagster_event!r}" for run in runs for entry in instance.all_logs(run.run_id)
-        )
+        events = "\n".join(f"{entry.user_message} {entry.dagster_event!r}" for run in runs for entry in instance.all_logs(run.run_id))
     assert "rows_inserted" in events  # the events were read (metadata included)
     captured = capfd.readouterr()
     assert leaked(events) == [] and leaked(caplog.text) == [] and leaked(captured.out + captured.err) == []

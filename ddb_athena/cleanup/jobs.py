@@ -29,9 +29,7 @@ DELETE_DESCRIPTION = "Deletes exactly the source files that successful materiali
 # Books change files are never read again once committed: their cleanup never waits for the hour-long sync.
 delete_committed_change_files = op(name="delete_committed_change_files", description=DELETE_DESCRIPTION)(_delete_committed_source_files)
 # A re-run of an orders partition re-uses its export's files: their cleanup waits in the orders writers' queue.
-delete_loaded_export_files = op(name="delete_loaded_export_files", description=DELETE_DESCRIPTION, pool=ORDERS_WRITER_POOL)(
-    _delete_committed_source_files
-)
+delete_loaded_export_files = op(name="delete_loaded_export_files", description=DELETE_DESCRIPTION, pool=ORDERS_WRITER_POOL)(_delete_committed_source_files)
 
 
 @job(description="Deletes the books change files that commits consumed (requested by the cleanup sensor).")

@@ -24,9 +24,7 @@ SECONDS_PER_DAY = 86_400
 CLEANUP_BATCH = 100
 
 
-def cleanup_requests(
-    context: SensorEvaluationContext, asset_key: AssetKey, bucket: str, job: JobDefinition, after: int | None, retention_seconds: float = 0.0
-):
+def cleanup_requests(context: SensorEvaluationContext, asset_key: AssetKey, bucket: str, job: JobDefinition, after: int | None, retention_seconds: float = 0.0):
     """At most one cleanup run for the materializations after `after` that consumed files, keyed by the
     events it covers so it never runs twice. A materialization younger than the retention stops the scan:
     it and those after it wait."""

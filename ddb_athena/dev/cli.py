@@ -1,10 +1,12 @@
 """The `ddb-athena` command: local stack, init, seed, simulate, query, launch, and the runs `make dev` leaves behind."""
 
 import argparse
+import contextlib
 import random
 import signal
 import sys
 import threading
+from datetime import UTC
 
 from ddb_athena.lib.settings import LOCAL_STACK_PORT, Settings
 
@@ -17,10 +19,8 @@ def _local_stack(args, settings: Settings) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     server = start_moto_server(args.port)
     print(f"AWS emulator (moto) listening on http://127.0.0.1:{args.port} — Ctrl-C to stop", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         stop.wait()
-    except KeyboardInterrupt:
-        pass
     server.stop()
     return 0
 
@@ -42,22 +42,20 @@ def _init(args, settings: Settings) -> int:
 def _simulator(args, settings: Settings, with_orders: bool):
     from ddb_athena.dev.simulate import BookSimulator
 
-    simulator = BookSimulator(
-        settings.client("dynamodb"), settings.books_table, settings.orders_table if with_orders else None, rng=random.Random(args.seed)
-    )
+    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table, settings.orders_table if with_orders else None, rng=random.Random(args.seed))
     simulator.load_existing_ids()
     return simulator
 
 
 def _seed(args, settings: Settings) -> int:
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from ddb_athena.dev.simulate import order_item
 
     simulator = _simulator(args, settings, with_orders=False)
     for _ in range(args.books):
         simulator.insert()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     for index in range(args.orders):
         created = now - timedelta(days=1, seconds=index * 60)
         simulator.dynamodb.put_item(TableName=settings.orders_table, Item=order_item(simulator.rng, created))
@@ -118,11 +116,12 @@ def _bootstrap(args, settings: Settings) -> int:
 
 
 def _replay_failures(args, settings: Settings) -> int:
+    from ddb_athena.lib.resources import sync_settings
     from ddb_athena.lib.settings import BOOKS_SOURCE_PREFIX
     from ddb_athena.streamed.capture.change_files import SourceLayout
     from ddb_athena.streamed.capture.failed_batches import replay
 
-    queue_url = args.queue_url or settings.capture_failure_queue_url
+    queue_url = args.queue_url or sync_settings(settings).capture_failure_queue_url
     if not queue_url:
         print("No queue: pass --queue-url or set DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URL (the stack's CaptureFailureQueueUrl)", file=sys.stderr)
         return 2
@@ -170,9 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--format", choices=("table", "json"), default="table")
     query.set_defaults(handler=_query)
 
-    launch = commands.add_parser(
-        "launch", help="launch a partitioned job's run through a running Dagster webserver (the instance its UI shows)"
-    )
+    launch = commands.add_parser("launch", help="launch a partitioned job's run through a running Dagster webserver (the instance its UI shows)")
     launch.add_argument("job", help="e.g. orders_daily")
     launch.add_argument("--partition", help="daily partition key, YYYY-MM-DD (default: yesterday, UTC)")
     _webserver_arguments(launch)
@@ -187,9 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     _webserver_arguments(bootstrap)
     bootstrap.set_defaults(handler=_bootstrap)
 
-    replay = commands.add_parser(
-        "replay-failures", help="capture again the stream batches the capture Lambda gave up on (its on-failure queue)"
-    )
+    replay = commands.add_parser("replay-failures", help="capture again the stream batches the capture Lambda gave up on (its on-failure queue)")
     replay.add_argument("--queue-url", help="default: DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URL")
     replay.set_defaults(handler=_replay_failures)
 
@@ -201,6 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
         "writer-pools", help="limit each table writers' pool to one run at a time in the Dagster instance ($DAGSTER_HOME); once, before its daemon starts"
     )
     pools.set_defaults(handler=_writer_pools)
+
+    shown = commands.add_parser(
+        "settings", help="the sync resource's settings (variable, default, bounds, meaning) as the Markdown table of docs/operations.md"
+    )
+    shown.set_defaults(handler=_settings)
 
     end = commands.add_parser(
         "end-runs-left-in-progress",
@@ -235,6 +235,13 @@ def _writer_pools(args, settings: Settings) -> int:
     with DagsterInstance.get() as instance:
         limit_writer_pools(instance, WRITER_POOLS)
     print(f"One run at a time in each writers' pool: {', '.join(WRITER_POOLS)}")
+    return 0
+
+
+def _settings(args, settings: Settings) -> int:
+    from ddb_athena.lib.resources import settings_table
+
+    print(settings_table(), end="")
     return 0
 
 

@@ -2,8 +2,8 @@
 shows (its run queue, its storage) instead of a second process initializing that storage at the same time."""
 
 import time
-from datetime import date, datetime, timedelta, timezone
-from typing import Callable
+from collections.abc import Callable
+from datetime import UTC, date, datetime, timedelta
 
 from dagster import DagsterRunStatus
 from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
@@ -14,7 +14,7 @@ _FINISHED = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatu
 
 def yesterday_utc(now: datetime | None = None) -> str:
     """The last complete daily partition (computed here: BSD `date` has no `-d yesterday`)."""
-    return ((now or datetime.now(timezone.utc)) - timedelta(days=1)).date().isoformat()
+    return ((now or datetime.now(UTC)) - timedelta(days=1)).date().isoformat()
 
 
 def _waiting_for(error: DagsterGraphQLClientError) -> str | None:

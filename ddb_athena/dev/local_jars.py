@@ -36,8 +36,7 @@ def local_jar_paths(jar_dir: Path | None = None) -> list[Path]:
     missing = [path.name for path in paths if not path.is_file()]
     if missing:
         raise MissingJarsError(
-            f"Missing Spark JARs in {jar_dir}: {', '.join(missing)}. "
-            "Run `make install` (or `python -m ddb_athena_build.jars`) to provision them."
+            f"Missing Spark JARs in {jar_dir}: {', '.join(missing)}. Run `make install` (or `python -m ddb_athena_build.jars`) to provision them."
         )
     return paths
 

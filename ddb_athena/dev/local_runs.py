@@ -11,7 +11,7 @@ monitoring do this.
 
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 

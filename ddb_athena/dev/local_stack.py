@@ -58,9 +58,7 @@ def create_demo_resources(settings: Settings) -> list[str]:
         )
         done.append(f"created table {settings.orders_table}")
     dynamodb.get_waiter("table_exists").wait(TableName=settings.orders_table)
-    dynamodb.update_continuous_backups(
-        TableName=settings.orders_table, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True}
-    )
+    dynamodb.update_continuous_backups(TableName=settings.orders_table, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True})
     existing = {bucket["Name"] for bucket in s3.list_buckets().get("Buckets", [])}
     if settings.bucket not in existing:
         if settings.region == "us-east-1":

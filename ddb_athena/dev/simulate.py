@@ -4,12 +4,12 @@ import random
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from boto3.dynamodb.types import TypeSerializer
 
-_WORDS = "river stone night garden glass winter letter harbor silver shadow orchard lantern empire voyage".split()
+_WORDS = ["river", "stone", "night", "garden", "glass", "winter", "letter", "harbor", "silver", "shadow", "orchard", "lantern", "empire", "voyage"]
 _AUTHORS = ["Ada Okafor", "Lin Wei", "Maria Santos", "Jonas Berg", "Priya Nair", "Tomasz Nowak", "Aiko Tanaka"]
 _serializer = TypeSerializer()
 
@@ -28,7 +28,7 @@ def summary(rng: random.Random, words: int, at_least_bytes: int = 0) -> str:
 
 def book_item(book_id: str, rng: random.Random, summary_bytes: int = 0) -> dict:
     """A book with every DynamoDB type in it (S, N, B, BOOL, NULL, M, L, SS, NS, BS)."""
-    published = datetime(1950, 1, 1, tzinfo=timezone.utc).timestamp() + rng.randrange(0, 2_300_000_000)
+    published = datetime(1950, 1, 1, tzinfo=UTC).timestamp() + rng.randrange(0, 2_300_000_000)
     return _ddb(
         {
             "id": book_id,
@@ -89,7 +89,7 @@ class BookSimulator:
     def step(self) -> str:
         roll = self.rng.random()
         if self.orders_table and roll < 0.1:
-            self.dynamodb.put_item(TableName=self.orders_table, Item=order_item(self.rng, datetime.now(timezone.utc)))
+            self.dynamodb.put_item(TableName=self.orders_table, Item=order_item(self.rng, datetime.now(UTC)))
             action = "order"
         elif not self.live or roll < 0.4:
             self.insert()

@@ -113,8 +113,16 @@ def _coverage_metadata(record: ExportRecord) -> dict:
 
 
 ORDERS_LOAD_CHECKS = [
-    AssetCheckSpec("orders_export_reconciles", asset="orders_athena", description="Items in the export == rows inserted + duplicates skipped (+ deletes ignored + quarantined)."),
-    AssetCheckSpec("orders_no_mutated_documents", asset="orders_athena", description="No order in the export differs from the one already loaded (documents are immutable)."),
+    AssetCheckSpec(
+        "orders_export_reconciles",
+        asset="orders_athena",
+        description="Items in the export == rows inserted + duplicates skipped (+ deletes ignored + quarantined).",
+    ),
+    AssetCheckSpec(
+        "orders_no_mutated_documents",
+        asset="orders_athena",
+        description="No order in the export differs from the one already loaded (documents are immutable).",
+    ),
     AssetCheckSpec("orders_quarantine_empty", asset="orders_athena", description="No line or file of the export was quarantined."),
 ]
 
@@ -164,9 +172,7 @@ def orders_athena(
     outcome, job_metadata = orders_load.load(context, request, spark, aws, before_commit=lease.check)
     result = outcome.load
     manifest = (
-        write_commit_manifest(
-            s3, layout, context.run.run_id, record.all_files, sync.orders_iceberg_table, result.snapshot_id, files_prefix=record.s3_prefix
-        )
+        write_commit_manifest(s3, layout, context.run.run_id, record.all_files, sync.orders_iceberg_table, result.snapshot_id, files_prefix=record.s3_prefix)
         if record.all_files
         else None
     )

@@ -13,9 +13,9 @@ the record does not pay twice either.
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timedelta, timezone
-from typing import Callable
+from datetime import UTC, datetime, timedelta
 
 from botocore.exceptions import ClientError
 
@@ -35,7 +35,7 @@ MAX_INCREMENTAL_WINDOW = timedelta(hours=24)
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class ExportError(RuntimeError):
@@ -75,9 +75,7 @@ class FullExportCoverage:
     export_time: datetime
 
 
-def partition_window(
-    day_start: datetime, day_end: datetime, full: bool, coverage: FullExportCoverage | None, now: datetime
-) -> ExportWindow | None:
+def partition_window(day_start: datetime, day_end: datetime, full: bool, coverage: FullExportCoverage | None, now: datetime) -> ExportWindow | None:
     """What the partition of [day_start, day_end) exports; None when the table's full export covers the day.
 
     A full export is taken now: it covers everything up to now, so no later day can fall in a gap.
@@ -147,9 +145,7 @@ def _missing_bucket(bucket: str) -> str:
 
 
 def save_record(s3, layout: SourceLayout, record: ExportRecord) -> None:
-    s3.put_object(
-        Bucket=layout.bucket, Key=record_key(layout, record.partition), Body=record.to_json().encode(), ContentType="application/json"
-    )
+    s3.put_object(Bucket=layout.bucket, Key=record_key(layout, record.partition), Body=record.to_json().encode(), ContentType="application/json")
 
 
 def client_token(table_arn: str, partition: str, export_type: str, attempt: int) -> str:
@@ -243,10 +239,7 @@ def wait_for_export(
         if status == "COMPLETED":
             return description
         if status == "FAILED":
-            raise ExportError(
-                f"export {export_arn} failed: {description.get('FailureCode') or 'no code'}: "
-                f"{description.get('FailureMessage') or 'no message'}"
-            )
+            raise ExportError(f"export {export_arn} failed: {description.get('FailureCode') or 'no code'}: {description.get('FailureMessage') or 'no message'}")
         if elapsed >= timeout.total_seconds():
             raise ExportError(
                 f"export {export_arn} is still {status} after {elapsed:.0f} s (timeout {timeout.total_seconds():.0f} s); "

@@ -5,7 +5,7 @@ the materialization's metadata (`orders_load`). The SparkSession is the one spar
 """
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from dagster_pipes import open_dagster_pipes
 from pyspark.errors import AnalysisException
@@ -44,7 +44,7 @@ def still_the_writer(spark: SparkSession, request: OrdersLoadRequest) -> None:
         body = json.loads("".join(row.value for row in spark.read.text(lease["uri"]).collect()))
     except AnalysisException:
         body = None  # no lease object: released, or never taken
-    reason = not_held_by(body, lease["holder"], lease["ttl_seconds"], datetime.now(timezone.utc))
+    reason = not_held_by(body, lease["holder"], lease["ttl_seconds"], datetime.now(UTC))
     if reason:
         raise WriterLeaseLost(f"{request.target}: {reason}; this job stops without committing")
 

@@ -6,9 +6,9 @@ Spark job the run submits (`ddb_athena/exported/orders_load_job.py`, locally thr
 Serverless), which receives the request through Dagster Pipes and reports the outcome back the same way.
 """
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Callable
 
 from pyspark.sql import SparkSession
 

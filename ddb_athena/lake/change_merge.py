@@ -10,7 +10,7 @@ Guarantees:
 """
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -40,7 +40,7 @@ from ddb_athena.streamed.capture.change_files import EVENT_NAMES, SNAPSHOT_KIND,
 
 BOOTSTRAP_FILE_PROPERTY = "ddb_athena.bootstrap-file"
 # A stream batch is a few rows to a few thousand: one shuffle partition and a static plan (adaptive execution
-# plans each stage again) cost ~10% less CPU per sync cycle (interleaved A/B in one warm session, README "CPU of a
+# plans each stage again) cost ~10% less CPU per sync cycle (interleaved A/B in one warm session, docs/performance-log.md "CPU of a
 # sync cycle"). A bootstrap's rebuild, the whole table, keeps the session's settings.
 STREAM_BATCH_PLAN = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
 ITEM_PROBLEM_FUNCTION = "ddb_athena_item_problem"
@@ -146,15 +146,13 @@ def _count_where(condition: str):
 
 def _tombstones_of(changes: DataFrame, key: str) -> DataFrame:
     """Tombstone rows (the tombstone table's columns) for the REMOVE changes among `changes`."""
-    return changes.where("event_name = 'REMOVE'").select(
-        F.col("key").alias(key), SEQUENCE_COLUMN, F.col(CHANGED_AT_COLUMN).alias("deleted_at")
-    )
+    return changes.where("event_name = 'REMOVE'").select(F.col("key").alias(key), SEQUENCE_COLUMN, F.col(CHANGED_AT_COLUMN).alias("deleted_at"))
 
 
 def _validated_changes_sql(spec: TableSpec, lines_view: str) -> str:
     """Every line of the change files in `lines_view` (a text scan) with its parsed fields and the reason it
     cannot be applied (NULL if it can). One SQL text, not a chain of DataFrame calls: each of those is a py4j
-    round trip, ~160 of them a sync cycle (README "Python's calls into the JVM")."""
+    round trip, ~160 of them a sync cycle (docs/performance-log.md, "Python's calls into the JVM")."""
     key = spec.key
     events = ", ".join(f"'{name}'" for name in EVENT_NAMES)
     envelope_problem = (
@@ -191,7 +189,7 @@ def _with_item_problem_function(spark: SparkSession) -> None:
 
 def _utc(moment: datetime | None) -> datetime | None:
     # The session time zone is UTC, so Spark's naive timestamps are UTC.
-    return moment.replace(tzinfo=timezone.utc) if moment else None
+    return moment.replace(tzinfo=UTC) if moment else None
 
 
 def _ranked_changes_sql(spec: TableSpec, validated_view: str) -> str:
@@ -285,7 +283,7 @@ def merge_change_files(
         if not applicable and not result.bootstrap_file:
             return _with_snapshot(spark, target, result)
 
-        synced_at = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+        synced_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
         latest = spark.sql(_latest_changes_sql(spec, validated_view), args={"cutoff": cutoff, "first_file": first_file, "synced_at": synced_at})
         if result.bootstrap_file:
             _rebuild(spark, spec, target, latest, result)

@@ -13,9 +13,9 @@
 """
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Callable
+from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
@@ -120,10 +120,7 @@ def _records(spec: TableSpec, lines: DataFrame, exported_at: datetime, synced_at
         .withColumn("image", F.from_json("image_json", image_schema_ddl(spec)))
         .withColumn(
             "kind",
-            F.expr(
-                "CASE WHEN full_item IS NOT NULL THEN 'full' WHEN new_image IS NOT NULL THEN 'put' "
-                "WHEN keys IS NOT NULL THEN 'delete' END"
-            ),
+            F.expr("CASE WHEN full_item IS NOT NULL THEN 'full' WHEN new_image IS NOT NULL THEN 'put' WHEN keys IS NOT NULL THEN 'delete' END"),
         )
     )
     reason = F.expr(
@@ -225,7 +222,9 @@ def _damaged_files(spark: SparkSession, files: list[ExportDataFile], items_read:
     """(file, what is wrong) of every file that yielded fewer lines than it holds."""
     unknown = [file.uri for file in files if file.items is None]
     checked = _check_files(spark, unknown) if unknown else {}
-    damaged = [(path, f"{problem}; {lines} complete lines before the damage were read, the rest is lost") for path, (lines, problem) in checked.items() if problem]
+    damaged = [
+        (path, f"{problem}; {lines} complete lines before the damage were read, the rest is lost") for path, (lines, problem) in checked.items() if problem
+    ]
     expected = sum(file.items for file in files if file.items is not None) + sum(lines for lines, _ in checked.values())
     if items_read < expected:
         # Some file with a manifest count came up short: count per file to name it (only then).
@@ -264,7 +263,7 @@ def load_export_files(
         return result
 
     key, partition = spec.key.name, partition_column.name
-    records = _records(spec, _lines(spark, [file.uri for file in files]), exported_at, datetime.now(timezone.utc))
+    records = _records(spec, _lines(spark, [file.uri for file in files]), exported_at, datetime.now(UTC))
     document = "reason IS NULL AND kind <> 'delete'"
     read = Observation("export_read")
     batch = Observation("export_batch")
@@ -290,7 +289,7 @@ def load_export_files(
 
     counts, distinct = _observed(read), _observed(batch)["distinct"]
     if counts["low"] is not None:
-        result.days_from, result.days_to = (datetime.fromtimestamp(counts[end] / 1e6, timezone.utc).date().isoformat() for end in ("low", "high"))
+        result.days_from, result.days_to = (datetime.fromtimestamp(counts[end] / 1e6, UTC).date().isoformat() for end in ("low", "high"))
     result.items_read, result.records_quarantined, result.deletes_ignored = counts["items"], counts["quarantined"], counts["deletes"]
     result.duplicates_skipped = counts["documents"] - result.rows_inserted
     damaged = _damaged_files(spark, files, result.items_read)
@@ -302,7 +301,7 @@ def load_export_files(
     if distinct < counts["documents"]:
         changed.append(_changed_copies(valid, key))
     if result.rows_inserted < distinct:
-        low, high = (datetime.fromtimestamp(counts[end] / 1e6, timezone.utc) for end in ("low", "high"))
+        low, high = (datetime.fromtimestamp(counts[end] / 1e6, UTC) for end in ("low", "high"))
         changed.append(_changed_since_loaded(spark, spec, target, valid, low, high))
     if changed:
         keys = changed[0] if len(changed) == 1 else changed[0].unionByName(changed[1]).distinct()

@@ -2,9 +2,9 @@
 request on AWS. Both carry the same Iceberg configuration (`session_config`) as `--conf` settings."""
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 # What EMR Serverless provides: its Iceberg runtime (with the AWS bundle) and the Glue Data Catalog client
 # (docs.aws.amazon.com/emr/latest/EMR-Serverless-UserGuide/using-iceberg.html).

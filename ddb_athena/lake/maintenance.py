@@ -7,7 +7,7 @@ taken for an orphan. Old metadata files go at each commit (the tables' `write.me
 """
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import SparkSession
 
@@ -38,9 +38,7 @@ def check_floors(snapshot_retention: timedelta, orphan_age: timedelta) -> None:
             "expired snapshot would fail (HIVE_CANNOT_OPEN_SPLIT); keep it longer than the longest query"
         )
     if orphan_age < MIN_ORPHAN_AGE:
-        raise MaintenanceSettingsError(
-            f"orphan file age {orphan_age} is under {MIN_ORPHAN_AGE}: files of a commit still being written could be deleted"
-        )
+        raise MaintenanceSettingsError(f"orphan file age {orphan_age} is under {MIN_ORPHAN_AGE}: files of a commit still being written could be deleted")
 
 
 @dataclass(frozen=True)
@@ -134,7 +132,7 @@ def maintain_table(
     check_floors(snapshot_retention, orphan_age)
     if retain_last < 1:
         raise ValueError("retain_last must be at least 1")
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     catalog = validate_identifier(catalog, "catalog name")
     table_sql = dotted_name(target)
     before = table_files(spark, target)
@@ -178,10 +176,8 @@ def _expire(spark: SparkSession, catalog: str, target: str, older_than: datetime
 
 def _remove_orphans(spark: SparkSession, catalog: str, target: str, orphan_age: timedelta) -> int:
     # Files carry real modification times (and Iceberg refuses anything under 24 hours from the real now).
-    older_than = datetime.now(timezone.utc) - orphan_age
-    return spark.sql(
-        f"CALL {catalog}.system.remove_orphan_files(table => '{dotted_name(target)}', older_than => {timestamp_literal(older_than)})"
-    ).count()
+    older_than = datetime.now(UTC) - orphan_age
+    return spark.sql(f"CALL {catalog}.system.remove_orphan_files(table => '{dotted_name(target)}', older_than => {timestamp_literal(older_than)})").count()
 
 
 @dataclass(frozen=True)
@@ -206,16 +202,16 @@ def maintenance_state(spark: SparkSession, target: str) -> MaintenanceState:
     if recorded is not None:
         return MaintenanceState(datetime.fromisoformat(recorded), orphans_removed_at)
     oldest = spark.sql(f"SELECT min(committed_at) FROM {dotted_name(target)}.snapshots").collect()[0][0]
-    return MaintenanceState(oldest.replace(tzinfo=timezone.utc) if oldest else None, orphans_removed_at)  # the session time zone is UTC
+    return MaintenanceState(oldest.replace(tzinfo=UTC) if oldest else None, orphans_removed_at)  # the session time zone is UTC
 
 
 def maintenance_due(spark: SparkSession, target: str, interval: timedelta, now: datetime | None = None) -> bool:
     since = maintenance_state(spark, target).maintained_at
-    return since is not None and (now or datetime.now(timezone.utc)) - since >= interval
+    return since is not None and (now or datetime.now(UTC)) - since >= interval
 
 
 def record_maintained(spark: SparkSession, target: str, result: MaintenanceResult, now: datetime | None = None) -> None:
     """Records the pass on the table (one commit): when it ran, and when it last listed orphans if it did."""
-    at = (now or datetime.now(timezone.utc)).isoformat()
+    at = (now or datetime.now(UTC)).isoformat()
     recorded = {MAINTAINED_AT_PROPERTY: at, **({ORPHANS_REMOVED_AT_PROPERTY: at} if result.orphans_swept else {})}
     spark.sql(set_properties_sql(target, recorded))

@@ -1,7 +1,7 @@
 """Runtime SQL settings for one step's queries, the session's own restored afterwards (Spark only, no Dagster)."""
 
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Iterator, Mapping
 
 from pyspark.sql import SparkSession
 

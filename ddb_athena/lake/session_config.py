@@ -2,9 +2,9 @@
 
 import os
 import sys
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Sequence
 
 from ddb_athena.lib.identifiers import validate_identifier
 

@@ -4,9 +4,9 @@ Everything that depends on a table's shape is generated here from a spec, so tha
 table is one spec away. Every name is validated before it reaches SQL.
 """
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Iterable, Mapping
+from datetime import UTC, datetime
 
 from ddb_athena.lib.identifiers import InvalidIdentifierError, dotted_name, validate_identifier
 
@@ -138,7 +138,7 @@ def _partition_sql(transform: str) -> str:
 
 def timestamp_literal(moment: datetime) -> str:
     """A Spark SQL timestamp literal of `moment`, in UTC (the session time zone)."""
-    return moment.astimezone(timezone.utc).strftime("TIMESTAMP '%Y-%m-%d %H:%M:%S.%f'")
+    return moment.astimezone(UTC).strftime("TIMESTAMP '%Y-%m-%d %H:%M:%S.%f'")
 
 
 def image_schema_ddl(spec: TableSpec) -> str:
@@ -185,8 +185,7 @@ def image_problem_sql(spec: TableSpec, image: str = "image") -> str:
             cases.append(f"WHEN {raw} IS NULL THEN 'missing required attribute {column.attribute} ({column.type_tag})'")
         if column.transform not in ("string", "json_list", "json_map"):
             cases.append(
-                f"WHEN {raw} IS NOT NULL AND {typed_value_sql(column, image)} IS NULL "
-                f"THEN 'attribute {column.attribute} is not a valid {column.sql_type}'"
+                f"WHEN {raw} IS NOT NULL AND {typed_value_sql(column, image)} IS NULL THEN 'attribute {column.attribute} is not a valid {column.sql_type}'"
             )
         if column.transform == "decimal":
             # A cast rounds to the column's scale; a value that would lose digits is refused, not rounded.
@@ -263,7 +262,7 @@ def insert_only_merge_sql(spec: TableSpec, catalog_table: str, source_view: str)
 # Every commit writes a new metadata.json; without these each one stays forever (a commit every few seconds).
 # Every commit also writes a manifest, and every query reads them all: by default they are merged only once 100
 # pile up, so a 10-s sync cycle read up to ~180 between compactions. Merging at 2 keeps one small data and one
-# delete manifest, rewritten at each commit (README, "CPU of a sync cycle").
+# delete manifest, rewritten at each commit (docs/performance-log.md, "CPU of a sync cycle").
 METADATA_UPKEEP_PROPERTIES = (
     ("write.metadata.delete-after-commit.enabled", "true"),
     ("write.metadata.previous-versions-max", "20"),

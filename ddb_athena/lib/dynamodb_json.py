@@ -6,8 +6,9 @@ Decoding is exact: N becomes Decimal (never float), B stays bytes, SS/NS/BS beco
 import base64
 import binascii
 import json
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
-from typing import Any, Mapping
+from typing import Any
 
 TYPE_TAGS = ("S", "N", "B", "BOOL", "NULL", "M", "L", "SS", "NS", "BS")
 

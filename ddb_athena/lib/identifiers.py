@@ -14,8 +14,7 @@ def validate_identifier(name: str, kind: str = "identifier") -> str:
     """Returns `name` if it is a plain SQL identifier, otherwise raises InvalidIdentifierError."""
     if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
         raise InvalidIdentifierError(
-            f"{kind} {name!r} is not allowed: use letters, digits and underscores, "
-            "starting with a letter or underscore, at most 128 characters"
+            f"{kind} {name!r} is not allowed: use letters, digits and underscores, starting with a letter or underscore, at most 128 characters"
         )
     return name
 

@@ -15,7 +15,14 @@ def lease_key(table: str) -> str:
 
 def lease_body(holder: str, table: str, ttl_seconds: float, now: datetime) -> bytes:
     return json.dumps(
-        {"holder": holder, "table": table, "host": socket.gethostname(), "pid": os.getpid(), "renewed_at": now.isoformat(timespec="seconds"), "ttl_seconds": ttl_seconds}
+        {
+            "holder": holder,
+            "table": table,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "renewed_at": now.isoformat(timespec="seconds"),
+            "ttl_seconds": ttl_seconds,
+        }
     ).encode("utf-8")
 
 

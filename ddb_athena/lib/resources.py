@@ -1,8 +1,9 @@
 """Dagster resources: AWS clients, the Iceberg-configured SparkSession, the sync settings, and where the orders load runs."""
 
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 import boto3
 from botocore.config import Config
@@ -10,7 +11,7 @@ from dagster import AssetExecutionContext, ConfigurableResource, PipesSubprocess
 from dagster_aws.pipes import PipesCloudWatchMessageReader, PipesEMRServerlessClient
 from dagster_aws.utils import ResourceWithBoto3Configuration
 from dagster_pyspark import LazyPySparkResource
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, ValidationError
 from pyspark.sql import SparkSession
 
 import ddb_athena.exported.orders_load_job as orders_load_job
@@ -38,7 +39,9 @@ from ddb_athena.lib.settings import (
     MIN_MERGE_INTERVAL_SECONDS,
     MIN_WRITER_LEASE_SECONDS,
     ORDERS_EXPORT_PREFIX,
+    SETTING_PREFIX,
     Settings,
+    SettingsError,
 )
 from ddb_athena.lib.writer_lease import WriterLease
 from ddb_athena.streamed.capture.change_files import SourceLayout
@@ -160,7 +163,7 @@ class IcebergSparkResource(ConfigurableResource):
             config = self.spark_config()
             pyspark = LazyPySparkResource(spark_config=config)
             with sigint_handler_kept(), python_workers_from(config):
-                pyspark.spark_session  # created here, once: PySpark replaces the SIGINT handler as it does
+                _ = pyspark.spark_session  # created here, once: PySpark replaces the SIGINT handler as it does
             keep_class_lookups(pyspark.spark_session)
             self._pyspark = pyspark
         return self._pyspark.spark_session
@@ -172,12 +175,13 @@ class IcebergSparkResource(ConfigurableResource):
 
 
 class SyncSettings(ConfigurableResource):
-    """Where the sources live and what the Iceberg tables are called."""
+    """The settings of every run, each declared once here (default, bounds, meaning): read from DDB_ATHENA_<FIELD> for
+    the runs the schedules and sensors start (`sync_settings`), editable per run in the launchpad."""
 
     bucket: str
     books_table: str = Field(description="DynamoDB table name of books")
     orders_table: str = Field(default="orders", description="DynamoDB table name of orders")
-    namespace: str = "library"
+    namespace: str = Field(default="library", description="Iceberg namespace (the Glue database on AWS)")
     books_capture: Literal["run", "lambda"] = Field(
         default="run", description="who reads the books stream: the sync run itself, or the capture Lambda (deploy/ddb_athena.yaml)"
     )
@@ -186,7 +190,7 @@ class SyncSettings(ConfigurableResource):
         description="the capture Lambda's on-failure queue (the stack's CaptureFailureQueueUrl): batches it gave up on, "
         "which turn books_capture_failures red until `ddb-athena replay-failures` captures them again",
     )
-    backlog_limit_minutes: float = Field(default=2.0, description="oldest unmerged change file allowed, in minutes")
+    backlog_limit_minutes: float = Field(default=2.0, gt=0, description="oldest unmerged change file allowed, in minutes")
     sync_run_minutes: float = Field(
         default=DEFAULT_SYNC_RUN_MINUTES,
         ge=0,
@@ -232,13 +236,9 @@ class SyncSettings(ConfigurableResource):
         description="on a provisioned table, the scan uses at most this share of its read capacity (the application keeps the rest)",
     )
     parity_scan_segments: int = Field(default=4, ge=1, le=1000, description="scan segments the key parity check reads in turn")
-    snapshot_retention_hours: float = Field(
-        default=1.0, ge=1.0, description="expire snapshots older than this; at least 1 hour, longer than the longest query"
-    )
+    snapshot_retention_hours: float = Field(default=1.0, ge=1.0, description="expire snapshots older than this; at least 1 hour, longer than the longest query")
     snapshot_retain_last: int = Field(default=10, ge=1, description="snapshots kept whatever their age")
-    orphan_file_age_days: float = Field(
-        default=3.0, ge=1.0, description="remove files no snapshot references once older than this; at least 1 day"
-    )
+    orphan_file_age_days: float = Field(default=3.0, ge=1.0, description="remove files no snapshot references once older than this; at least 1 day")
     maintenance_interval_minutes: float = Field(
         default=15.0,
         gt=0,
@@ -263,11 +263,9 @@ class SyncSettings(ConfigurableResource):
         description="deletes are remembered this long, so that an older change of a deleted key never resurrects it; at "
         "least a day, the stream's retention: no change older than that can be replayed from the stream",
     )
-    export_timeout_minutes: float = Field(default=180.0, description="how long to wait for a DynamoDB export")
-    export_poll_seconds: float = Field(default=30.0, description="how often to ask DynamoDB about a running export")
-    export_retention_days: float = Field(
-        default=0.0, description="keep loaded export files this many days (for audit) before the cleanup removes them"
-    )
+    export_timeout_minutes: float = Field(default=180.0, gt=0, description="how long to wait for a DynamoDB export")
+    export_poll_seconds: float = Field(default=30.0, gt=0, description="how often to ask DynamoDB about a running export")
+    export_retention_days: float = Field(default=0.0, ge=0, description="keep loaded export files this many days (for audit) before the cleanup removes them")
 
     @property
     def books_layout(self) -> SourceLayout:
@@ -374,7 +372,10 @@ class OrdersLoadRunner(ConfigurableResource):
             try:
                 s3.head_object(Bucket=bucket, Key=key)
             except s3.exceptions.ClientError as error:
-                raise JobSubmissionError(f"{uri} cannot be read ({error.response['Error']['Code']}): build it with `make emr-job` and upload it (README)") from None
+                raise JobSubmissionError(
+                    f"{uri} cannot be read ({error.response['Error']['Code']}): build it with `make emr-job` and upload it "
+                    "(docs/operations.md, 'Loading orders on EMR Serverless')"
+                ) from None
         return start_job_run_params(
             job,
             # The cluster's configuration: no master, no local JARs or packages, no keys (the job role's credentials).
@@ -382,6 +383,53 @@ class OrdersLoadRunner(ConfigurableResource):
             name=f"ddb_athena orders_athena {context.partition_key}",
             client_token=context.run.run_id,
         )
+
+
+# The fields a deployment names once for every part (Settings reads them, with the local defaults).
+DEPLOYMENT_FIELDS = ("bucket", "books_table", "orders_table", "namespace")
+
+
+def setting_variable(field_name: str) -> str:
+    return SETTING_PREFIX + field_name.upper()
+
+
+def sync_settings(settings: Settings, **options) -> SyncSettings:
+    """The sync resource: each field from its variable (DDB_ATHENA_<FIELD>) where set, else its declared default;
+    `options` over both (tests). Validated here, once, by the field's declaration: a bad value is refused when the
+    code location loads, naming the variable."""
+    values = {name: settings.environ[setting_variable(name)] for name in SyncSettings.model_fields if setting_variable(name) in settings.environ}
+    deployment = {name: getattr(settings, name) for name in DEPLOYMENT_FIELDS}
+    try:
+        sync = SyncSettings(**{**deployment, **values, **options})
+        if "longest_merge_interval_seconds" not in values | options:
+            # Unset, the longest interval is never shorter than a longer merge interval.
+            sync = sync.model_copy(update={"longest_merge_interval_seconds": max(sync.longest_merge_interval_seconds, sync.merge_interval_seconds)})
+    except ValidationError as error:
+        problems = [f"{setting_variable(str(problem['loc'][0]))}={values.get(str(problem['loc'][0]))!r}: {problem['msg']}" for problem in error.errors()]
+        raise SettingsError("; ".join(problems)) from None
+    if sync.longest_merge_interval_seconds < sync.merge_interval_seconds:
+        raise SettingsError(
+            f"{setting_variable('longest_merge_interval_seconds')}={sync.longest_merge_interval_seconds:g}: shorter than the merge interval "
+            f"({sync.merge_interval_seconds:g} s)"
+        )
+    return sync
+
+
+def settings_table() -> str:
+    """The sync resource's settings as a Markdown table (docs/operations.md holds it; a test keeps the two equal)."""
+    rows = ["| variable (`sync` resource field) | default | bounds | meaning |", "| --- | --- | --- | --- |"]
+    for name, field in SyncSettings.model_fields.items():
+        if name in DEPLOYMENT_FIELDS:
+            continue
+        bounds = [
+            f"{symbol} {getattr(rule, attribute):g}"
+            for rule in field.metadata
+            for attribute, symbol in (("ge", "≥"), ("gt", ">"), ("le", "≤"))
+            if hasattr(rule, attribute)
+        ]
+        default = "unset" if field.default is None else f"`{field.default:g}`" if isinstance(field.default, float) else f"`{field.default}`"
+        rows.append(f"| `{setting_variable(name)}` (`{name}`) | {default} | {', '.join(bounds) or '-'} | {field.description or ''} |")
+    return "\n".join(rows) + "\n"
 
 
 def resources_from_settings(settings: Settings, **sync_options) -> dict:
@@ -405,20 +453,7 @@ def resources_from_settings(settings: Settings, **sync_options) -> dict:
         ),
         "orders_load": orders_load_runner(settings),
         "leases": WriterLeases(ttl_seconds=settings.writer_lease_seconds),
-        "sync": SyncSettings(
-            bucket=settings.bucket,
-            books_table=settings.books_table,
-            orders_table=settings.orders_table,
-            namespace=settings.namespace,
-            **{
-                "books_capture": settings.books_capture,
-                "capture_failure_queue_url": settings.capture_failure_queue_url,
-                "merge_interval_seconds": settings.merge_interval_seconds,
-                "sync_run_minutes": settings.sync_run_minutes,
-                "longest_merge_interval_seconds": settings.longest_merge_interval_seconds,
-                **sync_options,
-            },
-        ),
+        "sync": sync_settings(settings, **sync_options),
     }
 
 

@@ -1,10 +1,10 @@
 """Configuration from environment variables, with defaults that work on the local stack."""
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Mapping
 
 from ddb_athena.lib.identifiers import validate_identifier
 
@@ -16,7 +16,8 @@ LOCAL_ENDPOINT_URL = f"http://127.0.0.1:{LOCAL_STACK_PORT}"
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 
 PROFILES = ("local", "aws")
-BOOKS_CAPTURES = ("run", "lambda")
+# A setting's environment variable is this prefix and its name in capitals (DDB_ATHENA_MERGE_INTERVAL_SECONDS).
+SETTING_PREFIX = "DDB_ATHENA_"
 ORDERS_LOAD_MODES = ("in_process", "spark_submit", "emr_serverless")
 # The EMR Serverless job's settings (the stack's outputs), by the name the orders load runner gives them.
 EMR_SETTINGS = {
@@ -40,7 +41,7 @@ DEFAULT_PARITY_SCAN_HOUR = 3
 # minute. Committed files waiting for it cost nothing: the sync skips them.
 DEFAULT_CLEANUP_INTERVAL_SECONDS = 300
 MIN_CLEANUP_INTERVAL_SECONDS = 30
-# The books sync cycle: each costs CPU (README, "CPU of a sync cycle"); above a minute the promise of changes in
+# The books sync cycle: each costs CPU (docs/performance-log.md, "CPU of a sync cycle"); above a minute the promise of changes in
 # Athena within a minute or two, and the 2-minute backlog check, no longer hold.
 DEFAULT_MERGE_INTERVAL_SECONDS = 10.0
 MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS = 1.0, 60.0
@@ -89,16 +90,6 @@ def _number_between(env: Mapping[str, str], name: str, default: float, low: floa
     return number
 
 
-def _longest_merge_interval(env: Mapping[str, str], merge_interval: float) -> float:
-    name = "DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS"
-    if name not in env:
-        return max(DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS, merge_interval)
-    longest = _number_between(env, name, DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS, "seconds")
-    if longest < merge_interval:
-        raise SettingsError(f"{name}={env[name]!r}: shorter than the merge interval ({merge_interval:g} s)")
-    return longest
-
-
 @dataclass(frozen=True)
 class Settings:
     profile: str
@@ -119,16 +110,13 @@ class Settings:
     orders_schedule_hour: int = DEFAULT_ORDERS_SCHEDULE_HOUR
     parity_scan_hour: int = DEFAULT_PARITY_SCAN_HOUR
     cleanup_interval_seconds: int = DEFAULT_CLEANUP_INTERVAL_SECONDS
-    merge_interval_seconds: float = DEFAULT_MERGE_INTERVAL_SECONDS
-    sync_run_minutes: float = DEFAULT_SYNC_RUN_MINUTES
-    longest_merge_interval_seconds: float = DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS
     writer_lease_seconds: float = DEFAULT_WRITER_LEASE_SECONDS
-    books_capture: str = "run"
-    # The capture Lambda's on-failure queue (the stack's CaptureFailureQueueUrl), with books_capture "lambda".
-    capture_failure_queue_url: str | None = None
     orders_load: str = "in_process"
     # Only the EMR settings the environment sets; the runner's defaults stand for the rest.
     emr: Mapping[str, str] = field(default_factory=dict)
+    # Every DDB_ATHENA_ variable as read: the sync resource takes its fields from them (resources.sync_settings), and
+    # validates them there, once.
+    environ: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def is_local(self) -> bool:
@@ -141,12 +129,6 @@ class Settings:
         if profile not in PROFILES:
             raise SettingsError(f"DDB_ATHENA_PROFILE={profile!r}: expected one of {', '.join(PROFILES)}")
         local = profile == "local"
-        merge_interval = _number_between(
-            env, "DDB_ATHENA_MERGE_INTERVAL_SECONDS", DEFAULT_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS, "seconds"
-        )
-        books_capture = env.get("DDB_ATHENA_BOOKS_CAPTURE", "run")
-        if books_capture not in BOOKS_CAPTURES:
-            raise SettingsError(f"DDB_ATHENA_BOOKS_CAPTURE={books_capture!r}: expected run (the sync run reads the stream) or lambda")
         orders_load = env.get("DDB_ATHENA_ORDERS_LOAD", "in_process")
         if orders_load not in ORDERS_LOAD_MODES:
             raise SettingsError(f"DDB_ATHENA_ORDERS_LOAD={orders_load!r}: expected one of {', '.join(ORDERS_LOAD_MODES)}")
@@ -156,7 +138,8 @@ class Settings:
             raise SettingsError("DDB_ATHENA_ORDERS_LOAD=emr_serverless needs DDB_ATHENA_PROFILE=aws: a job on EMR cannot reach the local emulator")
         if orders_load == "emr_serverless" and missing:
             raise SettingsError(
-                f"DDB_ATHENA_ORDERS_LOAD=emr_serverless needs {', '.join(missing)}: the stack's outputs (README, 'Orders on EMR Serverless')"
+                f"DDB_ATHENA_ORDERS_LOAD=emr_serverless needs {', '.join(missing)}: the stack's outputs "
+                "(docs/operations.md, 'Loading orders on EMR Serverless')"
             )
         bucket = env.get("DDB_ATHENA_BUCKET", "ddb-athena-local")
         default_endpoint_url = LOCAL_ENDPOINT_URL if local and not env.get("AWS_ENDPOINT_URL") else None
@@ -187,17 +170,13 @@ class Settings:
             orders_start_date=_start_date(env.get("DDB_ATHENA_ORDERS_START_DATE", DEFAULT_ORDERS_START_DATE)),
             orders_schedule_hour=_hour(env, "DDB_ATHENA_ORDERS_SCHEDULE_HOUR", DEFAULT_ORDERS_SCHEDULE_HOUR),
             parity_scan_hour=_hour(env, "DDB_ATHENA_PARITY_SCAN_HOUR", DEFAULT_PARITY_SCAN_HOUR),
-            books_capture=books_capture,
-            capture_failure_queue_url=env.get("DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URL") or None,
             orders_load=orders_load,
             emr=emr,
             cleanup_interval_seconds=_cleanup_interval(env.get("DDB_ATHENA_CLEANUP_INTERVAL_SECONDS", str(DEFAULT_CLEANUP_INTERVAL_SECONDS))),
-            merge_interval_seconds=merge_interval,
-            sync_run_minutes=_number_between(env, "DDB_ATHENA_SYNC_RUN_MINUTES", DEFAULT_SYNC_RUN_MINUTES, 0, MAX_SYNC_RUN_MINUTES, "minutes"),
-            longest_merge_interval_seconds=_longest_merge_interval(env, merge_interval),
             writer_lease_seconds=_number_between(
                 env, "DDB_ATHENA_WRITER_LEASE_SECONDS", DEFAULT_WRITER_LEASE_SECONDS, MIN_WRITER_LEASE_SECONDS, MAX_WRITER_LEASE_SECONDS, "seconds"
             ),
+            environ={name: value for name, value in env.items() if name.startswith(SETTING_PREFIX) and value},
         )
 
     @property

@@ -29,4 +29,3 @@ def maintain(
     )
     record_maintained(spark.spark_session, table, result, now)
     return result
-

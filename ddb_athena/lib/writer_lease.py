@@ -14,9 +14,9 @@ with `If-Match` on that ETag (of two contenders, one wins). No Dagster here.
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Callable
+from datetime import UTC, datetime
 
 from botocore.exceptions import ClientError
 
@@ -53,9 +53,7 @@ class LeaseState:
 
 def _precondition_failed(error: ClientError) -> bool:
     code = error.response.get("Error", {}).get("Code", "")
-    return code in ("PreconditionFailed", "412", "ConditionalRequestConflict") or error.response.get(
-        "ResponseMetadata", {}
-    ).get("HTTPStatusCode") in (409, 412)
+    return code in ("PreconditionFailed", "412", "ConditionalRequestConflict") or error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412)
 
 
 def _not_found(error: ClientError) -> bool:
@@ -74,7 +72,7 @@ class WriterLease:
         ttl_seconds: float,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-        wall_clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ):
         if ttl_seconds <= 0:
             raise ValueError(f"a lease's time to live must be positive, got {ttl_seconds}")
@@ -230,4 +228,3 @@ class WriterLease:
 
     def __exit__(self, *exc) -> None:
         self.release()
-

@@ -6,9 +6,9 @@ so freshness holds and the event log stays small), with the books_iceberg checks
 backlog and quarantine every time, the checks that read the table or DynamoDB every few cycles.
 """
 
-import time
-from datetime import datetime, timedelta, timezone
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from dagster import (
     AssetCheckEvaluation,
@@ -26,7 +26,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from ddb_athena.lake.maintenance import MaintenanceResult, MaintenanceState, compact_with_tombstones, maintenance_state
+from ddb_athena.lake.maintenance import CompactionResult, MaintenanceResult, MaintenanceState, compact_with_tombstones, maintenance_state
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.settings import MAX_MERGE_INTERVAL_SECONDS, MAX_SYNC_RUN_MINUTES, MIN_MERGE_INTERVAL_SECONDS
 from ddb_athena.lib.upkeep import maintain
@@ -34,6 +34,7 @@ from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL
 from ddb_athena.streamed.check_results import cycle_check_results, files_compact_result
 from ddb_athena.streamed.cycle import BooksSync
 from ddb_athena.streamed.run_loop import StopRequest, run_cycles
+from ddb_athena.streamed.sync_run import SyncCadence, SyncRun
 
 # The specs are skippable: each cycle's materializations are logged as events, no output is returned.
 books_source = AssetSpec(
@@ -53,8 +54,6 @@ books_iceberg = AssetSpec(
 )
 # The long-lived sync's job: a run of it gives way to any other books writer that waits (see waiting_writer).
 SYNC_JOB_NAME = "books_sync"
-# An idle cycle is recorded at most this often: enough for freshness and the plots, little for the event log.
-IDLE_RECORD_SECONDS = 60.0
 
 
 class BooksSyncConfig(Config):
@@ -73,7 +72,7 @@ class BooksSyncConfig(Config):
         default=None,
         ge=MIN_MERGE_INTERVAL_SECONDS,
         le=MAX_MERGE_INTERVAL_SECONDS,
-        description="Seconds from one cycle's start to the next. Default: the sync resource's merge_interval_seconds."
+        description="Seconds from one cycle's start to the next. Default: the sync resource's merge_interval_seconds.",
     )
 
 
@@ -102,6 +101,37 @@ def books_syncer(
         before_write=before_write,
         capture_seconds=capture_seconds,
     )
+
+
+def sync_cadence(sync: SyncSettings, interval_seconds: float) -> SyncCadence:
+    return SyncCadence(
+        interval_seconds=interval_seconds,
+        longest_interval_seconds=sync.longest_merge_interval_seconds,
+        table_checks_every_cycles=sync.table_checks_every_cycles,
+        maintenance_interval=timedelta(minutes=sync.maintenance_interval_minutes),
+        orphan_sweep_interval=timedelta(hours=sync.orphan_sweep_interval_hours),
+        compaction_interval=timedelta(minutes=sync.compaction_interval_minutes),
+    )
+
+
+@dataclass
+class BooksUpkeep:
+    """library.books' upkeep for a SyncRun, with the sync resource's settings; `before_write` guards each writer."""
+
+    spark: IcebergSparkResource
+    sync: SyncSettings
+    before_write: Callable[[], None] = lambda: None
+
+    def state(self) -> MaintenanceState:
+        return maintenance_state(self.spark.spark_session, self.sync.books_iceberg_table)
+
+    def maintain(self, now: datetime, remove_orphans: bool) -> MaintenanceResult:
+        self.before_write()
+        return maintain(self.spark, self.sync, self.sync.books_iceberg_table, with_tombstones=True, now=now, remove_orphans=remove_orphans)
+
+    def compact(self) -> CompactionResult:
+        self.before_write()
+        return compact_with_tombstones(self.spark.spark_session, self.spark.catalog, self.sync.books_iceberg_table)
 
 
 def maintenance_observation(result: MaintenanceResult) -> AssetObservation:
@@ -152,16 +182,12 @@ def sync_books(
     lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.books_iceberg_table)
     # A capture reads the stream for at most one interval: behind, the table still moves every cycle.
     syncer = books_syncer(aws, spark, sync, log=context.log.info, warn=context.log.warning, before_write=lease.check, capture_seconds=interval)
-    recorded = {"at": None, "merges": 0}
-    maintenance_interval = timedelta(minutes=sync.maintenance_interval_minutes)
-    orphan_sweep_interval = timedelta(hours=sync.orphan_sweep_interval_hours)
-    # Read from the table once, at the run's first merge, then kept here: no catalog read or Spark job per cycle.
-    maintained = {"state": None}
-    # Compaction alone, more often than maintenance: counted from the run's start.
-    compaction_interval, compacted = timedelta(minutes=sync.compaction_interval_minutes), {"at": datetime.now(timezone.utc)}
-    starts = {"previous": None}
-    # Whether the last cycle found nothing to merge (the loop then backs off): said in the log when it changes.
-    pace = {"backing_off": False}
+    run = SyncRun(
+        syncer,
+        sync_cadence(sync, interval),
+        checks=lambda *when: cycle_check_results(aws, spark, sync, *when),
+        upkeep=BooksUpkeep(spark, sync, before_write=lease.check),
+    )
     stop = StopRequest()
 
     def cycle(number: int) -> bool:
@@ -169,53 +195,20 @@ def sync_books(
         if waiting is not None and not stop.requested:
             context.log.info(f"Ending the sync after this cycle: run {waiting.run_id} ({waiting.job_name}) waits to write {sync.books_iceberg_table}")
             stop.end_after_cycle()
-        started, previous = time.monotonic(), starts["previous"]
-        starts["previous"] = started
-        outcome = syncer.cycle(f"{context.run.run_id}-{number}", bootstrap=config.bootstrap and number == 1)
-        if outcome.idle != pace["backing_off"]:
-            pace["backing_off"] = outcome.idle
-            context.log.info(
-                f"Nothing to merge: cycles back off, up to {max(interval, sync.longest_merge_interval_seconds):g} s apart"
-                if outcome.idle
-                else f"Changes again: a cycle every {interval:g} s"
-            )
-        if outcome.idle and recorded["at"] is not None and time.monotonic() - recorded["at"] < IDLE_RECORD_SECONDS:
-            return False
-        # How often cycles come: the interval, or more when cycles overrun it or a quiet table backs off.
-        pacing = {"seconds_since_previous_cycle": started - previous if previous is not None else 0.0}
-        context.log_event(AssetMaterialization(asset_key=books_source.key, metadata={**outcome.source, "cycle": number}))
-        context.log_event(AssetMaterialization(asset_key=books_iceberg.key, metadata={**outcome.merged, **pacing, "cycle": number}))
-        # The checks that list S3 or read the table: after the run's first merge, then every few (those that list S3
-        # also on an idle table's recorded cycles, a minute apart); at once when the cycle found trouble.
-        periodic = recorded["merges"] % sync.table_checks_every_cycles == 0
-        behind = None if outcome.source.get("stream_caught_up", True) else outcome.source["capture_lag_seconds"]
-        quarantined = bool(outcome.merged.get("records_quarantined") or outcome.merged.get("foreign_files_quarantined"))
-        checks = cycle_check_results(aws, spark, sync, periodic and not outcome.idle, behind, periodic or outcome.idle, quarantined)
-        for name, result in checks.items():
-            context.log_event(evaluation(result, name))
-        recorded.update(at=time.monotonic(), merges=recorded["merges"] + (not outcome.idle))
-        # One writer: upkeep runs inside the loop, between merges, never beside them. Idle tables need none.
-        if not outcome.idle:
-            upkeep()
-        return not outcome.idle
-
-    def upkeep() -> None:
-        lease.check()
-        if maintained["state"] is None:
-            maintained["state"] = maintenance_state(spark.spark_session, sync.books_iceberg_table)
-        state, now = maintained["state"], datetime.now(timezone.utc)
-        if state.maintained_at is not None and now - state.maintained_at >= maintenance_interval:
-            sweep = state.orphan_sweep_due(orphan_sweep_interval, now)
-            result = maintain(spark, sync, sync.books_iceberg_table, with_tombstones=True, now=now, remove_orphans=sweep)
-            maintained["state"] = MaintenanceState(now, now if sweep else state.orphans_removed_at)
-            compacted["at"] = now
-            context.log.info(f"Maintenance: {result.before} -> {result.after}")
-            context.log_event(maintenance_observation(result))
-            context.log_event(evaluation(files_compact_result(result.after), "books_files_compact"))
-        elif now - compacted["at"] >= compaction_interval:
-            compaction = compact_with_tombstones(spark.spark_session, spark.catalog, sync.books_iceberg_table)
-            compacted["at"] = now
-            context.log.info(f"Compaction: {compaction.rewritten_data_files} files rewritten into {compaction.added_data_files}")
+        report = run.cycle(f"{context.run.run_id}-{number}", bootstrap=config.bootstrap and number == 1)
+        for message in report.messages:
+            context.log.info(message)
+        if report.recorded:
+            # How often cycles come: the interval, or more when cycles overrun it or a quiet table backs off.
+            pacing = {"seconds_since_previous_cycle": report.seconds_since_previous_cycle, "cycle": number}
+            context.log_event(AssetMaterialization(asset_key=books_source.key, metadata={**report.outcome.source, "cycle": number}))
+            context.log_event(AssetMaterialization(asset_key=books_iceberg.key, metadata={**report.outcome.merged, **pacing}))
+            for name, result in report.checks.items():
+                context.log_event(evaluation(result, name))
+        if report.maintenance is not None:
+            context.log_event(maintenance_observation(report.maintenance))
+            context.log_event(evaluation(files_compact_result(report.maintenance.after), "books_files_compact"))
+        return not report.outcome.idle
 
     cycles = run_cycles(cycle, interval, run_minutes * 60, stop=stop, idle_interval_seconds=sync.longest_merge_interval_seconds)
     context.log.info(f"Sync run done after {cycles} cycles ({run_minutes:g} minutes, one every {interval:g} s or more)")

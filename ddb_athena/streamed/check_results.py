@@ -2,7 +2,7 @@
 its cycles (`cycle_check_results`), and `checks.py` defines each as an asset check that can run on its own."""
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from dagster import AssetCheckResult, AssetCheckSeverity
 
@@ -31,7 +31,7 @@ def backlog_result(aws: AwsClientsResource, sync: SyncSettings, stream_lag_secon
     layout = sync.books_layout
     done = committed_files(s3, layout)
     pending = [obj for obj in list_keys(s3, layout.bucket, layout.changes_prefix) if is_change_file(obj["Key"]) and obj["Key"] not in done]
-    ages = [datetime.now(timezone.utc) - obj["LastModified"] for obj in pending]
+    ages = [datetime.now(UTC) - obj["LastModified"] for obj in pending]
     oldest = max(ages, default=timedelta(0))
     behind = timedelta(seconds=stream_lag_seconds or 0)
     metadata = {"unmerged_files": len(pending), "oldest_unmerged_seconds": oldest.total_seconds()}
@@ -59,7 +59,9 @@ def capture_failures_result(aws: AwsClientsResource, sync: SyncSettings) -> Asse
     return AssetCheckResult(
         passed=depth == 0,
         metadata={"failed_batches": depth, "queue": sync.capture_failure_queue_url},
-        description=None if not depth else "The capture Lambda gave up on stream batches: their changes are missing from "
+        description=None
+        if not depth
+        else "The capture Lambda gave up on stream batches: their changes are missing from "
         "library.books. `ddb-athena replay-failures` captures them again while the stream holds them (24 hours).",
     )
 
@@ -74,7 +76,9 @@ def key_parity_result(parity: KeyParity, scans: list[KeyScan]) -> AssetCheckResu
             "dynamodb_read_units": sum(scan.read_units for scan in scans),
             "dynamodb_scan_seconds": sum(scan.seconds for scan in scans),
         },
-        description=None if parity.passed else "Keys differ from DynamoDB for longer than a change takes to merge: a lost change or a "
+        description=None
+        if parity.passed
+        else "Keys differ from DynamoDB for longer than a change takes to merge: a lost change or a "
         "hand-made edit of the table. A bootstrap run (config bootstrap: true) rebuilds the table from DynamoDB.",
     )
 

@@ -33,18 +33,6 @@ with warnings.catch_warnings():
     books_freshness_checks = build_last_update_freshness_checks(assets=[books_iceberg.key], lower_bound_delta=BOOKS_FRESHNESS)
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 @asset_check(asset=books_iceberg.key, description="No change file waits to be merged longer than the backlog limit (2 minutes).")
 def books_backlog(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheckResult:
     return backlog_result(aws, sync)
@@ -81,13 +69,9 @@ def books_row_count_parity(aws: AwsClientsResource, spark: IcebergSparkResource,
     return key_parity_result(*observe_key_parity(aws, spark, sync))
 
 
-
-
 @asset_check(
     asset=books_iceberg.key,
     description="Compaction keeps library.books in few files: an average data file of at least 1 MiB, or at most 50 files.",
 )
 def books_files_compact(spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:
     return files_compact_result(table_files(spark.spark_session, sync.books_iceberg_table))
-
-

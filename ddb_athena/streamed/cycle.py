@@ -9,9 +9,9 @@ even created until a cycle needs it) and commits no snapshot.
 """
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Callable
+from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
 
@@ -110,7 +110,7 @@ class BooksSync:
             change_files_written=len(result.change_files),
             shards_read=result.shards_read,
             stream_arn=result.stream_arn,
-            capture_lag_seconds=(datetime.now(timezone.utc) - newest).total_seconds() if newest else 0.0,
+            capture_lag_seconds=(datetime.now(UTC) - newest).total_seconds() if newest else 0.0,
             stream_caught_up=result.caught_up,
             duration_seconds=time.monotonic() - started,
             source=self._layout.uri(self._layout.changes_prefix),
@@ -152,7 +152,7 @@ class BooksSync:
                 f"Quarantined {result.records_quarantined} records: {result.quarantine_reasons}; {result.keys_held} keys held at their "
                 "state before this batch (their newest change is among them)"
             )
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         return {
             "rows_inserted": result.inserted,
             "rows_updated": result.updated,

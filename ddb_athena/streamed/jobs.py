@@ -41,9 +41,7 @@ books_key_parity = define_asset_job(
     description="Compacts library.books, expires old snapshots, removes orphan files and prunes old tombstones.",
     pool=BOOKS_WRITER_POOL,
 )
-def maintain_books_table(
-    context: OpExecutionContext, spark: IcebergSparkResource, sync: SyncSettings, aws: AwsClientsResource, leases: WriterLeases
-) -> None:
+def maintain_books_table(context: OpExecutionContext, spark: IcebergSparkResource, sync: SyncSettings, aws: AwsClientsResource, leases: WriterLeases) -> None:
     leases.hold(context, aws.client("s3"), sync.bucket, sync.books_iceberg_table)
     context.log_event(maintenance_observation(maintain(spark, sync, sync.books_iceberg_table, with_tombstones=True)))
 

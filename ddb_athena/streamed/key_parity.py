@@ -12,8 +12,8 @@ looks: its row is another one, so it is a new change, not a stuck one.
 """
 
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
 
 # Keys quoted in a result: enough to start an investigation, few enough for the UI.
 EXAMPLE_KEYS = 5

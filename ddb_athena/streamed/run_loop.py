@@ -9,8 +9,8 @@ No Dagster here.
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _WAIT_STEP_SECONDS = 0.2

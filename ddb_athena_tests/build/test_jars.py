@@ -94,9 +94,7 @@ def test_relocate_jackson_keeps_only_relocated_jackson_classes_and_services(tmp_
         jar.writestr("META-INF/versions/9/module-info.class", b"\xca\xfe\xba\xbe")
         jar.writestr("module-info.class", b"\xca\xfe\xba\xbe")
         jar.writestr("com/fasterxml/jackson/core/JsonFactory.class", synthetic_class())
-        jar.writestr(
-            "META-INF/services/com.fasterxml.jackson.core.JsonFactory", "com.fasterxml.jackson.core.JsonFactory\n"
-        )
+        jar.writestr("META-INF/services/com.fasterxml.jackson.core.JsonFactory", "com.fasterxml.jackson.core.JsonFactory\n")
     databind_jar = tmp_path / "jackson-databind.jar"
     with zipfile.ZipFile(databind_jar, "w") as jar:
         jar.writestr("com/fasterxml/jackson/databind/ObjectMapper.class", synthetic_class())
@@ -114,9 +112,7 @@ def test_relocate_jackson_keeps_only_relocated_jackson_classes_and_services(tmp_
         ]
         service = jar.read("META-INF/services/org.apache.iceberg.shaded.com.fasterxml.jackson.core.JsonFactory")
         assert service == b"org.apache.iceberg.shaded.com.fasterxml.jackson.core.JsonFactory\n"
-        pool, _ = parse_constant_pool(
-            jar.read("org/apache/iceberg/shaded/com/fasterxml/jackson/core/JsonFactory.class")
-        )
+        pool, _ = parse_constant_pool(jar.read("org/apache/iceberg/shaded/com/fasterxml/jackson/core/JsonFactory.class"))
         assert pool[1] == "org/apache/iceberg/shaded/com/fasterxml/jackson/core/JsonFactory"
 
 

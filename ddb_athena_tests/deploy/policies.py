@@ -9,7 +9,7 @@ import json
 import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from functools import lru_cache
+from functools import cache
 
 from cfnlint.decode import decode_str
 
@@ -176,7 +176,7 @@ class Resolver:
             return value
         if len(value) != 1 or not next(iter(value)).startswith(("Ref", "Fn::")):
             return {key: self.resolve(item) for key, item in value.items()}
-        (function, argument), = value.items()
+        ((function, argument),) = value.items()
         if function == "Ref":
             if argument == "AWS::NoValue":
                 return None
@@ -208,7 +208,7 @@ ROLES = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def statements(deployment: Deployment, principal: str, bucket: str) -> tuple[dict, ...]:
     template = load_template()
     resolver = Resolver(template, deployment.parameters(bucket))

@@ -83,9 +83,27 @@ def test_a_date_range_backfill_from_the_cli_queues_one_orders_run_per_day(tmp_pa
     start = date.fromisoformat(os.environ["DDB_ATHENA_ORDERS_START_DATE"])
     days = [(start + timedelta(days=offset)).isoformat() for offset in (1, 2, 3)]
     completed = subprocess.run(
-        [sys.executable, "-m", "dagster", "job", "backfill", "-m", "ddb_athena.definitions", "-j", "orders_daily",
-         "--from", days[0], "--to", days[-1], "--noprompt"],
-        capture_output=True, text=True, cwd=repo, env={**os.environ, "DAGSTER_HOME": str(tmp_path)}, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "dagster",
+            "job",
+            "backfill",
+            "-m",
+            "ddb_athena.definitions",
+            "-j",
+            "orders_daily",
+            "--from",
+            days[0],
+            "--to",
+            days[-1],
+            "--noprompt",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        env={**os.environ, "DAGSTER_HOME": str(tmp_path)},
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr
     with DagsterInstance.from_config(str(tmp_path)) as instance:

@@ -4,7 +4,7 @@ import os
 import socket
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_yesterday_is_computed_in_utc():
-    assert yesterday_utc(datetime(2026, 3, 1, 0, 30, tzinfo=timezone.utc)) == "2026-02-28"
+    assert yesterday_utc(datetime(2026, 3, 1, 0, 30, tzinfo=UTC)) == "2026-02-28"
 
 
 def test_a_partition_that_is_not_a_date_fails_before_anything_is_contacted():
@@ -44,7 +44,11 @@ def test_the_launcher_waits_for_the_webserver_and_its_run_is_queued_in_that_inst
     partition = os.environ["DDB_ATHENA_ORDERS_START_DATE"]
     launcher = subprocess.Popen(
         [sys.executable, "-m", "ddb_athena.dev.cli", "launch", "orders_daily", "--partition", partition, "--port", str(port), "--ready-timeout", "240"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=REPO,
     )
     webserver = None
     try:
@@ -53,7 +57,10 @@ def test_the_launcher_waits_for_the_webserver_and_its_run_is_queued_in_that_inst
         assert not list(tmp_path.glob("storage*")) and not (tmp_path / "history").exists()
         webserver = subprocess.Popen(
             [str(Path(sys.executable).parent / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd=REPO,
         )
         output, _ = launcher.communicate(timeout=300)
         assert launcher.returncode == 0, output
@@ -78,7 +85,10 @@ def test_the_bootstrap_command_queues_a_books_bootstrap_run_ahead_of_a_waiting_s
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
     webserver = subprocess.Popen(
         [str(Path(sys.executable).parent / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=REPO,
     )
     try:
         command = [sys.executable, "-m", "ddb_athena.dev.cli", "bootstrap", "books", "--port", str(port), "--ready-timeout", "240"]

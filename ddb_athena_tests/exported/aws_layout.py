@@ -11,7 +11,7 @@ import gzip
 import hashlib
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def full_line(item: dict) -> str:
@@ -32,10 +32,12 @@ def gzip_lines(lines: list[str]) -> bytes:
     return gzip.compress("".join(line + "\n" for line in lines).encode(), compresslevel=1)
 
 
-def write_export(s3, bucket: str, prefix: str, files: list[list[str]], export_type: str = "FULL_EXPORT", manifest: bool = True, raw: dict | None = None) -> dict:
+def write_export(
+    s3, bucket: str, prefix: str, files: list[list[str]], export_type: str = "FULL_EXPORT", manifest: bool = True, raw: dict | None = None
+) -> dict:
     """Writes data files (each a list of lines, or raw bytes under `raw`) and, optionally, the manifests.
     Returns {"export_dir", "data_files", "data_file_items", "item_count"}."""
-    export_id = f"{int(datetime.now(timezone.utc).timestamp() * 1000):014d}-{uuid.uuid4().hex[:8]}"
+    export_id = f"{int(datetime.now(UTC).timestamp() * 1000):014d}-{uuid.uuid4().hex[:8]}"
     export_dir = f"{prefix.rstrip('/')}/AWSDynamoDB/{export_id}"
     entries, data_files = [], []
     bodies = [(gzip_lines(lines), len(lines)) for lines in files] + [(body, count) for body, count in (raw or {}).values()]

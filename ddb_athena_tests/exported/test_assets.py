@@ -3,7 +3,7 @@ deployment meets them: point-in-time recovery turned on the same day (the settin
 `ddb-athena init --yes` does), a bootstrap, the next nights, a backfill from the start date and re-runs."""
 
 import random
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from dagster import AssetMaterialization, AssetSelection, DagsterInstance, materialize
@@ -43,7 +43,7 @@ def put_orders(settings, count: int, seed: int) -> None:
     rng = random.Random(seed)
     dynamodb = settings.client("dynamodb")
     for index in range(count):
-        dynamodb.put_item(TableName=settings.orders_table, Item=order_item(rng, datetime.now(timezone.utc) - timedelta(hours=index)))
+        dynamodb.put_item(TableName=settings.orders_table, Item=order_item(rng, datetime.now(UTC) - timedelta(hours=index)))
 
 
 def dynamodb_order_ids(settings) -> list[str]:
@@ -71,7 +71,7 @@ def backfill_from_the_start_date(instance, last: str) -> dict[str, dict]:
 
 def test_a_new_deployment_bootstraps_and_every_later_night_backfill_and_rerun_succeeds(spark, settings, instance, days):
     pitr = settings.client("dynamodb").describe_continuous_backups(TableName=settings.orders_table)["ContinuousBackupsDescription"]
-    assert pitr["PointInTimeRecoveryDescription"]["EarliestRestorableDateTime"] > datetime.now(timezone.utc) - timedelta(minutes=5)
+    assert pitr["PointInTimeRecoveryDescription"]["EarliestRestorableDateTime"] > datetime.now(UTC) - timedelta(minutes=5)
     put_orders(settings, 10, seed=1)
     # The first partition run (make dev's, or the first scheduled night's) bootstraps: a full export now.
     bootstrap = sync_orders(instance, days.yesterday)

@@ -1,7 +1,7 @@
 """Export requests: preconditions before any cost, idempotence per partition, waiting, the export's files."""
 
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -26,8 +26,8 @@ from ddb_athena.streamed.capture.change_files import SourceLayout
 from ddb_athena_tests.exported.aws_layout import full_line, write_export
 from ddb_athena_tests.exported.helpers import ScriptedExports, pitr_holds_since
 
-NOW = datetime.now(timezone.utc)
-YESTERDAY = datetime.combine((NOW - timedelta(days=1)).date(), datetime.min.time(), tzinfo=timezone.utc)
+NOW = datetime.now(UTC)
+YESTERDAY = datetime.combine((NOW - timedelta(days=1)).date(), datetime.min.time(), tzinfo=UTC)
 DAY_WINDOW = ExportWindow(INCREMENTAL_EXPORT, YESTERDAY, YESTERDAY + timedelta(days=1))
 
 
@@ -96,12 +96,12 @@ def test_a_window_shorter_than_15_minutes_widens_backwards_within_pitr_then_forw
 
 
 def start_of(moment: datetime) -> datetime:
-    return datetime.combine(moment.date(), datetime.min.time(), tzinfo=timezone.utc)
+    return datetime.combine(moment.date(), datetime.min.time(), tzinfo=UTC)
 
 
 def test_with_pitr_turned_on_today_a_day_the_full_export_covers_requests_nothing(settings, layout):
     # The settings fixture turned PITR on just now, as `ddb-athena init --yes` does; the full export follows.
-    coverage = FullExportCoverage("arn:aws:dynamodb:us-east-1:123456789012:table/orders/export/full", datetime.now(timezone.utc))
+    coverage = FullExportCoverage("arn:aws:dynamodb:us-east-1:123456789012:table/orders/export/full", datetime.now(UTC))
     dynamodb = ScriptedExports(settings.client("dynamodb"), ["COMPLETED"])
     logs = []
     record, reused = export(settings, layout, False, coverage=coverage, dynamodb=dynamodb, logs=logs)
@@ -118,7 +118,7 @@ def test_with_pitr_turned_on_today_a_day_the_full_export_covers_requests_nothing
 
 
 def test_with_pitr_turned_on_today_the_day_of_the_full_export_exports_from_its_time_to_the_day_end(settings, layout):
-    taken = datetime.now(timezone.utc)  # after PITR was turned on, as on a new deployment
+    taken = datetime.now(UTC)  # after PITR was turned on, as on a new deployment
     day = start_of(taken)
     dynamodb = ScriptedExports(settings.client("dynamodb"), ["COMPLETED"])
     logs = []
@@ -222,13 +222,22 @@ def test_preconditions_fail_clearly_before_anything_is_requested(settings, layou
     # The window begins before PITR could restore it (moto: PITR holds from the moment it was turned on).
     with pytest.raises(ExportError, match="earliest time point-in-time recovery still holds.*bootstrap"):
         export(settings, layout, False)
-    today = datetime.combine(NOW.date(), datetime.min.time(), tzinfo=timezone.utc)
+    today = datetime.combine(NOW.date(), datetime.min.time(), tzinfo=UTC)
     with pytest.raises(ExportError, match="has not closed yet"):
         export(settings, layout, False, day=today)
     with pytest.raises(ExportError, match="not between 15 minutes and 24 hours"):
-        check_preconditions(dynamodb, settings.client("s3"), settings.orders_table, layout, ExportWindow(INCREMENTAL_EXPORT, YESTERDAY, YESTERDAY + timedelta(minutes=10)), NOW)
+        check_preconditions(
+            dynamodb, settings.client("s3"), settings.orders_table, layout, ExportWindow(INCREMENTAL_EXPORT, YESTERDAY, YESTERDAY + timedelta(minutes=10)), NOW
+        )
     with pytest.raises(ExportError, match="not between 15 minutes and 24 hours"):
-        check_preconditions(dynamodb, settings.client("s3"), settings.orders_table, layout, ExportWindow(INCREMENTAL_EXPORT, YESTERDAY - timedelta(days=1), YESTERDAY + timedelta(minutes=1)), NOW)
+        check_preconditions(
+            dynamodb,
+            settings.client("s3"),
+            settings.orders_table,
+            layout,
+            ExportWindow(INCREMENTAL_EXPORT, YESTERDAY - timedelta(days=1), YESTERDAY + timedelta(minutes=1)),
+            NOW,
+        )
     dynamodb.update_continuous_backups(TableName=settings.orders_table, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": False})
     with pytest.raises(ExportError, match="Point-in-time recovery is off.*update-continuous-backups"):
         export(settings, layout, True)

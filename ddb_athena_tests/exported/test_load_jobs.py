@@ -24,7 +24,15 @@ from ddb_athena_tests.exported.test_assets import put_orders, sync_orders
 CODE_BUCKET, CODE_PREFIX = "code-bucket", "ddb_athena/emr"
 JOB_RUN_ID = "00fjobrun0000001"
 # Differ between any two loads: when, how fast, which commit, which run's manifest, where the load ran.
-PER_RUN = {"duration_seconds", "items_per_second", "snapshot_id", "commit_manifest", "load_ran", "AWS EMR Serverless Application ID", "AWS EMR Serverless Job Run ID"}
+PER_RUN = {
+    "duration_seconds",
+    "items_per_second",
+    "snapshot_id",
+    "commit_manifest",
+    "load_ran",
+    "AWS EMR Serverless Application ID",
+    "AWS EMR Serverless Job Run ID",
+}
 
 
 # The day first, before the emulator's state: see the fixture.

@@ -2,7 +2,7 @@
 
 import os
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ddb_athena.lake.change_merge import MergeResult, merge_change_files
@@ -10,7 +10,7 @@ from ddb_athena.lake.table_spec import BOOKS_SPEC
 from ddb_athena.streamed.capture.change_files import ChangeRecord, SourceLayout, change_file_name, list_change_files, write_change_file
 from ddb_athena.streamed.capture.quarantine import quarantined_records
 
-T0 = datetime(2026, 11, 22, 3, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
 
 
 def change(sequence: int, book_id: str, event: str = "MODIFY", name: str | None = None, **attributes) -> ChangeRecord:

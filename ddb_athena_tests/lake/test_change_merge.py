@@ -100,7 +100,15 @@ def test_bad_input_is_quarantined_with_its_reason_and_the_rest_is_merged(files):
     files.write_raw('{"this is": not json\n')
     good_and_bad = [
         change(1, "good", "INSERT").to_json(),
-        json.dumps({"event_name": "INSERT", "keys": {"other": {"S": "x"}}, "new_image": {"other": {"S": "x"}}, "sequence_number": "2", "approximate_creation_time": "2026-11-22T03:00:00Z"}),
+        json.dumps(
+            {
+                "event_name": "INSERT",
+                "keys": {"other": {"S": "x"}},
+                "new_image": {"other": {"S": "x"}},
+                "sequence_number": "2",
+                "approximate_creation_time": "2026-11-22T03:00:00Z",
+            }
+        ),
         change(3, "weird", "INSERT", odd={"Q": "1"}).to_json(),
         change(4, "nodate", "INSERT", date={"N": "soon"}).to_json(),
         json.dumps({"event_name": "UPSERT", "keys": {"id": {"S": "u"}}, "sequence_number": "5", "approximate_creation_time": "2026-11-22T03:00:00Z"}),
@@ -159,9 +167,7 @@ def test_a_bootstrap_snapshot_replaces_what_came_before_and_later_changes_apply_
     files.merge()
     files.delete(files.present())
     stale = files.write(change(3, "a", name="captured-before-the-scan"))
-    snapshot = files.write(
-        *[change(0, book_id, "SNAPSHOT", name="scanned") for book_id in ("a", "b", "c")], kind="snapshot"
-    )
+    snapshot = files.write(*[change(0, book_id, "SNAPSHOT", name="scanned") for book_id in ("a", "b", "c")], kind="snapshot")
     files.write(change(3, "a", name="captured-before-the-scan"), change(4, "b", "REMOVE"), change(5, "c", name="after-scan"))
     result = files.merge()
     assert files.names() == {"a": "captured-before-the-scan", "c": "after-scan"}
@@ -249,7 +255,13 @@ def test_a_warm_session_merges_without_generating_code_again(files):
 
     def cycle(sequence: int) -> None:
         # An insert, an update and a delete: every query a cycle can run.
-        files.merge([files.write(change(sequence, f"new-{sequence}", "INSERT"), change(sequence, f"new-{sequence - 1}"), change(sequence, f"new-{sequence - 2}", "REMOVE"))])
+        files.merge(
+            [
+                files.write(
+                    change(sequence, f"new-{sequence}", "INSERT"), change(sequence, f"new-{sequence - 1}"), change(sequence, f"new-{sequence - 2}", "REMOVE")
+                )
+            ]
+        )
 
     for sequence in range(1, 5):
         cycle(sequence)

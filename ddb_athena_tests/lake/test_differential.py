@@ -2,7 +2,7 @@
 
 import json
 import random
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from ddb_athena.dev.simulate import BookSimulator
@@ -30,7 +30,7 @@ def dynamodb_rows(dynamodb, table: str) -> dict[str, dict]:
                 "name": item.get("name", {}).get("S"),
                 "author": item.get("author", {}).get("S"),
                 "summary": item.get("summary", {}).get("S"),
-                "published_at": datetime.fromtimestamp(nanos // 1000 / 1_000_000, tz=timezone.utc).replace(tzinfo=None) if nanos is not None else None,
+                "published_at": datetime.fromtimestamp(nanos // 1000 / 1_000_000, tz=UTC).replace(tzinfo=None) if nanos is not None else None,
                 "item": wire,
             }
         if "LastEvaluatedKey" not in page:
@@ -41,8 +41,7 @@ def dynamodb_rows(dynamodb, table: str) -> dict[str, dict]:
 def iceberg_rows(spark, table: str) -> dict[str, dict]:
     columns = ["id", "name", "author", "summary", "published_at", "item"]
     return {
-        row["id"]: {**{column: row[column] for column in columns}, "item": json.loads(row["item"])}
-        for row in spark.table(table).select(*columns).collect()
+        row["id"]: {**{column: row[column] for column in columns}, "item": json.loads(row["item"])} for row in spark.table(table).select(*columns).collect()
     }
 
 

@@ -1,7 +1,7 @@
 """The export load: both layouts, typed columns, insert-only idempotence, mutations, bad input."""
 
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -13,8 +13,8 @@ from ddb_athena.streamed.capture.change_files import SourceLayout
 from ddb_athena.streamed.capture.quarantine import quarantined_records
 from ddb_athena_tests.exported.aws_layout import full_line, gzip_lines, incremental_line, write_export
 
-DAY = datetime(2026, 11, 20, tzinfo=timezone.utc)
-EXPORTED_AT = datetime(2026, 11, 21, tzinfo=timezone.utc)
+DAY = datetime(2026, 11, 20, tzinfo=UTC)
+EXPORTED_AT = datetime(2026, 11, 21, tzinfo=UTC)
 
 
 def orders(count: int, seed: int = 1, start: datetime = DAY) -> list[dict]:
@@ -33,7 +33,7 @@ class ExportLoad:
         """Export files in S3, with the items per file that their manifest gives (None without one)."""
         written = write_export(self.s3, self.layout.bucket, f"orders_export/test-{self.loads}-{len(files)}", files, manifest=manifest, **options)
         counts = written["data_file_items"] if manifest else [None] * len(written["data_files"])
-        return [ExportDataFile(self.layout.uri(key, "s3a"), items) for key, items in zip(written["data_files"], counts)]
+        return [ExportDataFile(self.layout.uri(key, "s3a"), items) for key, items in zip(written["data_files"], counts, strict=False)]
 
     def load(self, files: list[ExportDataFile]):
         self.loads += 1

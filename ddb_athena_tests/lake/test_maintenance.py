@@ -1,4 +1,4 @@
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -16,7 +16,7 @@ def test_maintenance_compacts_keeps_recent_snapshots_and_prunes_only_old_tombsto
     files.merge([files.write(change(100, "k00", "REMOVE"))])
     snapshots = spark.table(f"{files.table}.snapshots").count()
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     kept = maintain_table(spark, "lake", files.table, timedelta(hours=6), 1, timedelta(days=3), timedelta(days=7), now=now)
     assert kept.rewritten_data_files >= 3 and kept.expired_snapshots == 0 and kept.pruned_tombstones == 0
     assert spark.table(f"{files.table}.snapshots").count() == snapshots + 1  # + the compaction
@@ -35,7 +35,7 @@ def test_the_tombstone_table_is_compacted_and_expired_with_its_table(spark, sett
         files.merge([files.write(change(10 + i, f"k{i}", "REMOVE"))])
     tombstones = tombstone_table(files.table)
     assert spark.table(f"{tombstones}.files").count() == 4 and spark.table(f"{tombstones}.snapshots").count() == 4
-    later = datetime.now(timezone.utc) + timedelta(days=1)
+    later = datetime.now(UTC) + timedelta(days=1)
     maintain_table(spark, "lake", files.table, timedelta(hours=6), 1, timedelta(days=3), timedelta(days=30), now=later)
     assert spark.table(f"{tombstones}.files").count() == 1 and spark.table(f"{tombstones}.snapshots").count() == 1
     assert spark.table(tombstones).count() == 4  # none past the 30-day tombstone retention
@@ -86,7 +86,7 @@ def test_a_pass_told_not_to_list_orphans_leaves_them_and_records_no_sweep(spark,
     skipped = maintain_table(spark, "lake", files.table, timedelta(hours=1), 1, timedelta(days=3), remove_orphans=False)
     assert skipped.orphan_files_removed is None and old.exists()
     assert skipped.metadata()["orphans_swept"] is False and "orphan_files_removed" not in skipped.metadata()
-    at = datetime(2026, 11, 24, 12, tzinfo=timezone.utc)
+    at = datetime(2026, 11, 24, 12, tzinfo=UTC)
     record_maintained(spark, files.table, skipped, at)
     assert maintenance_state(spark, files.table) == MaintenanceState(at, None)
 

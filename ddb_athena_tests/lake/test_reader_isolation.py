@@ -1,7 +1,7 @@
 """Readers never fail: a scan planned on the previous snapshot reads to the end while the merge,
 the cleanup and maintenance (compaction + snapshot expiry) run underneath it."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -49,7 +49,7 @@ def change_everything_underneath(files: ChangeFiles, hours_later: float = 0):
         retain_last=1,
         orphan_age=timedelta(days=3),
         tombstone_retention=timedelta(days=7),
-        now=datetime.now(timezone.utc) + timedelta(hours=hours_later),
+        now=datetime.now(UTC) + timedelta(hours=hours_later),
     )
 
 

@@ -51,9 +51,7 @@ def test_a_compiled_local_file_system_serves_the_run_workers_file_paths():
 
     assert "spark.hadoop.fs.file.impl" not in iceberg_spark_config(LOCAL)
     # A class path of the caller's keeps the file system's JAR, which the setting above needs at the JVM's start.
-    with_theirs = iceberg_spark_config(
-        replace(LOCAL, local_file_system_jar="/j/local-fs.jar", extra={"spark.driver.extraClassPath": "/theirs.jar"})
-    )
+    with_theirs = iceberg_spark_config(replace(LOCAL, local_file_system_jar="/j/local-fs.jar", extra={"spark.driver.extraClassPath": "/theirs.jar"}))
     assert with_theirs["spark.driver.extraClassPath"] == "/j/local-fs.jar:/theirs.jar"
     assert "spark.hadoop.fs.file.impl" not in iceberg_spark_config(replace(LOCAL, local_file_system_jar="/j/local-fs.jar", master=None))
 
@@ -105,8 +103,13 @@ def test_no_credential_reaches_the_aws_configuration(monkeypatch):
     from ddb_athena.lib.settings import Settings
 
     secret = "never-in-config/3e9a1c7b5d"
-    environ = {"DDB_ATHENA_PROFILE": "aws", "DDB_ATHENA_BUCKET": "prod", "DDB_ATHENA_SPARK_MASTER": "local[2]",
-               "AWS_ACCESS_KEY_ID": "AKIANEVERINCONFIG7", "AWS_SECRET_ACCESS_KEY": secret}
+    environ = {
+        "DDB_ATHENA_PROFILE": "aws",
+        "DDB_ATHENA_BUCKET": "prod",
+        "DDB_ATHENA_SPARK_MASTER": "local[2]",
+        "AWS_ACCESS_KEY_ID": "AKIANEVERINCONFIG7",
+        "AWS_SECRET_ACCESS_KEY": secret,
+    }
     config = resources_from_settings(Settings.from_env(environ))["spark"].spark_config()
     assert not [value for value in config.values() if secret in value or "AKIANEVERINCONFIG7" in value]
 
@@ -155,7 +158,6 @@ def test_a_submitted_job_gets_the_keys_in_its_environment_never_on_its_command_l
     assert resource.spark_config()["spark.hadoop.fs.s3a.secret.key"] == "job/secret"  # the run's own session keeps them
 
 
-
 def test_local_python_workers_run_this_interpreter_and_import_pyspark_from_no_archive(spark):
     # Spark's own daemon, under whatever python3 the PATH has, imports pyspark from pyspark.zip and has the JARs
     # on its path; each task then re-reads every archive's directory.
@@ -173,8 +175,9 @@ def test_local_python_workers_run_this_interpreter_and_import_pyspark_from_no_ar
         import pyspark
 
         archives = [entry for entry in [*sys.path, *sys.path_importer_cache] if entry.startswith(spark_home) and (".zip" in entry or ".jar" in entry)]
-        return json.dumps({"python": sys.executable, "daemon": sys.modules["__main__"].__spec__.name,
-                           "archives": archives, "pyspark": os.path.dirname(pyspark.__file__)})
+        return json.dumps(
+            {"python": sys.executable, "daemon": sys.modules["__main__"].__spec__.name, "archives": archives, "pyspark": os.path.dirname(pyspark.__file__)}
+        )
 
     facts = json.loads(spark.range(1).select(worker_facts("id")).collect()[0][0])
     assert facts["python"] == sys.executable and facts["daemon"] == "ddb_athena.lake.python_daemon"

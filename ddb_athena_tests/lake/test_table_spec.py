@@ -32,8 +32,7 @@ def test_typed_values_per_transform():
 def test_create_table_sql_from_the_books_spec():
     sql = create_table_sql(BOOKS_SPEC, "library.books")
     assert sql.startswith(
-        "CREATE TABLE IF NOT EXISTS library.books (id string, name string, author string, summary string, "
-        "published_at timestamp, item string COMMENT"
+        "CREATE TABLE IF NOT EXISTS library.books (id string, name string, author string, summary string, published_at timestamp, item string COMMENT"
     )
     assert "_sequence_number string" in sql and "_changed_at timestamp" in sql and "_synced_at timestamp" in sql
     assert "USING iceberg TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read'" in sql

@@ -8,9 +8,7 @@ def test_plain_identifiers_pass(name):
     assert validate_identifier(name) == name
 
 
-@pytest.mark.parametrize(
-    "name", ["", "1books", "books; DROP TABLE x", "bo-oks", "books.x", "`books`", "bøker", "a b", "A" * 129, None, 7]
-)
+@pytest.mark.parametrize("name", ["", "1books", "books; DROP TABLE x", "bo-oks", "books.x", "`books`", "bøker", "a b", "A" * 129, None, 7])
 def test_anything_else_is_refused(name):
     with pytest.raises(InvalidIdentifierError):
         validate_identifier(name, "table name")

@@ -1,6 +1,7 @@
 import pytest
 
-from ddb_athena.lib.settings import LOCAL_ENDPOINT_URL, Settings, SettingsError
+from ddb_athena.lib.resources import DEPLOYMENT_FIELDS, SyncSettings, setting_variable, settings_table, sync_settings
+from ddb_athena.lib.settings import LOCAL_ENDPOINT_URL, REPO_ROOT, Settings, SettingsError
 
 
 def test_local_defaults_work_with_nothing_set():
@@ -37,6 +38,16 @@ def test_aws_profile():
         {"DDB_ATHENA_NAMESPACE": "library; drop"},
         {"DDB_ATHENA_CLEANUP_INTERVAL_SECONDS": "10"},
         {"DDB_ATHENA_CLEANUP_INTERVAL_SECONDS": "5m"},
+    ],
+)
+def test_bad_configuration_is_refused(environ):
+    with pytest.raises(ValueError):
+        Settings.from_env(environ)
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
         {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "0"},
         {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "90"},
         {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "20s"},
@@ -47,42 +58,47 @@ def test_aws_profile():
         {"DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "90"},
         {"DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "5"},
         {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "30", "DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "20"},
+        {"DDB_ATHENA_BOOKS_CAPTURE": "kinesis"},
+        {"DDB_ATHENA_SNAPSHOT_RETENTION_HOURS": "0.5"},
+        {"DDB_ATHENA_TOMBSTONE_RETENTION_DAYS": "0"},
+        {"DDB_ATHENA_EXPORT_RETENTION_DAYS": "-1"},
     ],
 )
-def test_bad_configuration_is_refused(environ):
-    with pytest.raises(ValueError):
-        Settings.from_env(environ)
+def test_a_bad_sync_setting_is_refused_naming_its_variable(environ):
+    with pytest.raises(SettingsError, match="|".join(environ)):
+        sync_settings(Settings.from_env(environ))
 
 
 def test_cleanup_interval_comes_from_the_environment():
     assert Settings.from_env({"DDB_ATHENA_CLEANUP_INTERVAL_SECONDS": "60"}).cleanup_interval_seconds == 60
 
 
-def test_merge_interval_comes_from_the_environment_into_the_sync_resource():
-    from ddb_athena.lib.resources import resources_from_settings
+def test_every_sync_setting_comes_from_its_variable_for_the_runs_schedules_and_sensors_start():
+    """Not only the run's pace: retention, cadence, parity, exports (before, 13 of them could only be edited in code)."""
+    defaults = sync_settings(Settings.from_env({}))
+    for name, field in SyncSettings.model_fields.items():
+        if name in DEPLOYMENT_FIELDS or name == "books_capture":
+            continue
+        if name == "capture_failure_queue_url":
+            value = "https://sqs.example/queue"
+        else:
+            upper = next((rule.le for rule in field.metadata if hasattr(rule, "le")), None)
+            value = field.default + 1 if upper is None or field.default + 1 <= upper else (field.default + upper) / 2
+        assert getattr(defaults, name) != value, name
+        assert getattr(sync_settings(Settings.from_env({setting_variable(name): str(value)})), name) == value, name
+    assert sync_settings(Settings.from_env({"DDB_ATHENA_BOOKS_CAPTURE": "lambda"})).books_capture == "lambda"
+    assert sync_settings(Settings.from_env({"DDB_ATHENA_BUCKET": "prod"})).bucket == "prod"
 
-    assert resources_from_settings(Settings.from_env({}))["sync"].merge_interval_seconds == 10.0
-    settings = Settings.from_env({"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "20"})
-    assert resources_from_settings(settings)["sync"].merge_interval_seconds == 20.0
+
+def test_the_longest_interval_is_never_shorter_than_a_longer_merge_interval_left_unset():
+    assert sync_settings(Settings.from_env({})).longest_merge_interval_seconds == 20.0
+    assert sync_settings(Settings.from_env({"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "30"})).longest_merge_interval_seconds == 30.0
+    assert sync_settings(Settings.from_env({"DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "15"})).longest_merge_interval_seconds == 15.0
 
 
-def test_sync_run_minutes_come_from_the_environment_into_the_sync_resource():
-    from ddb_athena.lib.resources import resources_from_settings
-
-    assert resources_from_settings(Settings.from_env({}))["sync"].sync_run_minutes == 60.0
-    settings = Settings.from_env({"DDB_ATHENA_SYNC_RUN_MINUTES": "30"})
-    assert resources_from_settings(settings)["sync"].sync_run_minutes == 30.0
-    assert Settings.from_env({"DDB_ATHENA_SYNC_RUN_MINUTES": "0"}).sync_run_minutes == 0
-
-
-def test_the_longest_interval_comes_from_the_environment_into_the_sync_resource():
-    from ddb_athena.lib.resources import resources_from_settings
-
-    assert resources_from_settings(Settings.from_env({}))["sync"].longest_merge_interval_seconds == 20.0
-    sync = resources_from_settings(Settings.from_env({"DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "15"}))["sync"]
-    assert sync.longest_merge_interval_seconds == 15.0
-    # Unset, the longest interval is never shorter than a longer merge interval.
-    assert Settings.from_env({"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "30"}).longest_merge_interval_seconds == 30.0
+def test_the_settings_table_in_the_docs_is_the_declared_one():
+    """docs/operations.md shows `ddb-athena settings`: regenerate it there when a field changes."""
+    assert settings_table() in (REPO_ROOT / "docs" / "operations.md").read_text()
 
 
 @pytest.mark.parametrize(
@@ -96,7 +112,6 @@ def test_the_longest_interval_comes_from_the_environment_into_the_sync_resource(
 )
 def test_a_run_length_or_merge_interval_out_of_range_is_refused_in_the_resource_and_in_run_config(resource_field, run_config_field, value):
     """The same bounds as the environment variables, however the run's length or interval is set."""
-    from ddb_athena.lib.resources import SyncSettings
     from ddb_athena.streamed.assets import BooksSyncConfig
 
     with pytest.raises(ValueError):

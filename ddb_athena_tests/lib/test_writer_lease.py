@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -111,7 +111,7 @@ def test_a_holder_whose_lease_was_taken_over_cannot_commit(settings):
 
 
 def test_a_lease_renewed_long_ago_is_taken_at_once(settings):
-    long_ago = datetime.now(timezone.utc) - timedelta(minutes=5)
+    long_ago = datetime.now(UTC) - timedelta(minutes=5)
     dead = lease(settings, "a writer dead for minutes", ttl=30.0, wall_clock=lambda: long_ago)
     dead.acquire()
     dead._stop.set()  # its process is gone: no more renewals
@@ -135,7 +135,13 @@ def test_a_job_commits_only_while_its_launching_run_holds_the_lease(spark, setti
     launcher = lease(settings, "Dagster run 5678 (orders_daily)", ttl=30.0)
     uri = f"s3a://{settings.bucket}/{launcher.key}"
     request = OrdersLoadRequest(
-        "library.orders", "lake", [], "s3a://b/q", datetime.now(timezone.utc), OrdersUpkeep(1, 1, 1), datetime.now(timezone.utc),
+        "library.orders",
+        "lake",
+        [],
+        "s3a://b/q",
+        datetime.now(UTC),
+        OrdersUpkeep(1, 1, 1),
+        datetime.now(UTC),
         writer_lease={"uri": uri, "holder": "Dagster run 5678 (orders_daily)", "ttl_seconds": 30.0},
     )
     with pytest.raises(WriterLeaseLost, match="nobody holds it"):
@@ -148,7 +154,7 @@ def test_a_job_commits_only_while_its_launching_run_holds_the_lease(spark, setti
             still_the_writer(spark, other)
     finally:
         launcher.release()
-    stale = lease(settings, "Dagster run 5678 (orders_daily)", ttl=30.0, wall_clock=lambda: datetime.now(timezone.utc) - timedelta(minutes=5))
+    stale = lease(settings, "Dagster run 5678 (orders_daily)", ttl=30.0, wall_clock=lambda: datetime.now(UTC) - timedelta(minutes=5))
     stale.acquire()
     stale._stop.set()
     with pytest.raises(WriterLeaseLost, match="has not renewed it since"):

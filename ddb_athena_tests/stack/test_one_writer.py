@@ -11,8 +11,8 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime, timedelta
 from datetime import time as day_time
 from pathlib import Path
 from urllib.parse import urlparse
@@ -71,14 +71,10 @@ def dagster_stack(home: Path, port: int, env: dict):
         for process in processes:
             os.killpg(process.pid, signal.SIGTERM)
         for process in processes:
-            try:
+            with suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                pass
-            try:
+            with suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)  # run workers left behind
-            except ProcessLookupError:
-                pass
 
 
 def wait_for(what: str, condition, timeout: float, poll: float = 2.0):
@@ -106,7 +102,11 @@ def failures(instance: DagsterInstance, records) -> list[str]:
     found = []
     for record in records:
         if record.dagster_run.status == DagsterRunStatus.FAILURE:
-            errors = [e.dagster_event.event_specific_data for e in instance.all_logs(record.dagster_run.run_id) if e.is_dagster_event and e.dagster_event.is_step_failure]
+            errors = [
+                e.dagster_event.event_specific_data
+                for e in instance.all_logs(record.dagster_run.run_id)
+                if e.is_dagster_event and e.dagster_event.is_step_failure
+            ]
             found.append(f"{record.dagster_run.job_name} {record.dagster_run.tags.get('dagster/partition')}: {errors or 'no step failed'}")
     return found
 
@@ -114,7 +114,7 @@ def failures(instance: DagsterInstance, records) -> list[str]:
 def overlaps(records) -> list[tuple[str, str]]:
     """Pairs of runs that were in progress at the same moment (by the times the runs recorded)."""
     spans = sorted((record.start_time, record.end_time or time.time(), record.dagster_run.run_id) for record in records if record.start_time)
-    return [(a[2], b[2]) for a, b in zip(spans, spans[1:]) if b[0] < a[1]]
+    return [(a[2], b[2]) for a, b in zip(spans, spans[1:], strict=False) if b[0] < a[1]]
 
 
 def iceberg_rows(warehouse: str, namespace: str, table: str) -> list[dict]:
@@ -137,12 +137,13 @@ def test_a_sync_materialize_and_an_orders_backfill_on_a_new_deployment_keep_one_
     partitions = [(days.today - timedelta(days=back)).isoformat() for back in (3, 2, 1)]
     for partition in partitions:
         for hour in range(0, 24, 6):
-            created = datetime.combine(datetime.fromisoformat(partition).date(), day_time(hour), tzinfo=timezone.utc)
+            created = datetime.combine(datetime.fromisoformat(partition).date(), day_time(hour), tzinfo=UTC)
             dynamodb.put_item(TableName=settings.orders_table, Item=order_item(rng, created))
 
     port = free_port()
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "DDB_ATHENA_SYNC_RUN_MINUTES": "1.5"}
     with dagster_stack(tmp_path, port, env), DagsterInstance.from_config(str(tmp_path)) as instance:
+
         def sync_started():
             return instance.get_runs(RunsFilter(job_name="books_sync", statuses=[DagsterRunStatus.STARTED]))
 
@@ -236,6 +237,7 @@ def test_a_sync_killed_under_writes_is_replaced_within_two_minutes_and_loses_not
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
     port = free_port()
     with dagster_stack(tmp_path, port, env), DagsterInstance.from_config(str(tmp_path)) as instance:
+
         def merging_sync():
             running = instance.get_runs(RunsFilter(job_name="books_sync", statuses=[DagsterRunStatus.STARTED]))
             return running and merges_after(instance, 0, other_than="") and running[0]

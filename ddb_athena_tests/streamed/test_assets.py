@@ -4,10 +4,10 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime, timezone
-from typing import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from dagster import AssetKey, DagsterInstance
@@ -239,7 +239,7 @@ def test_a_run_killed_after_its_commit_before_its_manifest_is_made_good_by_the_n
 
 def test_the_sync_run_maintains_its_table_between_merges_and_checks_the_files_stay_few(spark, settings, instance):
     simulator = BookSimulator(settings.client("dynamodb"), settings.books_table)
-    for round_number in range(3):  # a few commits, each leaving small files
+    for _round_number in range(3):  # a few commits, each leaving small files
         simulator.insert()
         sync_books(instance)
     simulator.insert()
@@ -357,12 +357,12 @@ def test_with_the_capture_lambda_a_change_written_during_the_bootstrap_scan_appl
             handle_stream_event(lambda_event("scanned", "300", "changed during the scan"), s3, layout)
 
     monkeypatch.setattr(bootstrap, "scan_table", scan_while_the_lambda_writes)
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     sync_books(instance, books_capture="lambda")
     (row,) = spark.table(f"{settings.namespace}.books").collect()
     assert (row["id"], row["name"]) == ("scanned", "changed during the scan")
     # The merge time reaches the row (it joins the changes as data, no longer as a literal).
-    assert before <= row["_synced_at"].replace(tzinfo=timezone.utc) <= datetime.now(timezone.utc)
+    assert before <= row["_synced_at"].replace(tzinfo=UTC) <= datetime.now(UTC)
 
 
 def test_a_writer_outside_the_run_queue_stops_without_writing_while_another_holds_the_lease(spark, settings, tmp_path):
@@ -380,8 +380,17 @@ def test_a_writer_outside_the_run_queue_stops_without_writing_while_another_hold
     running.acquire()
     try:
         command = [
-            sys.executable, "-m", "dagster", "asset", "materialize", "-m", "ddb_athena.definitions", "--select", "books_source,books_iceberg",
-            "--config-json", '{"ops": {"sync_books": {"config": {"run_minutes": 0}}}}',
+            sys.executable,
+            "-m",
+            "dagster",
+            "asset",
+            "materialize",
+            "-m",
+            "ddb_athena.definitions",
+            "--select",
+            "books_source,books_iceberg",
+            "--config-json",
+            '{"ops": {"sync_books": {"config": {"run_minutes": 0}}}}',
         ]
         env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "DDB_ATHENA_WRITER_LEASE_SECONDS": "5"}
         completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[2], timeout=300)
@@ -558,7 +567,11 @@ def test_behind_the_stream_a_cycle_merges_what_it_read_within_its_interval_and_t
         simulator.insert()
     new_client = AwsClientsResource._new_client
     with monkeypatch.context() as patch:
-        patch.setattr(AwsClientsResource, "_new_client", lambda self, service: SlowPages(new_client(self, service)) if service == "dynamodbstreams" else new_client(self, service))
+        patch.setattr(
+            AwsClientsResource,
+            "_new_client",
+            lambda self, service: SlowPages(new_client(self, service)) if service == "dynamodbstreams" else new_client(self, service),
+        )
         behind = sync_books(instance, config={"merge_interval_seconds": 2}, backlog_limit_minutes=0)
     source, merged = materialization_metadata(behind, "books_source"), materialization_metadata(behind, "books_iceberg")
     # It read for about its interval (a handful of pages), merged that, and says it is behind.

@@ -1,3 +1,5 @@
+from datetime import UTC
+
 from dagster import DagsterRunStatus, RunRequest, SkipReason, build_schedule_context, instance_for_test
 from dagster._core.storage.dagster_run import DagsterRun
 
@@ -43,15 +45,15 @@ def test_a_tick_waits_while_the_sync_runs_and_queues_one_successor_in_its_last_m
 
 
 def test_orders_run_daily_at_the_configured_hour_for_the_day_that_ended():
-    from datetime import datetime, time, timedelta, timezone
+    from datetime import datetime, time, timedelta
 
     from ddb_athena.definitions import defs
 
     orders_daily_schedule = defs.resolve_schedule_def("orders_daily_schedule")  # partitions come from the assets
     assert orders_daily_schedule.cron_schedule == "0 2 * * *" and orders_daily_schedule.execution_timezone in (None, "UTC")
     with instance_for_test() as instance:
-        today = datetime.now(timezone.utc).date()
-        tick = datetime.combine(today, time(2), tzinfo=timezone.utc)
+        today = datetime.now(UTC).date()
+        tick = datetime.combine(today, time(2), tzinfo=UTC)
         context = build_schedule_context(instance=instance, scheduled_execution_time=tick)
         (request,) = orders_daily_schedule.evaluate_tick(context).run_requests
     assert request.partition_key == (today - timedelta(days=1)).isoformat()

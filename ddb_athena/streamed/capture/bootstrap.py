@@ -13,9 +13,9 @@ A scan that fails leaves parts without a seal: nothing reads them, and the next 
 
 import io
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Iterator
+from datetime import UTC, datetime
 
 from ddb_athena.streamed.capture.change_files import (
     SNAPSHOT_KIND,
@@ -93,7 +93,7 @@ def bootstrap_snapshot(
     """Scans the table into parts, then seals the snapshot; returns the seal's key, the parts and the item count."""
     name = namer.next_name(SNAPSHOT_KIND)  # taken before the scan starts: see the module docstring
     stem = name.removesuffix(".jsonl")
-    scanned_at = datetime.now(timezone.utc)
+    scanned_at = datetime.now(UTC)
     parts: list[str] = []
     buffer, items = io.BytesIO(), 0
 

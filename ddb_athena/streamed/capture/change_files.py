@@ -8,15 +8,16 @@ import itertools
 import json
 import re
 import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
-from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable, Iterator, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from ddb_athena.lib.dynamodb_json import item_to_wire
 
 EVENT_NAMES = ("INSERT", "MODIFY", "REMOVE", "SNAPSHOT")
 SNAPSHOT_KIND = "snapshot"
-# What a producer must name its files (see the README: the change-file contract).
+# What a producer must name its files (docs/design.md, "The change-file contract").
 CHANGE_FILE_NAME_FORMAT = "<capture time, UTC, YYYYMMDDTHHMMSS.ffffffZ>-<kind: lowercase letters>-<tag: letters and digits>.jsonl"
 _NAME = re.compile(r"(?P<stamp>\d{8}T\d{6}\.\d{6}Z)-(?P<kind>[a-z]+)-(?P<tag>[A-Za-z0-9]+)\.jsonl")
 _STAMP_FORMAT = "%Y%m%dT%H%M%S.%fZ"
@@ -72,8 +73,8 @@ class ChangeRecord:
 
 def _utc_iso(value: Any) -> str:
     # boto3 gives a datetime; Lambda events give epoch seconds.
-    moment = value if isinstance(value, datetime) else datetime.fromtimestamp(float(value), tz=timezone.utc)
-    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    moment = value if isinstance(value, datetime) else datetime.fromtimestamp(float(value), tz=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def change_record(stream_record: Mapping[str, Any], shard_id: str | None = None) -> ChangeRecord:
@@ -108,12 +109,12 @@ _RECORD_FIELDS = tuple(field.name for field in fields(ChangeRecord))
 class ChangeFileNamer:
     """Names that sort in capture order, strictly increasing within one process."""
 
-    def __init__(self, clock=lambda: datetime.now(timezone.utc)):
+    def __init__(self, clock=lambda: datetime.now(UTC)):
         self._clock = clock
         self._last: datetime | None = None
 
     def next_name(self, kind: str) -> str:
-        moment = self._clock().astimezone(timezone.utc)
+        moment = self._clock().astimezone(UTC)
         if self._last is not None and moment <= self._last:
             moment = self._last + timedelta(microseconds=1)
         self._last = moment
@@ -123,7 +124,7 @@ class ChangeFileNamer:
 def change_file_name(captured_at: datetime, kind: str) -> str:
     if not re.fullmatch(r"[a-z]+", kind):
         raise ValueError(f"change file kind {kind!r} must be lowercase letters")
-    stamp = captured_at.astimezone(timezone.utc).strftime(_STAMP_FORMAT)
+    stamp = captured_at.astimezone(UTC).strftime(_STAMP_FORMAT)
     return f"{stamp}-{kind}-{uuid.uuid4().hex[:12]}.jsonl"
 
 
@@ -132,7 +133,7 @@ def parse_change_file_name(name: str) -> tuple[datetime, str]:
     match = _NAME.fullmatch(name.rsplit("/", 1)[-1])
     if not match:
         raise ValueError(f"{name!r} is not a change file name")
-    stamp = datetime.strptime(match["stamp"], _STAMP_FORMAT).replace(tzinfo=timezone.utc)
+    stamp = datetime.strptime(match["stamp"], _STAMP_FORMAT).replace(tzinfo=UTC)
     return stamp, match["kind"]
 
 

@@ -3,7 +3,7 @@
 import json
 import re
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ddb_athena.streamed.capture.change_files import SourceLayout, list_keys
 
@@ -47,7 +47,7 @@ class CheckpointStore:
         return [self._known[key] for key in sorted(self._known)]
 
     def save(self, checkpoint: ShardCheckpoint) -> ShardCheckpoint:
-        stamped = replace(checkpoint, updated_at=datetime.now(timezone.utc).isoformat())
+        stamped = replace(checkpoint, updated_at=datetime.now(UTC).isoformat())
         key = self._key(stamped.stream_arn, stamped.shard_id)
         self._s3.put_object(
             Bucket=self._layout.bucket, Key=key, Body=json.dumps(asdict(stamped), sort_keys=True).encode("utf-8"), ContentType="application/json"

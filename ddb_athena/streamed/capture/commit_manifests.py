@@ -6,7 +6,7 @@ whose replay the merge ignores (it is idempotent). Files in no manifest are neve
 """
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ddb_athena.streamed.capture.change_files import SourceLayout, batched, list_keys
 
@@ -20,9 +20,7 @@ class ManifestError(ValueError):
     pass
 
 
-def write_commit_manifest(
-    s3, layout: SourceLayout, run_id: str, keys: list[str], table: str, snapshot_id: int | None, files_prefix: str | None = None
-) -> str:
+def write_commit_manifest(s3, layout: SourceLayout, run_id: str, keys: list[str], table: str, snapshot_id: int | None, files_prefix: str | None = None) -> str:
     """Records the files a commit consumed; every one must lie under `files_prefix` (default: the change files)."""
     files_prefix = files_prefix or layout.changes_prefix
     for key in keys:
@@ -35,7 +33,7 @@ def write_commit_manifest(
         "table": table,
         "snapshot_id": snapshot_id,
         "run_id": run_id,
-        "committed_at": datetime.now(timezone.utc).isoformat(),
+        "committed_at": datetime.now(UTC).isoformat(),
         "files": sorted(keys),
     }
     s3.put_object(Bucket=layout.bucket, Key=manifest_key, Body=json.dumps(manifest).encode("utf-8"), ContentType="application/json")

@@ -10,8 +10,8 @@ cannot be replayed: its message stays, and the way back is a bootstrap.
 """
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from botocore.exceptions import ClientError
 
@@ -49,9 +49,9 @@ class ReplayResult:
 
 def failure_queue_depth(sqs, queue_url: str) -> int:
     """Messages in the queue, visible or being handled: batches not yet captured again."""
-    attributes = sqs.get_queue_attributes(
-        QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-    )["Attributes"]
+    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])[
+        "Attributes"
+    ]
     return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
 
 

@@ -7,8 +7,8 @@ for byte, with one record naming it and the reason.
 """
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Iterable
 
 from ddb_athena.streamed.capture.change_files import CHANGE_FILE_NAME_FORMAT, SourceLayout, is_change_file, list_keys
 

@@ -12,8 +12,8 @@ deleted once a child has one of its own: each capture reads the open shards' che
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 from botocore.exceptions import ClientError
 
@@ -143,8 +143,7 @@ class StreamCapture:
         checkpoints = {c.shard_id: c for c in all_checkpoints if c.stream_arn == stream_arn}
         if all_checkpoints and not checkpoints:
             raise StreamGapError(
-                f"The stream of {self._table_name!r} changed (now {stream_arn}); changes made before it "
-                f"was re-created cannot be read. {BOOTSTRAP_HINT}"
+                f"The stream of {self._table_name!r} changed (now {stream_arn}); changes made before it was re-created cannot be read. {BOOTSTRAP_HINT}"
             )
         shards = parents_first(list_shards(self._streams, stream_arn))
         finished = finished_shards(checkpoints)
@@ -195,10 +194,7 @@ class StreamCapture:
         for shard in shards:
             parent = shard.get("ParentShardId")
             if shard["ShardId"] not in checkpoints.keys() | finished and parent and parent not in listed and parent not in finished:
-                raise StreamGapError(
-                    f"Shard {shard['ShardId']} descends from {parent}, which was trimmed before it was captured. "
-                    f"{BOOTSTRAP_HINT}"
-                )
+                raise StreamGapError(f"Shard {shard['ShardId']} descends from {parent}, which was trimmed before it was captured. {BOOTSTRAP_HINT}")
 
     def _iterator(self, checkpoint: ShardCheckpoint) -> str:
         kwargs = {"StreamArn": checkpoint.stream_arn, "ShardId": checkpoint.shard_id}

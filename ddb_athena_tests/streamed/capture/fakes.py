@@ -1,6 +1,6 @@
 """A fake DynamoDB Streams API for what moto cannot show: many shards, splits, expiry, trimming."""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from botocore.exceptions import ClientError
 
@@ -15,7 +15,7 @@ def stream_record(sequence: int, book_id: str, event: str = "MODIFY", name: str 
     change = {
         "Keys": {"id": {"S": book_id}},
         "SequenceNumber": str(sequence),
-        "ApproximateCreationDateTime": datetime(2026, 11, 22, tzinfo=timezone.utc),
+        "ApproximateCreationDateTime": datetime(2026, 11, 22, tzinfo=UTC),
         "StreamViewType": "NEW_AND_OLD_IMAGES",
     }
     if event != "REMOVE":

@@ -1,5 +1,5 @@
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from botocore.exceptions import ClientError
@@ -18,7 +18,7 @@ from ddb_athena_tests.streamed.capture.fakes import stream_record
 
 
 def test_names_sort_in_capture_order_even_within_one_microsecond():
-    frozen = datetime(2026, 11, 22, 3, 0, tzinfo=timezone.utc)
+    frozen = datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
     namer = ChangeFileNamer(clock=lambda: frozen)
     names = [namer.next_name("stream") for _ in range(5)]
     assert names == sorted(names) and len(set(names)) == 5
@@ -27,7 +27,7 @@ def test_names_sort_in_capture_order_even_within_one_microsecond():
 
 
 def test_names_order_across_days_and_years():
-    times = [datetime(2026, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc), datetime(2027, 1, 1, tzinfo=timezone.utc)]
+    times = [datetime(2026, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), datetime(2027, 1, 1, tzinfo=UTC)]
     assert change_file_name(times[0], "stream") < change_file_name(times[1], "lambda")
 
 
@@ -40,7 +40,7 @@ def test_foreign_names_are_rejected(name):
 def test_records_from_boto3_and_from_lambda_are_the_same():
     from_boto3 = change_record(stream_record(42, "b1"), "shard-1")
     lambda_shape = stream_record(42, "b1")
-    lambda_shape["dynamodb"]["ApproximateCreationDateTime"] = datetime(2026, 11, 22, tzinfo=timezone.utc).timestamp()
+    lambda_shape["dynamodb"]["ApproximateCreationDateTime"] = datetime(2026, 11, 22, tzinfo=UTC).timestamp()
     lambda_shape["dynamodb"]["NewImage"]["cover"] = {"B": "AAE="}
     from_lambda = change_record(lambda_shape, "shard-1")
     assert from_boto3 == from_lambda
@@ -56,15 +56,15 @@ def test_records_from_boto3_and_from_lambda_are_the_same():
 
 
 def test_snapshot_records_rank_below_every_stream_change():
-    record = snapshot_record({"id": {"S": "b1"}, "x": {"N": "1"}}, "id", datetime(2026, 11, 22, tzinfo=timezone.utc))
+    record = snapshot_record({"id": {"S": "b1"}, "x": {"N": "1"}}, "id", datetime(2026, 11, 22, tzinfo=UTC))
     assert record.event_name == "SNAPSHOT" and record.sequence_number == "0" and record.keys == {"id": {"S": "b1"}}
 
 
 def test_change_files_are_written_once_and_listed_in_order(settings):
     s3 = settings.client("s3")
     layout = SourceLayout(settings.bucket, "books_source")
-    later = write_change_file(s3, layout, change_file_name(datetime(2026, 11, 22, 3, 1, tzinfo=timezone.utc), "stream"), [])
-    earlier_name = change_file_name(datetime(2026, 11, 22, 3, 0, tzinfo=timezone.utc), "lambda")
+    later = write_change_file(s3, layout, change_file_name(datetime(2026, 11, 22, 3, 1, tzinfo=UTC), "stream"), [])
+    earlier_name = change_file_name(datetime(2026, 11, 22, 3, 0, tzinfo=UTC), "lambda")
     earlier = write_change_file(s3, layout, earlier_name, [change_record(stream_record(1, "b1"))])
     s3.put_object(Bucket=settings.bucket, Key=layout.changes_prefix + "README.txt", Body=b"not a change file")
     assert list_change_files(s3, layout) == [earlier, later]

@@ -16,7 +16,12 @@ def on_failure_message(stream_arn: str, shard_id: str, first: str, last: str, si
     """What a DynamoDB stream event source mapping sends to its on-failure destination (AWS's documented format)."""
     return json.dumps(
         {
-            "requestContext": {"requestId": "r", "functionArn": "arn:aws:lambda:us-east-1:123456789012:function:capture", "condition": "RetryAttemptsExhausted", "approximateInvokeCount": 6},
+            "requestContext": {
+                "requestId": "r",
+                "functionArn": "arn:aws:lambda:us-east-1:123456789012:function:capture",
+                "condition": "RetryAttemptsExhausted",
+                "approximateInvokeCount": 6,
+            },
             "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
             "version": "1.0",
             "timestamp": "2026-11-25T10:00:00.000Z",

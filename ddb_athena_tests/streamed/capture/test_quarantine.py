@@ -27,7 +27,7 @@ def test_files_that_are_not_change_files_move_to_quarantine_with_their_reason_an
     for record in records:
         original = record.source_file.split(f"{settings.bucket}/", 1)[1]
         moved = record.quarantined_file.split(f"{settings.bucket}/", 1)[1]
-        assert moved == f"{layout.quarantine_prefix}run-1/files/{original[len(layout.changes_prefix):]}"
+        assert moved == f"{layout.quarantine_prefix}run-1/files/{original[len(layout.changes_prefix) :]}"
         assert s3.get_object(Bucket=settings.bucket, Key=moved)["Body"].read() == foreign[original]
         assert record.size_bytes == len(foreign[original])
     remaining = {obj["Key"] for obj in s3.list_objects_v2(Bucket=settings.bucket, Prefix=layout.changes_prefix)["Contents"]}

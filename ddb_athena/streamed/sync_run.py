@@ -1,0 +1,120 @@
+"""One sync run's state across its cycles, no Dagster: the pace (an idle cycle is recorded at most once a minute; the
+log says when cycles back off), the cadence of the checks, and the table's upkeep between merges (compaction every
+few minutes, maintenance less often; never beside a merge). The books asset turns each CycleReport into Dagster
+events; a benchmark runs the same object.
+
+What a run needs from its predecessor is read from one place, the table: when it was last maintained and swept for
+orphans (its properties, `maintenance_state`).
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from ddb_athena.lake.maintenance import CompactionResult, MaintenanceResult, MaintenanceState
+from ddb_athena.streamed.cycle import BooksSync, CycleOutcome
+
+# An idle cycle is recorded at most this often: enough for freshness and the plots, little for the event log.
+IDLE_RECORD_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class SyncCadence:
+    interval_seconds: float
+    # After idle cycles the interval doubles up to this (run_cycles); said in the log.
+    longest_interval_seconds: float
+    # The checks that list S3 or read the table run with every this many recorded merges.
+    table_checks_every_cycles: int
+    maintenance_interval: timedelta
+    orphan_sweep_interval: timedelta
+    compaction_interval: timedelta
+
+
+class TableUpkeep(Protocol):
+    def state(self) -> MaintenanceState: ...
+
+    def maintain(self, now: datetime, remove_orphans: bool) -> MaintenanceResult: ...
+
+    def compact(self) -> CompactionResult: ...
+
+
+# The checks a cycle evaluates: (with_table, stream_lag_seconds, list_s3, quarantined) -> results by check name.
+CycleChecks = Callable[[bool, float | None, bool, bool], dict]
+
+
+@dataclass
+class CycleReport:
+    outcome: CycleOutcome
+    # False for an idle cycle within a minute of the last recorded one: nothing to record.
+    recorded: bool
+    seconds_since_previous_cycle: float
+    checks: dict = field(default_factory=dict)
+    maintenance: MaintenanceResult | None = None
+    messages: list[str] = field(default_factory=list)
+
+
+class SyncRun:
+    def __init__(
+        self,
+        syncer: BooksSync,
+        cadence: SyncCadence,
+        checks: CycleChecks,
+        upkeep: TableUpkeep,
+        clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ):
+        self._syncer, self._cadence, self._checks, self._upkeep = syncer, cadence, checks, upkeep
+        self._clock, self._now = clock, now
+        self._previous_start: float | None = None
+        self._recorded_at: float | None = None
+        self._recorded_merges = 0
+        self._backing_off = False
+        # Read from the table at the run's first upkeep, then kept: no catalog read or Spark job per cycle.
+        self._maintenance: MaintenanceState | None = None
+        # Compaction alone, more often than maintenance: counted from the run's start.
+        self._compacted_at = now()
+
+    def cycle(self, batch: str, bootstrap: bool = False) -> CycleReport:
+        started, previous = self._clock(), self._previous_start
+        self._previous_start = started
+        outcome = self._syncer.cycle(batch, bootstrap=bootstrap)
+        report = CycleReport(outcome, recorded=True, seconds_since_previous_cycle=started - previous if previous is not None else 0.0)
+        if outcome.idle != self._backing_off:
+            self._backing_off = outcome.idle
+            report.messages.append(
+                f"Nothing to merge: cycles back off, up to {max(self._cadence.interval_seconds, self._cadence.longest_interval_seconds):g} s apart"
+                if outcome.idle
+                else f"Changes again: a cycle every {self._cadence.interval_seconds:g} s"
+            )
+        if outcome.idle and self._recorded_at is not None and self._clock() - self._recorded_at < IDLE_RECORD_SECONDS:
+            report.recorded = False
+            return report
+        # The checks that list S3 or read the table: after the run's first merge, then every few (those that list S3
+        # also on an idle table's recorded cycles, a minute apart); at once when the cycle found trouble.
+        periodic = self._recorded_merges % self._cadence.table_checks_every_cycles == 0
+        behind = None if outcome.source.get("stream_caught_up", True) else outcome.source["capture_lag_seconds"]
+        quarantined = bool(outcome.merged.get("records_quarantined") or outcome.merged.get("foreign_files_quarantined"))
+        report.checks = self._checks(periodic and not outcome.idle, behind, periodic or outcome.idle, quarantined)
+        self._recorded_at = self._clock()
+        self._recorded_merges += not outcome.idle
+        # One writer: upkeep runs inside the loop, between merges, never beside them. Idle tables need none.
+        if not outcome.idle:
+            self._keep_up(report)
+        return report
+
+    def _keep_up(self, report: CycleReport) -> None:
+        if self._maintenance is None:
+            self._maintenance = self._upkeep.state()
+        state, now = self._maintenance, self._now()
+        if state.maintained_at is not None and now - state.maintained_at >= self._cadence.maintenance_interval:
+            sweep = state.orphan_sweep_due(self._cadence.orphan_sweep_interval, now)
+            report.maintenance = self._upkeep.maintain(now, sweep)
+            self._maintenance = MaintenanceState(now, now if sweep else state.orphans_removed_at)
+            self._compacted_at = now
+            report.messages.append(f"Maintenance: {report.maintenance.before} -> {report.maintenance.after}")
+        elif now - self._compacted_at >= self._cadence.compaction_interval:
+            compaction = self._upkeep.compact()
+            self._compacted_at = now
+            report.messages.append(f"Compaction: {compaction.rewritten_data_files} files rewritten into {compaction.added_data_files}")
