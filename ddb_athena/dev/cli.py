@@ -1,4 +1,7 @@
-"""The `ddb-athena` command: local stack, init, seed, simulate, query, launch, and the runs `make dev` leaves behind."""
+"""The `ddb-athena` command: local stack, init, seed, simulate, query, launch, and the runs `make dev` leaves behind.
+
+Each command imports what it needs when it runs, so that the emulator and the simulator start in a second, without
+loading Dagster or Spark."""
 
 import argparse
 import contextlib

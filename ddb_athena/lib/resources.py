@@ -15,6 +15,7 @@ from pydantic import Field, PrivateAttr, ValidationError
 from pyspark.sql import SparkSession
 
 import ddb_athena.exported.orders_load_job as orders_load_job
+from ddb_athena.dev.local_jars import local_file_system_jar, local_jar_paths
 from ddb_athena.exported.partition_load import OrdersLoadOutcome, OrdersLoadRequest, load_orders_partition
 from ddb_athena.lake.class_lookups import keep_class_lookups
 from ddb_athena.lake.job_submission import (
@@ -130,8 +131,6 @@ class IcebergSparkResource(ConfigurableResource):
         jars: list = []
         file_system_jar = None
         if self.profile == "local":
-            from ddb_athena.dev.local_jars import local_file_system_jar, local_jar_paths
-
             jars = [] if self.jars_packages else local_jar_paths()
             file_system_jar = local_file_system_jar()
         credentials = self.credential_environment() if with_credentials else {}
