@@ -10,8 +10,8 @@ from ddb_athena.exported.assets import orders_athena, orders_export
 from ddb_athena.exported.checks import orders_freshness_checks, orders_unique_order_id
 from ddb_athena.exported.jobs import orders_daily
 from ddb_athena.exported.schedules import orders_daily_schedule
-from ddb_athena.lib.resources import resources_from_settings
 from ddb_athena.lib.settings import Settings
+from ddb_athena.resources import resources_from_settings
 from ddb_athena.streamed.assets import sync_books
 from ddb_athena.streamed.checks import (
     books_backlog,

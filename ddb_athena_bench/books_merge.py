@@ -18,7 +18,8 @@ from ddb_athena.lake.maintenance import maintain_table
 from ddb_athena.lake.table_spec import BOOKS_SPEC
 from ddb_athena.lib.resources import IcebergSparkResource
 from ddb_athena.lib.settings import Settings
-from ddb_athena.streamed.capture.change_files import ChangeRecord, SourceLayout, change_file_name, write_change_file
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import ChangeRecord, change_file_name, write_change_file
 
 MERGES = 6
 PORT = 5099

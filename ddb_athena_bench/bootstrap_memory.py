@@ -14,8 +14,9 @@ import subprocess
 import sys
 import time
 
+from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.bootstrap import DEFAULT_PART_BYTES, bootstrap_snapshot
-from ddb_athena.streamed.capture.change_files import ChangeFileNamer, SourceLayout
+from ddb_athena.streamed.capture.change_files import ChangeFileNamer
 from ddb_athena_bench.capture_rate import book_item
 
 ITEMS_PER_PAGE = 1000  # ~1 KB items: about AWS's 1 MB page

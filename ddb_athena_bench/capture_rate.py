@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 
 import boto3
 
-from ddb_athena.streamed.capture.change_files import SourceLayout
+from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.stream_reader import StreamCapture
 
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/books/stream/2026-11-25T00:00:00.000"

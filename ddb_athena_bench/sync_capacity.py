@@ -26,8 +26,8 @@ import psutil
 
 from ddb_athena.dev.simulate import BookSimulator, book_item
 from ddb_athena.lake.table_spec import BOOKS_SPEC
-from ddb_athena.lib.resources import resources_from_settings
 from ddb_athena.lib.settings import Settings
+from ddb_athena.resources import resources_from_settings
 from ddb_athena.streamed.assets import BooksUpkeep, sync_cadence
 from ddb_athena.streamed.check_results import cycle_check_results
 from ddb_athena.streamed.cycle import BooksSync

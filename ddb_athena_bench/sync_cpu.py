@@ -20,8 +20,8 @@ from pathlib import Path
 
 import psutil
 
-from ddb_athena.lib.resources import resources_from_settings
 from ddb_athena.lib.settings import Settings
+from ddb_athena.resources import resources_from_settings
 from ddb_athena.streamed.assets import books_syncer
 from ddb_athena.streamed.check_results import cycle_check_results
 from ddb_athena.streamed.cycle import BooksSync

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ddb_athena.dev.local_jars import (
+from ddb_athena.lake.local_jars import (
     AWS_SDK_BUNDLE_JAR,
     DEFAULT_JAR_DIR,
     HADOOP_AWS_JAR,

@@ -6,8 +6,8 @@ from unittest import mock
 
 from dagster import DagsterInstance, materialize
 
-from ddb_athena.lib.resources import resources_from_settings
 from ddb_athena.lib.settings import Settings
+from ddb_athena.resources import resources_from_settings
 from ddb_athena.streamed.assets import sync_books as books_sync_assets
 
 

@@ -10,8 +10,8 @@ from dagster._core.events.log import EventLogEntry
 
 from ddb_athena.exported.assets import orders_athena
 from ddb_athena.exported.checks import ORDERS_FRESHNESS, orders_freshness_checks
-from ddb_athena.lib.resources import resources_from_settings
 from ddb_athena.lib.settings import Settings
+from ddb_athena.resources import resources_from_settings
 from ddb_athena.streamed.assets import books_iceberg
 from ddb_athena.streamed.checks import BOOKS_FRESHNESS, books_freshness_checks
 

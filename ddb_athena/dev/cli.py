@@ -80,7 +80,7 @@ def _simulate(args, settings: Settings) -> int:
 
 def _query(args, settings: Settings) -> int:
     from ddb_athena.lake.query import rows_as_json, rows_as_table, run_query
-    from ddb_athena.lib.resources import resources_from_settings
+    from ddb_athena.resources import resources_from_settings
 
     spark = resources_from_settings(settings)["spark"].spark_session
     spark.sparkContext.setLogLevel("ERROR")
@@ -121,7 +121,7 @@ def _bootstrap(args, settings: Settings) -> int:
 def _replay_failures(args, settings: Settings) -> int:
     from ddb_athena.lib.resources import sync_settings
     from ddb_athena.lib.settings import BOOKS_SOURCE_PREFIX
-    from ddb_athena.streamed.capture.change_files import SourceLayout
+    from ddb_athena.lib.source_layout import SourceLayout
     from ddb_athena.streamed.capture.failed_batches import replay
 
     queue_url = args.queue_url or sync_settings(settings).capture_failure_queue_url

@@ -26,9 +26,10 @@ from ddb_athena.exported.export import (
     load_record,
     utc_now,
 )
+from ddb_athena.exported.load_runner import OrdersLoadRunner
 from ddb_athena.exported.partition_load import OrdersLoadRequest, OrdersUpkeep
 from ddb_athena.lake.export_load import ExportDataFile, loaded_full_export, table_loaded
-from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, OrdersLoadRunner, SyncSettings, WriterLeases
+from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.settings import Settings
 from ddb_athena.lib.writer_lease import ORDERS_WRITER_POOL
 from ddb_athena.streamed.capture.commit_manifests import write_commit_manifest

@@ -19,7 +19,8 @@ from datetime import UTC, datetime, timedelta
 
 from botocore.exceptions import ClientError
 
-from ddb_athena.streamed.capture.change_files import SourceLayout, list_keys
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import list_keys
 
 FULL_EXPORT = "FULL_EXPORT"
 INCREMENTAL_EXPORT = "INCREMENTAL_EXPORT"

@@ -16,6 +16,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
+from ddb_athena.lake.dynamodb_json import item_problem
+from ddb_athena.lake.identifiers import dotted_name, qualified_name, string_literal, validate_identifier
 from ddb_athena.lake.plan_settings import session_settings
 from ddb_athena.lake.table_spec import (
     CHANGED_AT_COLUMN,
@@ -33,8 +35,6 @@ from ddb_athena.lake.table_spec import (
     typed_columns_sql,
     upsert_merge_sql,
 )
-from ddb_athena.lib.dynamodb_json import item_problem
-from ddb_athena.lib.identifiers import dotted_name, qualified_name, string_literal, validate_identifier
 from ddb_athena.streamed.capture.bootstrap import snapshot_group
 from ddb_athena.streamed.capture.change_files import EVENT_NAMES, SNAPSHOT_KIND, is_change_file, parse_change_file_name
 

@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 
 from ddb_athena.lake.change_merge import current_snapshot_id, ensure_table, table_properties
+from ddb_athena.lake.identifiers import dotted_name, validate_identifier
 from ddb_athena.lake.plan_settings import session_settings
 from ddb_athena.lake.table_spec import (
     CHANGED_AT_COLUMN,
@@ -34,7 +35,6 @@ from ddb_athena.lake.table_spec import (
     timestamp_literal,
     typed_columns_sql,
 )
-from ddb_athena.lib.identifiers import dotted_name, validate_identifier
 
 MUTATED_KEYS_SAMPLE = 10
 # The newest full export loaded into the table: it holds every item as of its time.

@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 from pyspark.sql import SparkSession
 
 from ddb_athena.lake.change_merge import table_properties, tombstone_table
+from ddb_athena.lake.identifiers import dotted_name, validate_identifier
 from ddb_athena.lake.table_spec import set_properties_sql, timestamp_literal
-from ddb_athena.lib.identifiers import dotted_name, validate_identifier
 
 # Floors: the longest query we document (Athena's DML queries time out after 30 minutes by default), and the
 # age below which a file may belong to a commit still being written.

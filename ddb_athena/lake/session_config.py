@@ -1,12 +1,14 @@
 """The Spark configuration for Iceberg, as a plain dict: local (Hadoop catalog, S3A on the emulator) or aws (Glue)."""
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from ddb_athena.lib.identifiers import validate_identifier
+from ddb_athena.lake.identifiers import validate_identifier
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 # The JIT compiles a method after 10x the usual calls: a sync cycle runs a long tail of planning code once
@@ -159,3 +161,17 @@ def python_workers_from(config: Mapping[str, str]) -> Iterator[None]:
             os.environ.pop("PYSPARK_PYTHON", None)
         else:
             os.environ["PYSPARK_PYTHON"] = before
+
+
+@contextmanager
+def sigint_handler_kept() -> Iterator[None]:
+    """Puts back the SIGINT handler that was in place before the block. For the creation of a SparkContext: PySpark
+    installs its own (cancel every job, raise KeyboardInterrupt), which would end a sync cycle mid-merge on Ctrl-C
+    instead of letting the loop's hold, or Dagster, stop the run between cycles."""
+    handler = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    try:
+        yield
+    finally:
+        # None: a handler not set from Python, which cannot be put back from here.
+        if handler is not None:
+            signal.signal(signal.SIGINT, handler)

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ddb_athena.lib.identifiers import InvalidIdentifierError, dotted_name, validate_identifier
+from ddb_athena.lake.identifiers import InvalidIdentifierError, dotted_name, validate_identifier
 
 # transform -> (DynamoDB type tag it reads, Iceberg/Spark SQL type or None when it takes a parameter)
 TRANSFORMS = {

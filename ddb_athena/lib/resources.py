@@ -1,33 +1,20 @@
 """Dagster resources: AWS clients, the Iceberg-configured SparkSession, the sync settings, and where the orders load runs."""
 
-from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Literal
 
 import boto3
 from botocore.config import Config
-from dagster import AssetExecutionContext, ConfigurableResource, PipesSubprocessClient
-from dagster_aws.pipes import PipesCloudWatchMessageReader, PipesEMRServerlessClient
+from dagster import ConfigurableResource
 from dagster_aws.utils import ResourceWithBoto3Configuration
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, ValidationError
 from pyspark.sql import SparkSession
 
-import ddb_athena.exported.orders_load_job as orders_load_job
-from ddb_athena.dev.local_jars import local_file_system_jar, local_jar_paths
-from ddb_athena.exported.partition_load import OrdersLoadOutcome, OrdersLoadRequest, load_orders_partition
 from ddb_athena.lake.class_lookups import keep_class_lookups
-from ddb_athena.lake.job_submission import (
-    EmrServerlessJob,
-    JobSubmissionError,
-    emr_spark_config,
-    spark_home_environment,
-    spark_submit_command,
-    start_job_run_params,
-)
-from ddb_athena.lake.session_config import SparkIcebergOptions, iceberg_spark_config, python_workers_from
-from ddb_athena.lib.identifiers import qualified_name
+from ddb_athena.lake.identifiers import qualified_name
+from ddb_athena.lake.local_jars import local_file_system_jar, local_jar_paths
+from ddb_athena.lake.session_config import SparkIcebergOptions, iceberg_spark_config, python_workers_from, sigint_handler_kept
 from ddb_athena.lib.settings import (
     BOOKS_SOURCE_PREFIX,
     DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS,
@@ -44,9 +31,8 @@ from ddb_athena.lib.settings import (
     Settings,
     SettingsError,
 )
+from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.lib.writer_lease import WriterLease
-from ddb_athena.streamed.capture.change_files import SourceLayout
-from ddb_athena.streamed.run_loop import sigint_handler_kept
 
 
 class AwsClientsResource(ResourceWithBoto3Configuration):
@@ -295,95 +281,6 @@ class SyncSettings(ConfigurableResource):
         return timedelta(minutes=self.backlog_limit_minutes)
 
 
-# Where orders_athena's Spark load runs: in the run process (the default), as a spark-submit job on this machine, or
-# on EMR Serverless. Both jobs run ddb_athena/exported/orders_load_job.py through Dagster Pipes and return the same
-# OrdersLoadOutcome as the run process, so the asset's metadata and checks cannot tell them apart.
-ENTRY_POINT = Path(orders_load_job.__file__)
-
-
-class OrdersLoadRunner(ConfigurableResource):
-    """Runs the orders load where `mode` says; the EMR Serverless settings are the stack's outputs."""
-
-    mode: Literal["in_process", "spark_submit", "emr_serverless"] = Field(
-        default="in_process", description="in_process (the run's SparkSession), spark_submit (a local job) or emr_serverless"
-    )
-    emr_application_id: str | None = Field(default=None, description="EMR Serverless application (SparkApplicationId)")
-    emr_execution_role_arn: str | None = Field(default=None, description="the job's role (SparkJobRoleArn)")
-    emr_release_label: str = Field(default="emr-7.12.0", description="the release the job is built for; the application must run it")
-    emr_code_uri: str | None = Field(default=None, description=f"s3:// prefix holding {ENTRY_POINT.name} and {orders_load_job.JOB_ARCHIVE_NAME}")
-    emr_log_group: str | None = Field(default=None, description="CloudWatch log group of the job's driver (SparkLogGroupName)")
-    emr_python: str = Field(default="/usr/bin/python3.11", description="the image's Python (3.10 or later) for driver and executors")
-    emr_timeout_minutes: int = Field(default=180, ge=1, description="EMR Serverless cancels the job after this long")
-
-    def emr_job(self) -> EmrServerlessJob:
-        return EmrServerlessJob(
-            application_id=self.emr_application_id or "",
-            execution_role_arn=self.emr_execution_role_arn or "",
-            code_uri=self.emr_code_uri or "",
-            entry_point=ENTRY_POINT.name,
-            archive=orders_load_job.JOB_ARCHIVE_NAME,
-            log_group=self.emr_log_group or "",
-            python=self.emr_python,
-            timeout_minutes=self.emr_timeout_minutes,
-        )
-
-    def load(
-        self,
-        context: AssetExecutionContext,
-        request: OrdersLoadRequest,
-        spark: IcebergSparkResource,
-        aws: AwsClientsResource,
-        before_commit: Callable[[], None],
-    ) -> tuple[OrdersLoadOutcome, dict]:
-        """The outcome, and what the job platform adds to the metadata (e.g. the EMR Serverless job run id). In this
-        process `before_commit` guards the commit; a job checks the request's writer lease itself."""
-        if self.mode == "in_process":
-            return load_orders_partition(spark.spark_session, request, before_commit), {}
-        before_commit()
-        extras = {orders_load_job.REQUEST_EXTRA: request.to_json()}
-        if self.mode == "spark_submit":
-            # Credentials reach the job through its environment (S3A reads them there), never its command line.
-            command = spark_submit_command(spark.spark_config(with_credentials=False), ENTRY_POINT)
-            environment = {**spark_home_environment(), **spark.credential_environment()}
-            invocation = PipesSubprocessClient(env=environment).run(command=command, context=context, extras=extras)
-        else:
-            invocation = PipesEMRServerlessClient(
-                client=aws.client("emr-serverless"),
-                message_reader=PipesCloudWatchMessageReader(client=aws.client("logs")),
-                forward_termination=True,
-            ).run(context=context, start_job_run_params=self.emr_request(context, spark, aws), extras=extras)
-        result = invocation.get_materialize_result()
-        reported = {name: value.value for name, value in (result.metadata or {}).items()}
-        outcome = OrdersLoadOutcome.from_json(reported.pop(orders_load_job.OUTCOME_METADATA))
-        return outcome, reported
-
-    def emr_request(self, context: AssetExecutionContext, spark: IcebergSparkResource, aws: AwsClientsResource) -> dict:
-        job = self.emr_job()
-        application = aws.client("emr-serverless").get_application(applicationId=job.application_id)["application"]
-        if application["releaseLabel"] != self.emr_release_label:
-            raise JobSubmissionError(
-                f"EMR Serverless application {job.application_id} runs {application['releaseLabel']}, but the job is built for "
-                f"{self.emr_release_label} (DDB_ATHENA_EMR_RELEASE_LABEL): upgrade the application or change the setting"
-            )
-        s3 = aws.client("s3")
-        for uri in (job.code(job.entry_point), job.code(job.archive)):
-            bucket, _, key = uri.removeprefix("s3://").partition("/")
-            try:
-                s3.head_object(Bucket=bucket, Key=key)
-            except s3.exceptions.ClientError as error:
-                raise JobSubmissionError(
-                    f"{uri} cannot be read ({error.response['Error']['Code']}): build it with `make emr-job` and upload it "
-                    "(docs/operations.md, 'Loading orders on EMR Serverless')"
-                ) from None
-        return start_job_run_params(
-            job,
-            # The cluster's configuration: no master, no local JARs or packages, no keys (the job role's credentials).
-            emr_spark_config(spark.model_copy(update={"master": None}).spark_config(with_credentials=False), job.python),
-            name=f"ddb_athena orders_athena {context.partition_key}",
-            client_token=context.run.run_id,
-        )
-
-
 # The fields a deployment names once for every part (Settings reads them, with the local defaults).
 DEPLOYMENT_FIELDS = ("bucket", "books_table", "orders_table", "namespace")
 
@@ -429,35 +326,3 @@ def settings_table() -> str:
         default = "unset" if field.default is None else f"`{field.default:g}`" if isinstance(field.default, float) else f"`{field.default}`"
         rows.append(f"| `{setting_variable(name)}` (`{name}`) | {default} | {', '.join(bounds) or '-'} | {field.description or ''} |")
     return "\n".join(rows) + "\n"
-
-
-def resources_from_settings(settings: Settings, **sync_options) -> dict:
-    credentials = settings.credentials or {}
-    return {
-        "aws": AwsClientsResource(
-            region_name=settings.region,
-            endpoint_url=settings.default_endpoint_url,
-            aws_access_key_id=credentials.get("AWS_ACCESS_KEY_ID"),
-            aws_secret_access_key=credentials.get("AWS_SECRET_ACCESS_KEY"),
-        ),
-        "spark": IcebergSparkResource(
-            profile=settings.profile,
-            warehouse=settings.warehouse,
-            master=settings.spark_master,
-            jars_packages=settings.spark_packages,
-            s3_endpoint_url=settings.s3_endpoint_url,
-            region=settings.region,
-            access_key_id=credentials.get("AWS_ACCESS_KEY_ID"),
-            secret_access_key=credentials.get("AWS_SECRET_ACCESS_KEY"),
-        ),
-        "orders_load": orders_load_runner(settings),
-        "leases": WriterLeases(ttl_seconds=settings.writer_lease_seconds),
-        "sync": sync_settings(settings, **sync_options),
-    }
-
-
-def orders_load_runner(settings: Settings) -> OrdersLoadRunner:
-    runner = OrdersLoadRunner(mode=settings.orders_load, **settings.emr)
-    if runner.mode == "emr_serverless":
-        runner.emr_job()  # a malformed setting fails when the code location loads, not in the night's run
-    return runner

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
-from ddb_athena.lib.identifiers import validate_identifier
+from ddb_athena.lake.identifiers import validate_identifier
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCAL_STATE_DIR = REPO_ROOT / ".ddb_athena"

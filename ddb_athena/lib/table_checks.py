@@ -5,7 +5,7 @@ from datetime import date, timedelta
 from dagster import AssetCheckResult
 from pyspark.sql import SparkSession
 
-from ddb_athena.lib.identifiers import dotted_name, validate_identifier
+from ddb_athena.lake.identifiers import dotted_name, validate_identifier
 
 
 def unique_key_result(spark: SparkSession, table: str, key: str, days: tuple[str, str, str] | None = None) -> AssetCheckResult:

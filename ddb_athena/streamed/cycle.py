@@ -17,8 +17,9 @@ from pyspark.sql import SparkSession
 
 from ddb_athena.lake.change_merge import merge_change_files, table_exists
 from ddb_athena.lake.table_spec import BOOKS_SPEC
+from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.bootstrap import bootstrap_snapshot, delete_unsealed_parts, pending_snapshot, with_snapshot_parts
-from ddb_athena.streamed.capture.change_files import ChangeFileNamer, SourceLayout, change_file_keys, list_keys
+from ddb_athena.streamed.capture.change_files import ChangeFileNamer, change_file_keys, list_keys
 from ddb_athena.streamed.capture.commit_manifests import committed_files, write_commit_manifest
 from ddb_athena.streamed.capture.quarantine import quarantine_foreign_files
 from ddb_athena.streamed.capture.stream_reader import StreamCapture

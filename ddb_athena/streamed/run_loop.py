@@ -57,20 +57,6 @@ class StopRequest:
             signal.raise_signal(self.signal)
 
 
-@contextmanager
-def sigint_handler_kept() -> Iterator[None]:
-    """Puts back the SIGINT handler that was in place before the block. For the creation of a SparkContext: PySpark
-    installs its own (cancel every job, raise KeyboardInterrupt), which would end a sync cycle mid-merge on Ctrl-C
-    instead of letting the loop's hold, or Dagster, stop the run between cycles."""
-    handler = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
-    try:
-        yield
-    finally:
-        # None: a handler not set from Python, which cannot be put back from here.
-        if handler is not None:
-            signal.signal(signal.SIGINT, handler)
-
-
 def run_cycles(
     cycle: Callable[[int], bool],
     interval_seconds: float,

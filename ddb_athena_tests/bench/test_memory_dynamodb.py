@@ -7,7 +7,8 @@ import random
 import pytest
 
 from ddb_athena.dev.simulate import BookSimulator, book_item
-from ddb_athena.streamed.capture.change_files import SourceLayout, list_change_files
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import list_change_files
 from ddb_athena.streamed.capture.stream_reader import StreamCapture
 from ddb_athena_bench.memory_dynamodb import MemoryDynamoDB
 

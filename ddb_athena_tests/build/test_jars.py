@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ddb_athena.dev.local_jars import LOCAL_JAR_NAMES, MissingJarsError, local_file_system_jar, local_file_system_jar_name, local_jar_paths
+from ddb_athena.lake.local_jars import LOCAL_JAR_NAMES, MissingJarsError, local_file_system_jar, local_file_system_jar_name, local_jar_paths
 from ddb_athena.lake.session_config import LOCAL_FILE_SYSTEM_CLASS
 from ddb_athena_build.jars import ensure_local_jars, relocate_class_bytes, relocate_jackson
 

@@ -10,7 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from ddb_athena.streamed.capture.change_files import SourceLayout, list_change_files
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import list_change_files
 from ddb_athena_build.packaging import CAPTURE_LAMBDA, JOB_ARCHIVE_NAME, PackagingError, build_emr_job, build_zip, package_files
 from ddb_athena_tests.streamed.capture.test_lambda_handler import EVENT, unreadable
 

@@ -8,7 +8,8 @@ from dagster import build_sensor_context, instance_for_test
 from ddb_athena.cleanup.jobs import books_source_cleanup, orders_export_cleanup
 from ddb_athena.cleanup.sensors import cleanup_after_materialization
 from ddb_athena.dev.simulate import BookSimulator
-from ddb_athena.streamed.capture.change_files import SourceLayout, list_change_files
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import list_change_files
 from ddb_athena_tests.dagster_helpers import local_resources, materialization_metadata, sync_books
 from ddb_athena_tests.lake.helpers import ChangeFiles, change
 

@@ -210,7 +210,7 @@ def test_a_damaged_export_file_turns_the_reconciliation_and_quarantine_checks_re
     import gzip
 
     from ddb_athena.exported.export import load_record
-    from ddb_athena.streamed.capture.change_files import SourceLayout
+    from ddb_athena.lib.source_layout import SourceLayout
 
     put_orders(settings, 40, seed=5)
     sync_orders(instance, days.yesterday, only=[orders_export])

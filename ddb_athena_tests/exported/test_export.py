@@ -22,7 +22,7 @@ from ddb_athena.exported.export import (
     wait_for_export,
     widen_to_minimum,
 )
-from ddb_athena.streamed.capture.change_files import SourceLayout
+from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena_tests.exported.aws_layout import full_line, write_export
 from ddb_athena_tests.exported.helpers import ScriptedExports, pitr_holds_since
 

@@ -13,9 +13,11 @@ from botocore.stub import Stubber
 from dagster import DagsterExecutionInterruptedError, DagsterInstance, materialize
 
 from ddb_athena.exported.assets import orders_athena, orders_export
+from ddb_athena.exported.load_runner import ENTRY_POINT, OrdersLoadRunner
 from ddb_athena.lake.job_submission import JobSubmissionError, spark_home_environment, spark_submit_command
-from ddb_athena.lib.resources import ENTRY_POINT, AwsClientsResource, IcebergSparkResource, OrdersLoadRunner, resources_from_settings
+from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource
 from ddb_athena.lib.settings import Settings
+from ddb_athena.resources import resources_from_settings
 from ddb_athena_build.packaging import build_emr_job
 from ddb_athena_tests.dagster_helpers import check_results, materialization_metadata
 from ddb_athena_tests.deploy.policies import EMR_APPLICATION_ID, EMR_LOG_GROUP, EMR_ROLE_ARN

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from ddb_athena.lake.change_merge import MergeResult, merge_change_files
 from ddb_athena.lake.table_spec import BOOKS_SPEC
-from ddb_athena.streamed.capture.change_files import ChangeRecord, SourceLayout, change_file_name, list_change_files, write_change_file
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import ChangeRecord, change_file_name, list_change_files, write_change_file
 from ddb_athena.streamed.capture.quarantine import quarantined_records
 
 T0 = datetime(2026, 11, 22, 3, 0, tzinfo=UTC)

@@ -2,8 +2,9 @@
 
 from ddb_athena.lake.change_merge import merge_change_files
 from ddb_athena.lake.table_spec import BOOKS_SPEC
+from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.bootstrap import bootstrap_snapshot, with_snapshot_parts
-from ddb_athena.streamed.capture.change_files import ChangeFileNamer, SourceLayout, list_change_files
+from ddb_athena.streamed.capture.change_files import ChangeFileNamer, list_change_files
 from ddb_athena.streamed.capture.stream_reader import StreamCapture
 from ddb_athena_tests.lake.test_differential import dynamodb_rows, iceberg_rows
 

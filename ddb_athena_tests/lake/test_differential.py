@@ -7,9 +7,10 @@ from decimal import Decimal
 
 from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.lake.change_merge import merge_change_files
+from ddb_athena.lake.dynamodb_json import item_to_wire
 from ddb_athena.lake.table_spec import BOOKS_SPEC
-from ddb_athena.lib.dynamodb_json import item_to_wire
-from ddb_athena.streamed.capture.change_files import ChangeFileNamer, SourceLayout, list_change_files
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import ChangeFileNamer, list_change_files
 from ddb_athena.streamed.capture.commit_manifests import delete_committed_files, write_commit_manifest
 from ddb_athena.streamed.capture.stream_reader import StreamCapture
 

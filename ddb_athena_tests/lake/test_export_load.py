@@ -9,7 +9,7 @@ import pytest
 from ddb_athena.dev.simulate import order_item
 from ddb_athena.lake.export_load import ExportDataFile, gzip_problem, load_export_files
 from ddb_athena.lake.table_spec import ORDERS_SPEC
-from ddb_athena.streamed.capture.change_files import SourceLayout
+from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.quarantine import quarantined_records
 from ddb_athena_tests.exported.aws_layout import full_line, gzip_lines, incremental_line, write_export
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from ddb_athena.lake.identifiers import InvalidIdentifierError
 from ddb_athena.lake.session_config import (
     ICEBERG_EXTENSIONS,
     LOCAL_JVM_OPTIONS,
@@ -15,7 +16,6 @@ from ddb_athena.lake.session_config import (
     iceberg_spark_config,
     python_workers_from,
 )
-from ddb_athena.lib.identifiers import InvalidIdentifierError
 
 LOCAL = SparkIcebergOptions(
     profile="local",
@@ -99,8 +99,8 @@ def test_the_aws_profile_is_complete_and_carries_nothing_local(master):
 
 
 def test_no_credential_reaches_the_aws_configuration(monkeypatch):
-    from ddb_athena.lib.resources import resources_from_settings
     from ddb_athena.lib.settings import Settings
+    from ddb_athena.resources import resources_from_settings
 
     secret = "never-in-config/3e9a1c7b5d"
     environ = {
@@ -136,8 +136,8 @@ def test_bad_catalog_names_and_profiles_are_refused():
 
 
 def test_the_resource_builds_the_same_config_from_the_environment(monkeypatch):
-    from ddb_athena.lib.resources import resources_from_settings
     from ddb_athena.lib.settings import Settings
+    from ddb_athena.resources import resources_from_settings
 
     settings = Settings.from_env({"DDB_ATHENA_PROFILE": "aws", "DDB_ATHENA_BUCKET": "prod", "DDB_ATHENA_SPARK_PACKAGES": "g:a:1"})
     config = resources_from_settings(settings)["spark"].spark_config()

@@ -9,7 +9,7 @@ SCRIPT = textwrap.dedent(
     """
     import os, signal, sys
     from ddb_athena.streamed.run_loop import StopRequest
-    from ddb_athena.lib.resources import IcebergSparkResource
+        from ddb_athena.lib.resources import IcebergSparkResource
 
     stop = StopRequest()
     spark = IcebergSparkResource(profile="local", warehouse="file://" + sys.argv[1])

@@ -1,5 +1,6 @@
 import pytest
 
+from ddb_athena.lake.identifiers import InvalidIdentifierError
 from ddb_athena.lake.table_spec import (
     BOOKS_SPEC,
     ColumnSpec,
@@ -10,7 +11,6 @@ from ddb_athena.lake.table_spec import (
     typed_value_sql,
     upsert_merge_sql,
 )
-from ddb_athena.lib.identifiers import InvalidIdentifierError
 
 
 def test_image_schema_reads_only_typed_attributes_with_their_tags():

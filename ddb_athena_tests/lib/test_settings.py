@@ -143,7 +143,7 @@ AWS = {"DDB_ATHENA_PROFILE": "aws", "DDB_ATHENA_BUCKET": "prod"}
 
 
 def test_the_orders_load_runs_in_process_unless_told_otherwise():
-    from ddb_athena.lib.resources import resources_from_settings
+    from ddb_athena.resources import resources_from_settings
 
     assert resources_from_settings(Settings.from_env({}))["orders_load"].mode == "in_process"
     runner = resources_from_settings(Settings.from_env({**AWS, "DDB_ATHENA_ORDERS_LOAD": "emr_serverless", **EMR_STACK_OUTPUTS}))["orders_load"]
@@ -167,7 +167,7 @@ def test_an_orders_load_that_cannot_run_is_refused_with_what_is_missing(environ,
 
 def test_a_malformed_emr_setting_fails_when_the_code_location_loads():
     from ddb_athena.lake.job_submission import JobSubmissionError
-    from ddb_athena.lib.resources import resources_from_settings
+    from ddb_athena.resources import resources_from_settings
 
     environ = {**AWS, "DDB_ATHENA_ORDERS_LOAD": "emr_serverless", **EMR_STACK_OUTPUTS, "DDB_ATHENA_EMR_CODE_URI": "/home/me/emr"}
     with pytest.raises(JobSubmissionError, match="code location '/home/me/emr'"):

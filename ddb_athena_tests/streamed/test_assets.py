@@ -14,9 +14,10 @@ from dagster import AssetKey, DagsterInstance
 
 from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.lake.table_spec import BOOKS_SPEC
+from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed import cycle as books_cycle
 from ddb_athena.streamed.capture import bootstrap
-from ddb_athena.streamed.capture.change_files import SourceLayout, list_change_files, list_keys
+from ddb_athena.streamed.capture.change_files import list_change_files, list_keys
 from ddb_athena.streamed.capture.checkpoints import CheckpointStore
 from ddb_athena.streamed.capture.commit_manifests import committed_files
 from ddb_athena.streamed.capture.lambda_handler import handle_stream_event

@@ -4,7 +4,8 @@ import pytest
 from dagster import AssetCheckSeverity, DagsterInstance
 
 from ddb_athena.dev.simulate import BookSimulator
-from ddb_athena.streamed.capture.change_files import SourceLayout, change_file_name
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import change_file_name
 from ddb_athena.streamed.check_results import cycle_check_results, key_parity_readers
 from ddb_athena.streamed.checks import books_backlog, books_row_count_parity
 from ddb_athena.streamed.key_parity import EXTRA, MISSING, ParityTracker

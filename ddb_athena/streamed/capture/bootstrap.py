@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import (
     SNAPSHOT_KIND,
     ChangeFileNamer,
-    SourceLayout,
     list_change_files,
     list_keys,
     parse_change_file_name,

@@ -13,7 +13,8 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ddb_athena.lib.dynamodb_json import item_to_wire
+from ddb_athena.lake.dynamodb_json import item_to_wire
+from ddb_athena.lib.source_layout import SourceLayout
 
 EVENT_NAMES = ("INSERT", "MODIFY", "REMOVE", "SNAPSHOT")
 SNAPSHOT_KIND = "snapshot"
@@ -21,38 +22,6 @@ SNAPSHOT_KIND = "snapshot"
 CHANGE_FILE_NAME_FORMAT = "<capture time, UTC, YYYYMMDDTHHMMSS.ffffffZ>-<kind: lowercase letters>-<tag: letters and digits>.jsonl"
 _NAME = re.compile(r"(?P<stamp>\d{8}T\d{6}\.\d{6}Z)-(?P<kind>[a-z]+)-(?P<tag>[A-Za-z0-9]+)\.jsonl")
 _STAMP_FORMAT = "%Y%m%dT%H%M%S.%fZ"
-
-
-@dataclass(frozen=True)
-class SourceLayout:
-    """The S3 prefixes of one source: change files, checkpoints, commit manifests, quarantine."""
-
-    bucket: str
-    prefix: str
-
-    @property
-    def changes_prefix(self) -> str:
-        return f"{self.prefix}/changes/"
-
-    @property
-    def checkpoints_prefix(self) -> str:
-        return f"{self.prefix}/_checkpoints/"
-
-    @property
-    def manifests_prefix(self) -> str:
-        return f"{self.prefix}/_manifests/"
-
-    @property
-    def snapshots_prefix(self) -> str:
-        """A bootstrap's snapshot parts, read only once the snapshot is sealed (capture/bootstrap.py)."""
-        return f"{self.prefix}/_snapshots/"
-
-    @property
-    def quarantine_prefix(self) -> str:
-        return f"{self.prefix}/quarantine/"
-
-    def uri(self, key: str, scheme: str = "s3") -> str:
-        return f"{scheme}://{self.bucket}/{key}"
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ import re
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 
-from ddb_athena.streamed.capture.change_files import SourceLayout, list_keys
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import list_keys
 
 
 @dataclass(frozen=True)

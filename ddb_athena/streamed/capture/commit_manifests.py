@@ -8,7 +8,8 @@ whose replay the merge ignores (it is idempotent). Files in no manifest are neve
 import json
 from datetime import UTC, datetime
 
-from ddb_athena.streamed.capture.change_files import SourceLayout, batched, list_keys
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import batched, list_keys
 
 DELETE_BATCH = 1000  # S3's DeleteObjects limit
 # Files listed by each manifest read so far, by (bucket, key, ETag): a manifest is never rewritten, so a sync

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from botocore.exceptions import ClientError
 
-from ddb_athena.streamed.capture.change_files import ChangeFileNamer, SourceLayout, change_record, write_change_file
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import ChangeFileNamer, change_record, write_change_file
 from ddb_athena.streamed.capture.stream_reader import BOOTSTRAP_HINT, EMPTY_PAGES_CAUGHT_UP
 
 REPLAY_KIND = "replay"

@@ -18,7 +18,8 @@ import os
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ddb_athena.lib.settings import BOOKS_SOURCE_PREFIX
-from ddb_athena.streamed.capture.change_files import ChangeFileNamer, SourceLayout, change_record, write_change_file
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import ChangeFileNamer, change_record, write_change_file
 
 logger = logging.getLogger(__name__)
 _namer = ChangeFileNamer()

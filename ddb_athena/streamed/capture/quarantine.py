@@ -10,7 +10,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-from ddb_athena.streamed.capture.change_files import CHANGE_FILE_NAME_FORMAT, SourceLayout, is_change_file, list_keys
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import CHANGE_FILE_NAME_FORMAT, is_change_file, list_keys
 
 FOREIGN_FILE_REASON = f"not a change file: its name does not match {CHANGE_FILE_NAME_FORMAT}, so it was never merged"
 _RECORDS_NAME = "foreign-files.json"

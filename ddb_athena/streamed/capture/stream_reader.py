@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 
 from botocore.exceptions import ClientError
 
-from ddb_athena.streamed.capture.change_files import ChangeFileNamer, ChangeRecord, SourceLayout, change_record, write_change_file
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import ChangeFileNamer, ChangeRecord, change_record, write_change_file
 from ddb_athena.streamed.capture.checkpoints import CheckpointStore, ShardCheckpoint
 
 BOOTSTRAP_HINT = (

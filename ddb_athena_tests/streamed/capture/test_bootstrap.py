@@ -3,8 +3,9 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 
+from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.bootstrap import bootstrap_snapshot, delete_unsealed_parts, pending_snapshot, with_snapshot_parts
-from ddb_athena.streamed.capture.change_files import ChangeFileNamer, SourceLayout, list_change_files, list_keys
+from ddb_athena.streamed.capture.change_files import ChangeFileNamer, list_change_files, list_keys
 
 
 def put_items(settings, count: int) -> None:

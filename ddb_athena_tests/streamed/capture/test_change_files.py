@@ -4,9 +4,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from botocore.exceptions import ClientError
 
+from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import (
     ChangeFileNamer,
-    SourceLayout,
     change_file_name,
     change_record,
     list_change_files,

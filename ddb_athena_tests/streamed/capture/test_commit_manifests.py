@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from ddb_athena.streamed.capture.change_files import SourceLayout, list_change_files, list_keys
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import list_change_files, list_keys
 from ddb_athena.streamed.capture.commit_manifests import (
     ManifestError,
     committed_files,

@@ -4,7 +4,8 @@ import json
 
 from dagster import DagsterInstance
 
-from ddb_athena.streamed.capture.change_files import SourceLayout, list_change_files
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import list_change_files
 from ddb_athena.streamed.capture.failed_batches import failure_queue_depth, replay
 from ddb_athena.streamed.capture.stream_reader import latest_stream_arn, list_shards
 from ddb_athena.streamed.checks import books_capture_failures

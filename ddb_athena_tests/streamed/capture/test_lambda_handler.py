@@ -1,6 +1,7 @@
 import json
 
-from ddb_athena.streamed.capture.change_files import SourceLayout, list_change_files
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import list_change_files
 from ddb_athena.streamed.capture.lambda_handler import handle_stream_event, handler
 
 # The shape AWS documents for a DynamoDB Streams event delivered to Lambda (epoch-second

@@ -2,7 +2,8 @@
 
 import json
 
-from ddb_athena.streamed.capture.change_files import SourceLayout, change_file_name, list_change_files
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import change_file_name, list_change_files
 from ddb_athena.streamed.capture.quarantine import FOREIGN_FILE_REASON, quarantine_foreign_files, quarantined_reasons, quarantined_records
 from ddb_athena_tests.lake.helpers import T0
 

@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from ddb_athena.streamed.capture.change_files import SourceLayout, list_change_files
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import list_change_files
 from ddb_athena.streamed.capture.checkpoints import CheckpointStore, ShardCheckpoint
 from ddb_athena.streamed.capture.stream_reader import StreamCapture, StreamGapError, StreamNotEnabledError, parents_first
 from ddb_athena_tests.streamed.capture.fakes import STREAM_ARN, FakeDynamoDB, FakeShard, FakeStreams, stream_record

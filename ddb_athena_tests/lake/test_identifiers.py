@@ -1,6 +1,6 @@
 import pytest
 
-from ddb_athena.lib.identifiers import InvalidIdentifierError, dotted_name, qualified_name, string_literal, validate_identifier
+from ddb_athena.lake.identifiers import InvalidIdentifierError, dotted_name, qualified_name, string_literal, validate_identifier
 
 
 @pytest.mark.parametrize("name", ["books", "library", "_sequence_number", "t_0a1b", "A" * 128])

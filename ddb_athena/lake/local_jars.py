@@ -5,9 +5,9 @@ import hashlib
 import os
 from pathlib import Path
 
-from ddb_athena.lib.settings import LOCAL_STATE_DIR, REPO_ROOT
-
-DEFAULT_JAR_DIR = Path(os.environ.get("DDB_ATHENA_JAR_DIR") or LOCAL_STATE_DIR / "jars")
+# The source tree the package runs from (the local stack runs from a checkout: `pip install -e`).
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_JAR_DIR = Path(os.environ.get("DDB_ATHENA_JAR_DIR") or REPO_ROOT / ".ddb_athena" / "jars")
 
 ICEBERG_RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
 RELOCATED_JACKSON_JAR = "iceberg-shaded-jackson-2.15.2.jar"

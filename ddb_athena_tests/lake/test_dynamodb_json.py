@@ -4,7 +4,7 @@ from decimal import Decimal
 
 import pytest
 
-from ddb_athena.lib.dynamodb_json import DynamoDBTypeError, decode_attribute, decode_item, item_problem, item_to_wire
+from ddb_athena.lake.dynamodb_json import DynamoDBTypeError, decode_attribute, decode_item, item_problem, item_to_wire
 
 
 def test_every_type_decodes_exactly():
