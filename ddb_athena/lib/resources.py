@@ -175,7 +175,7 @@ class SyncSettings(ConfigurableResource):
         description="the capture Lambda's on-failure queue (the stack's CaptureFailureQueueUrl): batches it gave up on, "
         "which turn books_capture_failures red until `ddb-athena replay-failures` captures them again",
     )
-    backlog_limit_minutes: float = Field(default=2.0, gt=0, description="oldest unmerged change file allowed, in minutes")
+    backlog_limit_minutes: float = Field(default=2.0, ge=0, description="oldest unmerged change file allowed, in minutes")
     sync_run_minutes: float = Field(
         default=DEFAULT_SYNC_RUN_MINUTES,
         ge=0,
@@ -301,9 +301,11 @@ def sync_settings(settings: Settings, **options) -> SyncSettings:
             # Unset, the longest interval is never shorter than a longer merge interval.
             sync = sync.model_copy(update={"longest_merge_interval_seconds": max(sync.longest_merge_interval_seconds, sync.merge_interval_seconds)})
     except ValidationError as error:
-        problems = [f"{setting_variable(str(problem['loc'][0]))}={values.get(str(problem['loc'][0]))!r}: {problem['msg']}" for problem in error.errors()]
+        given = {**values, **options}
+        problems = [f"{setting_variable(str(problem['loc'][0]))}={given.get(str(problem['loc'][0]))!r}: {problem['msg']}" for problem in error.errors()]
         raise SettingsError("; ".join(problems)) from None
-    if sync.longest_merge_interval_seconds < sync.merge_interval_seconds:
+    # Between two variables only: a run's own merge interval (its config) may be shorter than the longest.
+    if "longest_merge_interval_seconds" in values and sync.longest_merge_interval_seconds < sync.merge_interval_seconds:
         raise SettingsError(
             f"{setting_variable('longest_merge_interval_seconds')}={sync.longest_merge_interval_seconds:g}: shorter than the merge interval "
             f"({sync.merge_interval_seconds:g} s)"

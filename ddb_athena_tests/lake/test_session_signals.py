@@ -8,8 +8,8 @@ import textwrap
 SCRIPT = textwrap.dedent(
     """
     import os, signal, sys
+    from ddb_athena.lib.resources import IcebergSparkResource
     from ddb_athena.streamed.run_loop import StopRequest
-        from ddb_athena.lib.resources import IcebergSparkResource
 
     stop = StopRequest()
     spark = IcebergSparkResource(profile="local", warehouse="file://" + sys.argv[1])
