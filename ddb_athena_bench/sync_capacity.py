@@ -28,14 +28,23 @@ from ddb_athena.dev.simulate import BookSimulator, book_item
 from ddb_athena.lake.table_spec import BOOKS_SPEC
 from ddb_athena.lib.settings import Settings
 from ddb_athena.resources import resources_from_settings
-from ddb_athena.streamed.assets import BooksUpkeep, sync_cadence
+from ddb_athena.streamed.assets import BooksUpkeep, books_syncer, sync_cadence
 from ddb_athena.streamed.check_results import cycle_check_results
-from ddb_athena.streamed.cycle import BooksSync
 from ddb_athena.streamed.sync_run import SyncRun
 from ddb_athena_bench.freshness import OUT, _percentile, local_stack
 from ddb_athena_bench.memory_dynamodb import MemoryDynamoDB
 from ddb_athena_bench.sync_cpu import _children_cpu, _cpu
 from ddb_athena_bench.volume import _memory
+
+
+class MemoryClients:
+    """The `aws` resource's clients, with the memory table for DynamoDB and DynamoDB Streams."""
+
+    def __init__(self, table: MemoryDynamoDB, aws):
+        self.table, self.aws = table, aws
+
+    def client(self, service: str):
+        return self.table if service in ("dynamodb", "dynamodbstreams") else self.aws.client(service)
 
 
 class PacedLoad(threading.Thread):
@@ -74,20 +83,8 @@ def run(rate: float, minutes: float, warm_up_minutes: float, interval: float, in
         table = MemoryDynamoDB(sync.books_table, BOOKS_SPEC.key.attribute, shards)
         rng = random.Random(7)
         table.seed([book_item(f"book-{number:08d}", rng, summary_bytes) for number in range(initial_books)])
-        # The memory table is both the dynamodb and the dynamodbstreams client.
-        syncer = BooksSync(
-            table,
-            table,
-            aws.client("s3"),
-            lambda: spark.spark_session,
-            spark.source_scheme,
-            sync.books_table,
-            sync.books_iceberg_table,
-            sync.books_layout,
-            log=lambda _: None,
-            warn=print,
-            capture_seconds=interval,
-        )
+        # The memory table answers for DynamoDB and its stream; S3 is the emulator's.
+        syncer = books_syncer(MemoryClients(table, aws), spark, sync, log=lambda _: None, warn=print, before_write=lambda: None, capture_seconds=interval)
         started = time.monotonic()
         syncer.cycle("bootstrap")
         print(f"bootstrap of {initial_books:,} items: {time.monotonic() - started:.0f} s", flush=True)
