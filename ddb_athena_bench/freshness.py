@@ -290,6 +290,7 @@ def run(minutes: float, rate: float) -> dict:
     scratch = OUT / "freshness-stack"
     with local_stack(scratch, rate) as (env, processes):
         settings = Settings.from_env(env)
+        sync = sync_settings(settings)
         table_dir = _table_dir(scratch / "warehouse", settings.namespace)
         print("waiting for the first sync to bootstrap library.books ...", flush=True)
         deadline = time.monotonic() + 600
@@ -335,8 +336,8 @@ def run(minutes: float, rate: float) -> dict:
     return {
         "minutes": elapsed_minutes,
         "rate": rate,
-        "merge_interval": sync_settings(settings).merge_interval_seconds,
-        "longest_interval": sync_settings(settings).longest_merge_interval_seconds,
+        "merge_interval": sync.merge_interval_seconds,
+        "longest_interval": sync.longest_merge_interval_seconds,
         "cycle_gaps": gaps,
         "markers": len(markers.written),
         "missing": len(markers.pending),
