@@ -10,7 +10,8 @@ Freshness is exact, record by record: the time from a write to the commit of the
 reads the table's metadata at query time, so that is when the write becomes visible; AWS adds the stream's own
 delay, under a second). It prints per minute and at the end: freshness p50/p95/max, the cycles and how many stopped
 behind the stream, capture and merge seconds, the sync's CPU-s a minute (this process without the load thread, the
-JVM and Spark's workers; the emulator excluded), peak memory (PSS) and JVM heap. Then it drains the stream and compares the table's keys with the items'.
+JVM and Spark's workers; the emulator excluded), peak memory (PSS) and JVM heap. Then it drains the stream and compares the table's keys, read with PyIceberg from its metadata as Athena reads it,
+with the items'.
 """
 
 import argparse
@@ -34,7 +35,7 @@ from ddb_athena.streamed.sync_run import SyncRun
 from ddb_athena_bench.freshness import OUT, _percentile, local_stack
 from ddb_athena_bench.memory_dynamodb import MemoryDynamoDB
 from ddb_athena_bench.sync_cpu import _children_cpu, _cpu
-from ddb_athena_bench.volume import _memory
+from ddb_athena_bench.volume import _books_table, _memory
 
 
 class MemoryClients:
@@ -78,7 +79,8 @@ def _summary(values: list[float]) -> dict:
 
 def run(rate: float, minutes: float, warm_up_minutes: float, interval: float, initial_books: int, summary_bytes: int, shards: int) -> dict:
     with local_stack(OUT / "sync-capacity-stack", rate=None, with_dagster=False) as (env, processes):
-        resources = resources_from_settings(Settings.from_env(env))
+        settings = Settings.from_env(env)
+        resources = resources_from_settings(settings)
         aws, spark, sync = resources["aws"], resources["spark"], resources["sync"]
         table = MemoryDynamoDB(sync.books_table, BOOKS_SPEC.key.attribute, shards)
         rng = random.Random(7)
@@ -152,7 +154,8 @@ def run(rate: float, minutes: float, warm_up_minutes: float, interval: float, in
         while table.records_waiting():
             syncer.cycle(f"drain-{number}")
             number += 1
-        keys = {row[0] for row in spark.spark_session.table(sync.books_iceberg_table).select(BOOKS_SPEC.key.name).collect()}
+        # Read back as Athena reads it: PyIceberg, from the table's newest metadata, not the Spark session that wrote it.
+        keys = set(_books_table(settings, env["AWS_ENDPOINT_URL"]).scan(selected_fields=(BOOKS_SPEC.key.name,)).to_arrow().column(0).to_pylist())
         return {
             "rate": rate,
             "achieved_writes_per_second": (load.writes - cpu_at_start[2]) / (elapsed_minutes * 60),
