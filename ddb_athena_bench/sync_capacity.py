@@ -10,8 +10,8 @@ Freshness is exact, record by record: the time from a write to the commit of the
 reads the table's metadata at query time, so that is when the write becomes visible; AWS adds the stream's own
 delay, under a second). It prints per minute and at the end: freshness p50/p95/max, the cycles and how many stopped
 behind the stream, capture and merge seconds, the sync's CPU-s a minute (this process without the load thread, the
-JVM and Spark's workers; the emulator excluded), peak memory (PSS) and JVM heap. Then it drains the stream and compares the table's keys, read with PyIceberg from its metadata as Athena reads it,
-with the items'.
+JVM and Spark's workers; the emulator excluded), peak memory (PSS) and JVM heap. Then it drains the stream and
+compares the table's keys, read with PyIceberg from its metadata as Athena reads it, with the items'.
 """
 
 import argparse
