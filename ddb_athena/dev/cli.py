@@ -22,8 +22,11 @@ def _local_stack(args, settings: Settings) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     server = start_moto_server(args.port)
     print(f"AWS emulator (moto) listening on http://127.0.0.1:{args.port} — Ctrl-C to stop", flush=True)
+    # Waited in slices: the kernel may deliver the signal to the server's thread, and Python runs the handler only
+    # when this (main) thread wakes, which a wait without a timeout never does.
     with contextlib.suppress(KeyboardInterrupt):
-        stop.wait()
+        while not stop.wait(timeout=0.5):
+            pass
     server.stop()
     return 0
 

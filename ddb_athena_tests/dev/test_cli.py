@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from ddb_athena.dev.cli import main
 from ddb_athena_tests.lake.helpers import ChangeFiles, change
 
@@ -54,7 +56,16 @@ def test_query_json_prints_one_json_array_and_nothing_else_on_stdout(spark, sett
     assert json.loads(completed.stdout) == [{"id": "a", "name": "Ay"}, {"id": "b", "name": "Bee"}]
 
 
-def test_local_stack_serves_on_loopback_until_stopped(tmp_path):
+def signal_a_thread_other_than_the_main_one(pid: int, number: int) -> None:
+    """As the kernel may do with a signal sent to the process: deliver it to one of its other threads (the server's)."""
+    import ctypes
+
+    thread = next(int(task) for task in os.listdir(f"/proc/{pid}/task") if int(task) != pid)
+    assert ctypes.CDLL(None, use_errno=True).tgkill(pid, thread, number) == 0
+
+
+@pytest.mark.parametrize("received_by", ["process", "server thread"])
+def test_local_stack_serves_on_loopback_until_stopped(received_by):
     import signal
     import socket
 
@@ -67,9 +78,13 @@ def test_local_stack_serves_on_loopback_until_stopped(tmp_path):
     try:
         wait_for_endpoint(f"http://127.0.0.1:{port}")
         assert f"http://127.0.0.1:{port}" in process.stdout.readline()
+        if received_by == "server thread":
+            signal_a_thread_other_than_the_main_one(process.pid, signal.SIGTERM)
+        else:
+            process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
     finally:
-        process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=30) == 0
+        process.kill()
 
 
 def test_a_date_range_backfill_from_the_cli_queues_one_orders_run_per_day(tmp_path):
