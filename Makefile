@@ -16,12 +16,22 @@ $(INSTALLED): setup.py
 	$(BIN)/python -m pip install --quiet -e '.[dev,test,bench]'
 	touch $@
 
+# The suite on TEST_WORKERS processes, each with its own emulator and Spark session (the stack tests on one of them,
+# in turn); then the IAM coverage tests, on the AWS calls every worker saved.
+TEST_WORKERS ?= 2
+AWS_CALLS := .ddb_athena/test-aws-calls
+define run_suite
+	rm -rf $(AWS_CALLS)
+	$(BIN)/python -m pytest ddb_athena_tests -n $(TEST_WORKERS) --dist loadgroup --aws-calls-dir $(AWS_CALLS) $(1)
+	$(BIN)/python -m pytest ddb_athena_tests/deploy/test_iam_coverage.py -m suite_calls --aws-calls-dir $(AWS_CALLS)
+endef
+
 test: install lint
-	$(BIN)/python -m pytest ddb_athena_tests
+	$(call run_suite,)
 
 # The inner loop: all but the stack tests (the real webserver and daemon, several minutes each).
 test-fast: install lint
-	$(BIN)/python -m pytest ddb_athena_tests -m "not stack"
+	$(call run_suite,-m "not stack")
 
 lint: install
 	$(BIN)/ruff check ddb_athena ddb_athena_build ddb_athena_tests ddb_athena_bench

@@ -28,6 +28,8 @@ setup(
             "moto[server]==5.2.5",
             "snowpark-connect-deps-iceberg==1.0.3",
             "pytest>=8",
+            # `make test` runs the suite on two workers (each with its own emulator and Spark session).
+            "pytest-xdist>=3.5,<4",
             # deploy/ddb_athena.yaml is linted in the suite (and deployed into moto); its policies go through parliament.
             "cfn-lint>=1.20,<2",
             "parliament>=1.6",

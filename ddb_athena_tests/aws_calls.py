@@ -8,6 +8,8 @@ project frame is a test's (setting up or reading the emulator, also from inside 
 is the tests' own and is not kept.
 """
 
+import os
+import pickle
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,8 @@ import ddb_athena
 
 PACKAGE_DIR = Path(ddb_athena.__file__).resolve().parent
 TESTS_DIR = Path(__file__).resolve().parent
-DAGSTER_AWS_DIR = Path(dagster_aws.__file__).resolve().parent
+# As its frames name it (a virtualenv reached through a symbolic link stays unresolved there).
+DAGSTER_AWS_DIR = Path(dagster_aws.__file__).parent
 CAPTURE_LAMBDA, DAGSTER_RUNS, SPARK_JOB, OPERATOR = "capture_lambda", "dagster_runs", "spark_job", "operator"
 LAMBDA_MODULE = PACKAGE_DIR / "streamed" / "capture" / "lambda_handler.py"
 # ... and `ddb-athena replay-failures` (streamed/capture/failed_batches.py; its queue-depth reading, made from a check, is the
@@ -57,6 +60,8 @@ class AwsCall:
 
 
 recorded: list[AwsCall] = []
+# The tests that check the calls of the whole suite (the IAM coverage tests).
+SUITE_CALLS_MARKER = "suite_calls"
 
 
 def _principal(package_frames: list[Path]) -> str:
@@ -96,3 +101,13 @@ def install() -> None:
     """Every botocore session created from now on records its calls (botocore registers BUILTIN_HANDLERS on each)."""
     if ("before-parameter-build", _record) not in botocore.handlers.BUILTIN_HANDLERS:
         botocore.handlers.BUILTIN_HANDLERS.append(("before-parameter-build", _record))
+
+
+def save(directory: Path, process: str) -> None:
+    """The calls this test process recorded, for a check after a run on several workers (`load`)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{process}-{os.getpid()}.pickle").write_bytes(pickle.dumps(recorded))
+
+
+def load(directory: Path) -> list[AwsCall]:
+    return [call for path in sorted(directory.glob("*.pickle")) for call in pickle.loads(path.read_bytes())]

@@ -8,6 +8,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,14 @@ aws_calls.install()
 IAM_COVERAGE_TEST = "test_iam_coverage.py"
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--aws-calls-dir",
+        help="each test process writes the AWS calls it recorded into this directory when it ends, and the IAM coverage "
+        "tests read them from there: a run on several workers (-n) leaves those tests out, and `make test` runs them after it",
+    )
+
+
 def pytest_configure(config):
     # A deployment started four days ago: a backfill "from the start date" stays a few runs long whatever the
     # date. Set before any test module imports the assets, whose partitions are read at import.
@@ -27,9 +36,19 @@ def pytest_configure(config):
     os.environ.setdefault("DDB_ATHENA_ORDERS_START_DATE", start)
 
 
-def pytest_collection_modifyitems(items):
-    # The IAM coverage test checks the calls of every test before it: it runs last.
-    items.sort(key=lambda item: item.path.name == IAM_COVERAGE_TEST)
+def pytest_collection_modifyitems(config, items):
+    # The stack tests first (on one worker, `xdist_group`), the rest around them; the IAM coverage tests check the
+    # calls of every test before them: they run last, or, on several workers, each of which sees only its own
+    # tests' calls, after the run (`--aws-calls-dir`).
+    items.sort(key=lambda item: (item.path.name == IAM_COVERAGE_TEST, item.get_closest_marker("stack") is None))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items[:] = [item for item in items if not item.get_closest_marker(aws_calls.SUITE_CALLS_MARKER)]
+
+
+def pytest_sessionfinish(session):
+    directory = session.config.getoption("--aws-calls-dir")
+    if directory and aws_calls.recorded:
+        aws_calls.save(Path(directory), os.environ.get("PYTEST_XDIST_WORKER", "main"))
 
 
 # Longer than an orders test takes: one that began before midnight UTC and exported after it would deploy on one

@@ -5,9 +5,11 @@ listed actions that botocore cannot see, each with its reason."""
 
 import json
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
+from ddb_athena_tests import aws_calls
 from ddb_athena_tests.aws_calls import CAPTURE_LAMBDA, DAGSTER_RUNS, SPARK_JOB, AwsCall, recorded
 from ddb_athena_tests.deploy.policies import ROLES, Deployment, allows, granted_actions, iam_requests, statements
 
@@ -52,13 +54,23 @@ UNSEEN_BY_BOTOCORE = {
 }
 
 
+def made_by_runs(calls: list[AwsCall]) -> bool:
+    return any(call.principal == DAGSTER_RUNS for call in calls)
+
+
 @pytest.fixture(scope="module")
-def calls():
-    if not any(call.principal == DAGSTER_RUNS for call in recorded):
+def calls(request):
+    if made_by_runs(recorded):
+        return recorded  # the suite ran in this process, before this module
+    directory = request.config.getoption("--aws-calls-dir")
+    if not directory:
         pytest.skip("checks the AWS calls of the whole suite: run it with the other tests (make test)")
-    return recorded
+    saved = aws_calls.load(Path(directory))
+    assert made_by_runs(saved), f"no call of a run was saved in {directory}: run the suite with --aws-calls-dir {directory} first"
+    return saved
 
 
+@pytest.mark.suite_calls
 def test_every_call_is_allowed_to_the_role_that_makes_it(calls):
     denied = defaultdict(set)
     for call in calls:
@@ -89,6 +101,7 @@ def test_the_evaluator_refuses_what_the_roles_do_not_grant():
     assert allows(run_mode, DAGSTER_RUNS, call(DAGSTER_RUNS, "dynamodb", "DescribeStream", StreamArn=stream))
 
 
+@pytest.mark.suite_calls
 @pytest.mark.parametrize("books_capture", ["lambda", "run"])
 @pytest.mark.parametrize("principal", sorted(UNSEEN_BY_BOTOCORE))
 def test_a_role_grants_only_what_its_code_calls_and_the_listed_unseen_actions(calls, principal, books_capture):

@@ -29,7 +29,8 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 FINISHED = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 
-pytestmark = [pytest.mark.stack, pytest.mark.usefixtures("days")]
+# One at a time, on one worker: two stacks at once on two cores would time each other out.
+pytestmark = [pytest.mark.stack, pytest.mark.xdist_group("stack"), pytest.mark.usefixtures("days")]
 
 LAUNCH_BACKFILL = """
 mutation ($params: LaunchBackfillParams!) {
