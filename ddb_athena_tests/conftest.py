@@ -18,7 +18,6 @@ from ddb_athena_tests import aws_calls
 
 # Before any client exists: every AWS call of the suite is recorded for the IAM coverage test.
 aws_calls.install()
-IAM_COVERAGE_TEST = "test_iam_coverage.py"
 
 
 def pytest_addoption(parser):
@@ -40,9 +39,13 @@ def pytest_collection_modifyitems(config, items):
     # The stack tests first (on one worker, `xdist_group`), the rest around them; the IAM coverage tests check the
     # calls of every test before them: they run last, or, on several workers, each of which sees only its own
     # tests' calls, after the run (`--aws-calls-dir`).
-    items.sort(key=lambda item: (item.path.name == IAM_COVERAGE_TEST, item.get_closest_marker("stack") is None))
+    def checks_suite_calls(item) -> bool:
+        return item.get_closest_marker(aws_calls.SUITE_CALLS_MARKER) is not None
+
+    items.sort(key=lambda item: (checks_suite_calls(item), item.get_closest_marker("stack") is None))
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        items[:] = [item for item in items if not item.get_closest_marker(aws_calls.SUITE_CALLS_MARKER)]
+        config.hook.pytest_deselected(items=[item for item in items if checks_suite_calls(item)])
+        items[:] = [item for item in items if not checks_suite_calls(item)]
 
 
 def pytest_sessionfinish(session):
