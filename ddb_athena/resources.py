@@ -26,6 +26,6 @@ def resources_from_settings(settings: Settings, **sync_options) -> dict:
             secret_access_key=credentials.get("AWS_SECRET_ACCESS_KEY"),
         ),
         "orders_load": orders_load_runner(settings),
-        "leases": WriterLeases(ttl_seconds=settings.writer_lease_seconds),
+        "leases": WriterLeases(ttl_seconds=settings.writer_lease_seconds, stall_seconds=settings.writer_stall_seconds),
         "sync": sync_settings(settings, **sync_options),
     }

@@ -35,6 +35,7 @@ from ddb_athena.lake.table_spec import (
     typed_columns_sql,
     upsert_merge_sql,
 )
+from ddb_athena.lake.writer_branch import WriterBranch
 from ddb_athena.streamed.capture.bootstrap import snapshot_group
 from ddb_athena.streamed.capture.change_files import EVENT_NAMES, SNAPSHOT_KIND, is_change_file, parse_change_file_name
 
@@ -234,13 +235,17 @@ def merge_change_files(
     change_file_uris: list[str],
     quarantine_uri: str,
     ensure: bool = True,
+    writer: WriterBranch | None = None,
 ) -> MergeResult:
     """Applies exactly the given change files to `target` (a `namespace.table` in the default catalog).
 
     `ensure=False` skips creating the tables and updating their properties: a caller that merges every few
-    seconds does that once."""
+    seconds does that once. With a `writer`, the table and its tombstones are read and written on that writer's
+    branch and published at the end (writer_branch.py): a writer whose lease was taken publishes nothing. Without
+    one, they are written on `main` (a single writer that no other can take over: tests, benchmarks)."""
     if ensure:
         ensure_tables(spark, spec, target)
+    tables = _Tables(target, writer)
     result = MergeResult(change_files=list(change_file_uris))
     if not change_file_uris:
         return _with_snapshot(spark, target, result)
@@ -286,10 +291,14 @@ def merge_change_files(
         synced_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
         latest = spark.sql(_latest_changes_sql(spec, validated_view), args={"cutoff": cutoff, "first_file": first_file, "synced_at": synced_at})
         if result.bootstrap_file:
-            _rebuild(spark, spec, target, latest, result)
+            _rebuild(spark, spec, tables, latest, result)
         else:
             with session_settings(spark, STREAM_BATCH_PLAN):
-                _upsert(spark, spec, target, latest, min(row["oldest"] for row in applicable_rows), result)
+                _upsert(spark, spec, tables, latest, min(row["oldest"] for row in applicable_rows), result)
+        tables.publish()
+        if result.bootstrap_file:
+            # Only once the rebuild is visible: the cutoff says which files it superseded.
+            spark.sql(set_properties_sql(target, {BOOTSTRAP_FILE_PROPERTY: result.bootstrap_file}))
     finally:
         validated.unpersist()
     return _with_snapshot(spark, target, result)
@@ -312,11 +321,30 @@ def _with_snapshot(spark: SparkSession, target: str, result: MergeResult) -> Mer
     return result
 
 
-def classification_sql(spec: TableSpec, target: str, latest_view: str) -> str:
+class _Tables:
+    """The names a merge reads and writes the table and its tombstones by: the writer's branch, or `main`."""
+
+    def __init__(self, target: str, writer: WriterBranch | None):
+        self.target, self.writer = target, writer
+        if writer is not None:
+            writer.take(target)
+            writer.take(tombstone_table(target))
+        ref = writer.ref if writer is not None else dotted_name
+        self.table, self.tombstones = ref(target), ref(tombstone_table(target))
+
+    def publish(self) -> None:
+        """Tombstones first: a delete is known before the rows it removed are gone (see _upsert)."""
+        if self.writer is not None:
+            self.writer.publish(tombstone_table(self.target))
+            self.writer.publish(self.target)
+
+
+def classification_sql(spec: TableSpec, target: str, latest_view: str, tombstones: str | None = None) -> str:
     """Each change of `latest_view` (newer than `:oldest` or as old) with its `_action` against the table as it is
     now (runs never overlap, so it stays so): insert, update, delete, tombstone (a delete of a key the table does not
-    hold) or stale."""
+    hold) or stale. `target` and `tombstones` as a writer reads them (its branch); the tombstones default to target's."""
     key = validate_identifier(spec.key.name, "key column")
+    tombstones = tombstones or tombstone_table(target)
     return (
         f"SELECT l.*, CASE "
         f"WHEN _current IS NOT NULL AND l.{SEQUENCE_COLUMN} <= _current THEN 'stale' "
@@ -325,7 +353,7 @@ def classification_sql(spec: TableSpec, target: str, latest_view: str) -> str:
         # delete per key: that aggregate put a shuffle in every cycle. Only deletes as new as the batch's oldest
         # change can be, and the bound lets Iceberg skip the files of older ones: the lookup reads the recent
         # tombstones, not a day's retention of them.
-        f"WHEN EXISTS (SELECT 1 FROM {dotted_name(tombstone_table(target))} d WHERE d.{key} = l.key "
+        f"WHEN EXISTS (SELECT 1 FROM {dotted_name(tombstones)} d WHERE d.{key} = l.key "
         f"AND d.{SEQUENCE_COLUMN} >= l.{SEQUENCE_COLUMN} AND d.{SEQUENCE_COLUMN} >= :oldest) THEN 'stale' "
         "WHEN event_name = 'REMOVE' THEN 'tombstone' "
         "WHEN _current IS NOT NULL THEN 'update' ELSE 'insert' END AS _action "
@@ -334,13 +362,12 @@ def classification_sql(spec: TableSpec, target: str, latest_view: str) -> str:
     )
 
 
-def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame, oldest_sequence: str, result: MergeResult) -> None:
+def _upsert(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: DataFrame, oldest_sequence: str, result: MergeResult) -> None:
     """Applies `latest` (one change per key, none older than `oldest_sequence`) to the table and its tombstones."""
     key = validate_identifier(spec.key.name, "key column")
-    tombstones_sql = dotted_name(tombstone_table(target))
     latest_view = validate_identifier(f"{spec.table}_latest_changes")
     latest.createOrReplaceTempView(latest_view)
-    classified = spark.sql(classification_sql(spec, target, latest_view), args={"oldest": oldest_sequence}).localCheckpoint()
+    classified = spark.sql(classification_sql(spec, tables.table, latest_view, tables.tombstones), args={"oldest": oldest_sequence}).localCheckpoint()
     summary = classified.groupBy("_action").agg(F.count("*").alias("count"), F.max(CHANGED_AT_COLUMN).alias("newest")).collect()
     counts = {row["_action"]: row["count"] for row in summary}
     result.newest_change_at = _utc(max((row["newest"] for row in summary if row["newest"]), default=None))
@@ -353,17 +380,16 @@ def _upsert(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame
     # Tombstones first: if the run dies between the two commits, the retry still knows the delete (and appends
     # it again, which changes no key's newest delete). An append, not a MERGE: no join, a third of the jobs.
     if counts.get("delete", 0) + counts.get("tombstone", 0):
-        _tombstones_of(applicable, key).writeTo(tombstones_sql).append()
+        _tombstones_of(applicable, key).writeTo(tables.tombstones).append()
     if result.inserted + result.updated + result.deleted:
         applicable.where("_action <> 'tombstone'").createOrReplaceTempView(view)
-        spark.sql(upsert_merge_sql(spec, target, view))
+        spark.sql(upsert_merge_sql(spec, tables.table, view))
 
 
-def _rebuild(spark: SparkSession, spec: TableSpec, target: str, latest: DataFrame, result: MergeResult) -> None:
+def _rebuild(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: DataFrame, result: MergeResult) -> None:
     """Replaces the table with the snapshot plus the changes after it, in one atomic overwrite."""
     key = spec.key.name
-    target_sql = dotted_name(target)
-    tombstones_sql = dotted_name(tombstone_table(target))
+    target_sql, tombstones_sql = tables.table, tables.tombstones
     if not is_change_file(result.bootstrap_file):
         raise ValueError(f"{result.bootstrap_file!r} is not a change file name")
     latest = latest.localCheckpoint()
@@ -380,4 +406,3 @@ def _rebuild(spark: SparkSession, spec: TableSpec, target: str, latest: DataFram
     removes = _tombstones_of(latest, key)
     removes.writeTo(tombstones_sql).overwrite(F.lit(True))
     live.writeTo(target_sql).overwrite(F.lit(True))
-    spark.sql(set_properties_sql(target, {BOOTSTRAP_FILE_PROPERTY: result.bootstrap_file}))

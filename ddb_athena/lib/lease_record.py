@@ -13,14 +13,16 @@ def lease_key(table: str) -> str:
     return f"{LEASE_PREFIX}{table}.json"
 
 
-def lease_body(holder: str, table: str, ttl_seconds: float, now: datetime) -> bytes:
+def lease_body(holder: str, table: str, ttl_seconds: float, now: datetime, token: str | None = None) -> bytes:
+    """`token` names one holding of the lease (a holder renewing writes the same one)."""
     return json.dumps(
         {
             "holder": holder,
+            "token": token,
             "table": table,
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "renewed_at": now.isoformat(timespec="seconds"),
+            "renewed_at": now.isoformat(timespec="milliseconds"),  # every write differs, and so does its ETag
             "ttl_seconds": ttl_seconds,
         }
     ).encode("utf-8")

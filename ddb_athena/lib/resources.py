@@ -1,5 +1,6 @@
 """Dagster resources: AWS clients, the Iceberg-configured SparkSession, the sync settings, and where the orders load runs."""
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Literal
 
@@ -21,11 +22,14 @@ from ddb_athena.lib.settings import (
     DEFAULT_MERGE_INTERVAL_SECONDS,
     DEFAULT_SYNC_RUN_MINUTES,
     DEFAULT_WRITER_LEASE_SECONDS,
+    DEFAULT_WRITER_STALL_SECONDS,
     MAX_MERGE_INTERVAL_SECONDS,
     MAX_SYNC_RUN_MINUTES,
     MAX_WRITER_LEASE_SECONDS,
+    MAX_WRITER_STALL_SECONDS,
     MIN_MERGE_INTERVAL_SECONDS,
     MIN_WRITER_LEASE_SECONDS,
+    MIN_WRITER_STALL_SECONDS,
     ORDERS_EXPORT_PREFIX,
     SETTING_PREFIX,
     Settings,
@@ -76,12 +80,21 @@ class WriterLeases(ConfigurableResource):
         "its last renewal. A run waits twice this for another writer's lease (long enough for a dead writer's to "
         "expire), then stops with a message naming that writer",
     )
+    stall_seconds: float = Field(
+        default=DEFAULT_WRITER_STALL_SECONDS,
+        ge=MIN_WRITER_STALL_SECONDS,
+        le=MAX_WRITER_STALL_SECONDS,
+        description="a writer that makes no progress this long (no step of its own, no Spark task completed) stops "
+        "renewing its lease, which then expires: a hung run does not hold its table",
+    )
     _held: dict = PrivateAttr(default_factory=dict)
 
-    def hold(self, context, s3, bucket: str, table: str) -> WriterLease:
-        """This run's lease of `table`, taken on first use (waiting up to wait_seconds)."""
+    def hold(self, context, s3, bucket: str, table: str, progress: Callable[[], object] = lambda: None) -> WriterLease:
+        """This run's lease of `table`, taken on first use (waiting up to twice its time to live). `progress` tells
+        the lease that work goes on between the run's steps (e.g. `IcebergSparkResource.tasks_in_progress`)."""
         if table not in self._held:
-            lease = WriterLease(s3, bucket, table, f"Dagster run {context.run.run_id} ({context.run.job_name})", self.ttl_seconds)
+            holder = f"Dagster run {context.run.run_id} ({context.run.job_name})"
+            lease = WriterLease(s3, bucket, table, holder, self.ttl_seconds, stall_seconds=self.stall_seconds, progress=progress)
             context.log.info(f"Taking the writer lease of {table} (s3://{bucket}/{lease.key})")
             lease.acquire()
             self._held[table] = lease
@@ -152,6 +165,15 @@ class IcebergSparkResource(ConfigurableResource):
             keep_class_lookups(pyspark.spark_session)
             self._pyspark = pyspark
         return self._pyspark.spark_session
+
+    def tasks_in_progress(self) -> tuple:
+        """The active Spark stages and the tasks each has completed; empty before the session exists (not created
+        here). What a writer's lease watches for progress during a long Spark job."""
+        if self._pyspark is None:
+            return ()
+        tracker = self._pyspark.spark_session.sparkContext.statusTracker()
+        stages = (tracker.getStageInfo(stage) for stage in tracker.getActiveStageIds())
+        return tuple((stage.stageId, stage.numCompletedTasks) for stage in stages if stage is not None)
 
     @property
     def source_scheme(self) -> str:

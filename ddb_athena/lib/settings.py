@@ -50,6 +50,9 @@ DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS = 20.0
 # A writer renews its table's lease a few times within this; a dead writer's lease expires this long after its last
 # renewal, so a successor (a crashed sync's replacement) waits up to that long.
 DEFAULT_WRITER_LEASE_SECONDS, MIN_WRITER_LEASE_SECONDS, MAX_WRITER_LEASE_SECONDS = 30.0, 5.0, 600.0
+# A writer that makes no progress this long (no step of its own, no Spark task completed) stops renewing its lease, so a
+# hung run does not hold the table: ten cycles at the longest interval, and longer than a Spark task of a big load.
+DEFAULT_WRITER_STALL_SECONDS, MIN_WRITER_STALL_SECONDS, MAX_WRITER_STALL_SECONDS = 300.0, 60.0, 7200.0
 # A day at most: a run's max runtime (its length plus slack) is how long a hung one holds the books writer.
 DEFAULT_SYNC_RUN_MINUTES, MAX_SYNC_RUN_MINUTES = 60.0, 1440.0
 
@@ -111,6 +114,7 @@ class Settings:
     parity_scan_hour: int = DEFAULT_PARITY_SCAN_HOUR
     cleanup_interval_seconds: int = DEFAULT_CLEANUP_INTERVAL_SECONDS
     writer_lease_seconds: float = DEFAULT_WRITER_LEASE_SECONDS
+    writer_stall_seconds: float = DEFAULT_WRITER_STALL_SECONDS
     orders_load: str = "in_process"
     # Only the EMR settings the environment sets; the runner's defaults stand for the rest.
     emr: Mapping[str, str] = field(default_factory=dict)
@@ -175,6 +179,9 @@ class Settings:
             cleanup_interval_seconds=_cleanup_interval(env.get("DDB_ATHENA_CLEANUP_INTERVAL_SECONDS", str(DEFAULT_CLEANUP_INTERVAL_SECONDS))),
             writer_lease_seconds=_number_between(
                 env, "DDB_ATHENA_WRITER_LEASE_SECONDS", DEFAULT_WRITER_LEASE_SECONDS, MIN_WRITER_LEASE_SECONDS, MAX_WRITER_LEASE_SECONDS, "seconds"
+            ),
+            writer_stall_seconds=_number_between(
+                env, "DDB_ATHENA_WRITER_STALL_SECONDS", DEFAULT_WRITER_STALL_SECONDS, MIN_WRITER_STALL_SECONDS, MAX_WRITER_STALL_SECONDS, "seconds"
             ),
             environ={name: value for name, value in env.items() if name.startswith(SETTING_PREFIX) and value},
         )

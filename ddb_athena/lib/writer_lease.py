@@ -5,22 +5,29 @@ Dagster's pool keeps the runs of one instance from overlapping; the lease also s
 the lease before its first write (`If-None-Match: *`), renews it while it lives (`If-Match` on its own ETag), checks
 it before every commit, and deletes it when done (`If-Match`, so it never deletes a successor's).
 
-A holder that dies stops renewing. A contender judges that by its own clock: the lease is expired once its ETag has
-not changed for `ttl_seconds` of the contender's watching, or at once when the holder's last renewal is older than
-twice that by the contender's wall clock (a holder long dead; the margin absorbs clock skew). It is then taken over
-with `If-Match` on that ETag (of two contenders, one wins). No Dagster here.
+A holder that dies, or stops making progress, stops renewing. Expiry is judged by S3's clock alone: the lease is
+expired once S3's own time (the `Date` of its answer) is more than `ttl_seconds` past the lease object's
+`Last-Modified` (set by S3 when the holder last renewed), so hosts whose clocks disagree judge it alike. It is then
+taken over with `If-Match` on that ETag (of two contenders, one wins). Each holding has a token, written in the
+lease: a renewal whose response was lost and whose retry S3 refused (the ETag had changed, by that very renewal) is
+recognised as this holder's own and not mistaken for a takeover.
+
+The lease stops a writer before its next step; a commit already in flight is stopped by the table itself
+(lake/writer_branch.py: the new writer's fence refuses the old one's publication). No Dagster here.
 """
 
+import email.utils
 import json
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from botocore.exceptions import ClientError
 
-from ddb_athena.lib.lease_record import describe_holder, lease_body, lease_key, seconds_since_renewal
+from ddb_athena.lib.lease_record import describe_holder, lease_body, lease_key
 
 # Every run that writes a table is in that table's pool, which dagster.yaml limits to one run at a time: Materialize,
 # a backfill or a re-execution queues behind the running writer. The lease below stops the writers the queue does
@@ -49,6 +56,8 @@ class LeaseState:
     etag: str
     holder: str
     body: dict
+    # By S3's clock: from the lease's last write to S3's answer to this read.
+    age_seconds: float
 
 
 def _precondition_failed(error: ClientError) -> bool:
@@ -73,22 +82,33 @@ class WriterLease:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        stall_seconds: float | None = None,
+        progress: Callable[[], object] = lambda: None,
     ):
+        """`wall_clock` only dates the record for people; expiry is S3's. With `stall_seconds`, renewals stop once the
+        writer has made no progress for that long: neither a step (`progressed()`, `check()`) nor a change of what
+        `progress()` returns (e.g. Spark's completed tasks), so a hung writer's lease expires."""
         if ttl_seconds <= 0:
             raise ValueError(f"a lease's time to live must be positive, got {ttl_seconds}")
+        if stall_seconds is not None and stall_seconds < ttl_seconds:
+            raise ValueError(f"a writer's stall limit ({stall_seconds:g} s) must be at least its lease's time to live ({ttl_seconds:g} s)")
         self._s3, self.bucket, self.table, self.holder = s3, bucket, table, holder
         self.key = lease_key(table)
-        self.ttl_seconds = ttl_seconds
-        self._clock, self._sleep, self._wall_clock = clock, sleep, wall_clock
+        self.ttl_seconds, self.stall_seconds = ttl_seconds, stall_seconds
+        # This holding's identity in the lease (a branch of the table is named after it too: lake/writer_branch.py).
+        self.token = uuid.uuid4().hex[:16]
+        self._clock, self._sleep, self._wall_clock, self._progress = clock, sleep, wall_clock, progress
         self._etag: str | None = None
         self._renewed_at: float | None = None
         self._lost: str | None = None
+        self._progressed_at = clock()
+        self._progress_seen: object = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
     def _put(self, **condition) -> str:
-        body = lease_body(self.holder, self.table, self.ttl_seconds, self._wall_clock())
+        body = lease_body(self.holder, self.table, self.ttl_seconds, self._wall_clock(), self.token)
         response = self._s3.put_object(Bucket=self.bucket, Key=self.key, Body=body, ContentType="application/json", **condition)
         return response["ETag"]
 
@@ -104,12 +124,17 @@ class WriterLease:
             body = json.loads(response["Body"].read())
         except ValueError:
             body = {}
-        return LeaseState(response["ETag"], describe_holder(body), body)
+        s3_now = email.utils.parsedate_to_datetime(response["ResponseMetadata"]["HTTPHeaders"]["date"])
+        return LeaseState(response["ETag"], describe_holder(body), body, (s3_now - response["LastModified"]).total_seconds())
 
-    def try_acquire(self, watched: dict[str, float]) -> bool:
-        """One attempt. `watched` maps an ETag seen held to when this contender first saw it (kept across attempts)."""
+    def _ours(self, state: LeaseState | None) -> bool:
+        """Written by this holding: a conditional write refused because an earlier attempt of it had succeeded."""
+        return state is not None and state.body.get("token") == self.token
+
+    def try_acquire(self) -> bool:
+        """One attempt: creates the lease, or takes over one that S3's clock says has expired."""
+        requested_at = self._clock()
         try:
-            requested_at = self._clock()
             self._taken(self._put(IfNoneMatch="*"), requested_at)
             return True
         except ClientError as error:
@@ -118,28 +143,30 @@ class WriterLease:
         state = self.read()
         if state is None:
             return False  # released between the two requests: the next attempt creates it
-        first_seen = watched.setdefault(state.etag, self._clock())
-        if self._clock() - first_seen < self.ttl_seconds and not self._long_dead(state):
+        if self._ours(state):
+            self._taken(state.etag, requested_at)  # the create succeeded; its response was lost and the retry refused
+            return True
+        if state.age_seconds <= self.ttl_seconds:
             return False
+        requested_at = self._clock()
         try:
-            requested_at = self._clock()
             self._taken(self._put(IfMatch=state.etag), requested_at)  # expired: its holder stopped renewing
             return True
         except ClientError as error:
-            if _precondition_failed(error) or _not_found(error):
-                return False  # renewed, released or taken by another contender meanwhile
-            raise
-
-    def _long_dead(self, state: LeaseState) -> bool:
-        age = seconds_since_renewal(state.body, self._wall_clock())
-        return age is not None and age > 2 * self.ttl_seconds
+            if not (_precondition_failed(error) or _not_found(error)):
+                raise
+        state = self.read()  # renewed, released or taken by another contender meanwhile, or by this very request
+        if self._ours(state):
+            self._taken(state.etag, requested_at)
+            return True
+        return False
 
     def acquire(self, wait_seconds: float | None = None) -> None:
         """Takes the lease, waiting up to `wait_seconds` (default: twice its time to live, long enough for a dead
         holder's lease to expire); raises LeaseHeldError naming the holder if it is still held then."""
         wait = 2 * self.ttl_seconds if wait_seconds is None else wait_seconds
-        deadline, watched = self._clock() + wait, {}
-        while not self.try_acquire(watched):
+        deadline = self._clock() + wait
+        while not self.try_acquire():
             if self._clock() >= deadline:
                 state = self.read()
                 holder = state.holder if state else "a writer that has just released it"
@@ -162,26 +189,38 @@ class WriterLease:
             if self._etag is None:
                 raise LeaseLostError(f"{self.table}: this writer does not hold the lease")
             etag = self._etag
+        requested_at = self._clock()
         try:
-            requested_at = self._clock()
             self._taken(self._put(IfMatch=etag), requested_at)
         except ClientError as error:
-            if _precondition_failed(error) or _not_found(error):
-                with self._lock:
-                    self._etag, self._lost = None, f"taken over by {self._current_holder()}"
-                raise LeaseLostError(f"{self.table}: the writer lease was {self._lost}") from None
-            raise
-
-    def _current_holder(self) -> str:
-        try:
+            if not (_precondition_failed(error) or _not_found(error)):
+                raise
             state = self.read()
-        except ClientError:
-            return "another writer"
-        return state.holder if state else "nobody (deleted)"
+            if self._ours(state):
+                self._taken(state.etag, requested_at)  # this renewal landed; its response was lost and the retry refused
+                return
+            self._lose(f"taken over by {state.holder if state else 'nobody (deleted)'}")
+            raise LeaseLostError(f"{self.table}: the writer lease was {self._lost}") from None
+
+    def _lose(self, reason: str) -> None:
+        with self._lock:
+            self._etag, self._lost = None, reason
+
+    def progressed(self) -> None:
+        """The writer made progress (a step, a page, a cycle): renewals go on."""
+        self._progressed_at = self._clock()
+
+    def _stalled_for(self) -> float:
+        seen = self._progress()
+        if seen != self._progress_seen:
+            self._progress_seen = seen
+            self.progressed()
+        return self._clock() - self._progressed_at
 
     def check(self) -> None:
-        """Before a commit: raises LeaseLostError unless this writer holds a lease renewed within its time to live,
-        with a third of it to spare (a contender cannot have taken it over yet)."""
+        """Before each step that writes: raises LeaseLostError unless this writer holds a lease renewed within its time
+        to live, with a third of it to spare (a contender cannot have taken it over yet). A step is progress."""
+        self.progressed()
         with self._lock:
             lost, renewed_at = self._lost, self._renewed_at
         if lost:
@@ -199,6 +238,12 @@ class WriterLease:
 
     def _renew_until_stopped(self) -> None:
         while not self._stop.wait(self.ttl_seconds / RENEWALS_PER_TTL):
+            if self.stall_seconds is not None:
+                stalled = self._stalled_for()
+                if stalled > self.stall_seconds:
+                    # A hung writer must not hold the table: its lease expires and the next writer takes it.
+                    self._lose(f"left to expire: this writer made no progress for {stalled:.0f} s (stall limit {self.stall_seconds:g} s)")
+                    return
             try:
                 self.renew()
             except LeaseLostError:

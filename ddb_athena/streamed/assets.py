@@ -26,11 +26,13 @@ from dagster import (
 )
 from pydantic import Field
 
+from ddb_athena.lake.change_merge import tombstone_table
 from ddb_athena.lake.maintenance import CompactionResult, MaintenanceResult, MaintenanceState, compact_with_tombstones, maintenance_state
+from ddb_athena.lake.writer_branch import WriterBranch
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.settings import MAX_MERGE_INTERVAL_SECONDS, MAX_SYNC_RUN_MINUTES, MIN_MERGE_INTERVAL_SECONDS
 from ddb_athena.lib.upkeep import maintain
-from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL
+from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL, WriterLease
 from ddb_athena.streamed.check_results import cycle_check_results, files_compact_result
 from ddb_athena.streamed.cycle import BooksSync
 from ddb_athena.streamed.run_loop import StopRequest, run_cycles
@@ -84,6 +86,7 @@ def books_syncer(
     warn: Callable[[str], None],
     before_write: Callable[[], None],
     capture_seconds: float | None = None,
+    writer: WriterBranch | None = None,
 ) -> BooksSync:
     """The sync cycle's state, from the resources (its SparkSession is created by the first cycle that needs it)."""
     return BooksSync(
@@ -100,6 +103,7 @@ def books_syncer(
         capture_stream=sync.books_capture == "run",
         before_write=before_write,
         capture_seconds=capture_seconds,
+        writer=writer,
     )
 
 
@@ -116,22 +120,39 @@ def sync_cadence(sync: SyncSettings, interval_seconds: float) -> SyncCadence:
 
 @dataclass
 class BooksUpkeep:
-    """library.books' upkeep for a SyncRun, with the sync resource's settings; `before_write` guards each writer."""
+    """library.books' upkeep for a SyncRun, with the sync resource's settings; `before_write` guards each writer. Upkeep
+    rewrites files on `main` (compaction never changes a row); the writer's branch then follows it."""
 
     spark: IcebergSparkResource
     sync: SyncSettings
     before_write: Callable[[], None] = lambda: None
+    writer: WriterBranch | None = None
 
     def state(self) -> MaintenanceState:
         return maintenance_state(self.spark.spark_session, self.sync.books_iceberg_table)
 
     def maintain(self, now: datetime, remove_orphans: bool) -> MaintenanceResult:
         self.before_write()
-        return maintain(self.spark, self.sync, self.sync.books_iceberg_table, with_tombstones=True, now=now, remove_orphans=remove_orphans)
+        result = maintain(self.spark, self.sync, self.sync.books_iceberg_table, with_tombstones=True, now=now, remove_orphans=remove_orphans)
+        self._follow_main()
+        return result
 
     def compact(self) -> CompactionResult:
         self.before_write()
-        return compact_with_tombstones(self.spark.spark_session, self.spark.catalog, self.sync.books_iceberg_table)
+        result = compact_with_tombstones(self.spark.spark_session, self.spark.catalog, self.sync.books_iceberg_table)
+        self._follow_main()
+        return result
+
+    def _follow_main(self) -> None:
+        if self.writer is not None:
+            for table in self.writer.tables:
+                self.writer.follow_main(table)
+
+
+def books_writer_branch(spark: IcebergSparkResource, sync: SyncSettings, lease: WriterLease) -> WriterBranch:
+    """The branch of library.books and its tombstones that this holding of the lease writes (created by its first merge)."""
+    target = sync.books_iceberg_table
+    return WriterBranch(lambda: spark.spark_session, spark.catalog, (target, tombstone_table(target)), lease.token)
 
 
 def maintenance_observation(result: MaintenanceResult) -> AssetObservation:
@@ -179,14 +200,15 @@ def sync_books(
     default_minutes = sync.sync_run_minutes if context.run.job_name == SYNC_JOB_NAME else 0.0
     run_minutes = default_minutes if config.run_minutes is None else config.run_minutes
     interval = sync.merge_interval_seconds if config.merge_interval_seconds is None else config.merge_interval_seconds
-    lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.books_iceberg_table)
+    lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.books_iceberg_table, progress=spark.tasks_in_progress)
+    writer = books_writer_branch(spark, sync, lease)
     # A capture reads the stream for at most one interval: behind, the table still moves every cycle.
-    syncer = books_syncer(aws, spark, sync, log=context.log.info, warn=context.log.warning, before_write=lease.check, capture_seconds=interval)
+    syncer = books_syncer(aws, spark, sync, log=context.log.info, warn=context.log.warning, before_write=lease.check, capture_seconds=interval, writer=writer)
     run = SyncRun(
         syncer,
         sync_cadence(sync, interval),
         checks=lambda *when: cycle_check_results(aws, spark, sync, *when),
-        upkeep=BooksUpkeep(spark, sync, before_write=lease.check),
+        upkeep=BooksUpkeep(spark, sync, before_write=lease.check, writer=writer),
     )
     stop = StopRequest()
 
@@ -210,6 +232,9 @@ def sync_books(
             context.log_event(evaluation(files_compact_result(report.maintenance.after), "books_files_compact"))
         return not report.outcome.idle
 
-    cycles = run_cycles(cycle, interval, run_minutes * 60, stop=stop, idle_interval_seconds=sync.longest_merge_interval_seconds)
+    try:
+        cycles = run_cycles(cycle, interval, run_minutes * 60, stop=stop, idle_interval_seconds=sync.longest_merge_interval_seconds)
+    finally:
+        writer.drop()
     context.log.info(f"Sync run done after {cycles} cycles ({run_minutes:g} minutes, one every {interval:g} s or more)")
     yield from ()

@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from ddb_athena.lake.change_merge import merge_change_files, table_exists
 from ddb_athena.lake.table_spec import BOOKS_SPEC
+from ddb_athena.lake.writer_branch import WriterBranch
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.bootstrap import bootstrap_snapshot, delete_unsealed_parts, pending_snapshot, with_snapshot_parts
 from ddb_athena.streamed.capture.change_files import ChangeFileNamer, change_file_keys, list_keys
@@ -56,12 +57,14 @@ class BooksSync:
         capture_stream: bool = True,
         before_write: Callable[[], None] = lambda: None,
         capture_seconds: float | None = None,
+        writer: WriterBranch | None = None,
     ):
         """`before_write` is called before each step that writes (checkpoints, change files, the table, the manifest):
-        it raises when this writer may no longer write (its lease was lost). A capture reads the stream for at most
-        `capture_seconds` (the cycle's interval): behind, the table still moves every cycle."""
+        it raises when this writer may no longer write (its lease was lost). `writer` is this writer's branch of the
+        table and its tombstones: a commit that outlived the lease is never published (lake/writer_branch.py). A capture
+        reads the stream for at most `capture_seconds` (the cycle's interval): behind, the table still moves every cycle."""
         self._dynamodb, self._s3, self._spark = dynamodb, s3, spark
-        self._before_write = before_write
+        self._before_write, self._writer = before_write, writer
         self._scheme, self._table_name, self._iceberg_table, self._layout = source_scheme, table_name, iceberg_table, layout
         self._log, self._warn, self._capture_stream = log, warn, capture_stream
         self._namer = ChangeFileNamer()
@@ -143,6 +146,7 @@ class BooksSync:
             [self._layout.uri(key, self._scheme) for key in files],
             self._layout.uri(f"{self._layout.quarantine_prefix}{batch}", self._scheme),
             ensure=not self._tables_ensured,
+            writer=self._writer,
         )
         self._tables_ensured = True
         # A bootstrap's manifest also lists its snapshot parts, which lie beside the change prefix.

@@ -88,16 +88,16 @@ def test_a_killed_holder_does_not_block_the_next_writer_past_the_lease_time(sett
 
 def test_a_holder_whose_lease_was_taken_over_cannot_commit(settings):
     clock = FakeClock()
-    stalled = lease(settings, "a stalled writer", ttl=10.0, clock=clock, sleep=clock.sleep)
+    stalled = lease(settings, "a stalled writer", ttl=2.0, clock=clock)
     stalled.acquire()
     stalled._stop.set()  # its renewals stop, as in a process frozen by a long pause
-    # A renewal older than two thirds of the time to live: no commit, even before anybody took over.
-    clock.now += 7.0
-    with pytest.raises(LeaseLostError, match="has not been renewed for 7 s"):
+    # A renewal older than two thirds of the time to live by its own clock: no commit, even before anybody took over.
+    clock.now += 1.4
+    with pytest.raises(LeaseLostError, match="has not been renewed for 1 s"):
         stalled.check()
 
-    contender = lease(settings, "a contender", ttl=10.0, clock=clock, sleep=clock.sleep)
-    contender.acquire(wait_seconds=30.0)  # watches the unchanged lease for its time to live, then takes it over
+    contender = lease(settings, "a contender", ttl=2.0)
+    contender.acquire(wait_seconds=10.0)  # once S3's clock says the lease is older than its time to live
     try:
         with pytest.raises(LeaseLostError, match="taken over by a contender"):
             stalled.renew()
@@ -110,19 +110,85 @@ def test_a_holder_whose_lease_was_taken_over_cannot_commit(settings):
         contender.release()
 
 
-def test_a_lease_renewed_long_ago_is_taken_at_once(settings):
-    long_ago = datetime.now(UTC) - timedelta(minutes=5)
-    dead = lease(settings, "a writer dead for minutes", ttl=30.0, wall_clock=lambda: long_ago)
-    dead.acquire()
-    dead._stop.set()  # its process is gone: no more renewals
-    started = time.monotonic()
-    successor = lease(settings, "the next writer", ttl=30.0)
-    successor.acquire(wait_seconds=60)
+def test_expiry_is_judged_by_s3s_clock_not_by_hosts_whose_clocks_disagree(settings):
+    minute = timedelta(seconds=60)
+    holder = lease(settings, "a holder whose clock is a minute behind", ttl=2.0, wall_clock=lambda: datetime.now(UTC) - minute)
+    holder.acquire()
     try:
-        assert time.monotonic() - started < 5  # not a time to live of watching
+        # Its record says it renewed a minute ago and the contender's clock runs a minute ahead: a contender that
+        # judged by the hosts' clocks would take this live lease at once (it used to, with ~50 s of skew).
+        with pytest.raises(LeaseHeldError):
+            lease(settings, "a contender a minute ahead", ttl=2.0, wall_clock=lambda: datetime.now(UTC) + minute).acquire(wait_seconds=4.0)
+        holder.check()
+    finally:
+        holder.release()
+    # And a lease left by a dead holder is taken once S3 says it is older than its time to live, whatever it claims.
+    dead = lease(settings, "a dead holder whose clock is a minute ahead", ttl=2.0, wall_clock=lambda: datetime.now(UTC) + minute)
+    dead.acquire()
+    dead._stop.set()
+    started = time.monotonic()
+    successor = lease(settings, "the next writer", ttl=2.0)
+    successor.acquire(wait_seconds=10.0)
+    try:
+        assert 1.0 <= time.monotonic() - started <= 6.0
         assert successor.read().body["holder"] == "the next writer"
     finally:
         successor.release()
+
+
+class ResponseLostOnce:
+    """An S3 client whose chosen put_object lands in S3 but whose response is lost, so the caller's retry is sent
+    again (as botocore retries a request whose connection dropped): S3 answers the retry on its new state."""
+
+    def __init__(self, s3, lose_put_number: int):
+        self._s3, self._lose, self.puts = s3, lose_put_number, 0
+
+    def put_object(self, **kwargs):
+        self.puts += 1
+        if self.puts == self._lose:
+            self._s3.put_object(**kwargs)  # landed; the answer never arrived
+        return self._s3.put_object(**kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._s3, name)
+
+
+@pytest.mark.parametrize(("lost", "what"), [(1, "the create"), (2, "a renewal")])
+def test_a_write_whose_response_was_lost_is_not_mistaken_for_a_takeover(settings, lost, what):
+    s3 = ResponseLostOnce(settings.client("s3"), lose_put_number=lost)
+    holder = WriterLease(s3, settings.bucket, "library.books", "a writer on a flaky network", ttl_seconds=30.0)
+    holder.acquire(wait_seconds=1.0)  # the create: its retry finds the lease existing (412), and its own
+    try:
+        holder._stop.set()  # renewals by hand below
+        holder.renew()
+        holder.renew()
+        holder.check()
+        assert s3.puts == 3 and holder.read().body["holder"] == "a writer on a flaky network", what
+    finally:
+        holder.release()
+    assert holder.read() is None  # released with the ETag it adopted
+
+
+def test_a_writer_that_makes_no_progress_lets_its_lease_expire(settings):
+    """A sync whose main thread hangs used to keep its lease forever (the renewer thread renewed regardless)."""
+    steps = {"completed_tasks": 0}
+    working = lease(settings, "a writer whose Spark tasks complete", ttl=1.5, stall_seconds=3.0, progress=lambda: steps["completed_tasks"])
+    hung = WriterLease(settings.client("s3"), settings.bucket, "library.orders", "a hung writer", ttl_seconds=1.5, stall_seconds=3.0)
+    working.acquire()
+    hung.acquire()
+    try:
+        for _ in range(12):  # 6 s: twice the stall limit
+            steps["completed_tasks"] += 1
+            time.sleep(0.5)
+        working.check()  # its progress (a changing probe, no step of its own) kept it renewed
+        with pytest.raises(LeaseLostError, match="made no progress for"):
+            hung.check()
+        successor = WriterLease(settings.client("s3"), settings.bucket, "library.orders", "the next writer", ttl_seconds=1.5)
+        successor.acquire(wait_seconds=5.0)
+        successor.release()
+    finally:
+        working.release()
+        hung.release()
 
 
 def test_a_job_commits_only_while_its_launching_run_holds_the_lease(spark, settings):
