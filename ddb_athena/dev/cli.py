@@ -133,8 +133,17 @@ def _replay_failures(args, settings: Settings) -> int:
         return 2
     layout = SourceLayout(settings.bucket, BOOKS_SOURCE_PREFIX)
     result = replay(settings.client("sqs"), settings.client("dynamodbstreams"), settings.client("s3"), queue_url, layout, log=print)
-    print(f"{result.records} records captured again in {len(result.replayed)} change files; {len(result.not_replayable)} batches no longer in the stream")
-    return 1 if result.not_replayable else 0
+    print(f"{result.records} records captured again in {len(result.replayed)} change files")
+    if result.kept:
+        gone = ", ".join(batch.range_name for batch in result.not_replayable) or "none"
+        unfinished = ", ".join(batch.range_name for batch in result.unfinished) or "none"
+        print(
+            f"{result.kept} batches kept in the queue; no longer in the stream (a bootstrap recovers them): {gone}; "
+            f"not read to their end (run replay-failures again): {unfinished}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
 
 
 def _webserver_arguments(command: argparse.ArgumentParser) -> None:

@@ -16,6 +16,9 @@ class ShardCheckpoint:
     parent_shard_id: str | None = None
     # Last sequence number written to a durable change file; None before the first record.
     sequence_number: str | None = None
+    # Before the first record: when a read began that found the shard empty to its present end. The stream trims only
+    # records older than 24 hours, so until then none written after it can have been lost.
+    seen_empty_at: str | None = None
     # True once the shard is closed and read to its end.
     finished: bool = False
     change_file: str | None = None

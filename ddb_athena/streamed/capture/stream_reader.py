@@ -2,7 +2,9 @@
 
 A shard's checkpoint advances only after the change file holding its records is durable, so a
 crash at any point re-reads, never skips. Losing records to the stream's 24-hour trim is
-detected and reported, never papered over: the way back is a bootstrap.
+detected and reported, never papered over: the way back is a bootstrap. That includes a shard read while it was
+empty: its checkpoint has no record to resume after, so it keeps when it was seen empty, and a read from TRIM_HORIZON
+longer than the retention after that must find the shard's first record still there.
 
 As AWS documents GetRecords, an empty page is not the end of a shard ("it might take multiple calls to get to a
 portion of the shard that contains stream records"): a closed shard is read until GetRecords returns no next
@@ -14,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 
 from botocore.exceptions import ClientError
 
@@ -30,6 +33,12 @@ BOOTSTRAP_HINT = (
 
 # Empty pages in a row after which an open shard counts as caught up (each is one GetRecords request).
 EMPTY_PAGES_CAUGHT_UP = 3
+# The stream trims only records older than 24 hours: a shard seen empty less than this long ago cannot have lost a
+# record written since. An hour short of the retention, for clocks that disagree.
+TRIM_SAFE_AGE = timedelta(hours=23)
+# A shard that keeps reading empty has its `seen_empty_at` written again once it is this old: one checkpoint write an
+# hour for a quiet shard rather than one a capture, and far inside TRIM_SAFE_AGE while the captures run.
+EMPTY_SHARD_RESTAMP_AGE = timedelta(hours=1)
 
 
 class StreamGapError(RuntimeError):
@@ -163,8 +172,7 @@ class StreamCapture:
                 result.caught_up = False
                 break
             checkpoint = checkpoints.get(shard_id) or ShardCheckpoint(stream_arn, shard_id, parent_id)
-            closed = "EndingSequenceNumber" in shard.get("SequenceNumberRange", {})
-            checkpoints[shard_id] = self._capture_shard(checkpoint, result, closed)
+            checkpoints[shard_id] = self._capture_shard(checkpoint, shard, result)
             if checkpoints[shard_id].finished:
                 finished.add(shard_id)
         self._prune(shards, checkpoints)
@@ -213,7 +221,10 @@ class StreamCapture:
                 ) from error
             raise
 
-    def _capture_shard(self, checkpoint: ShardCheckpoint, result: CaptureResult, closed: bool) -> ShardCheckpoint:
+    def _capture_shard(self, checkpoint: ShardCheckpoint, shard: dict, result: CaptureResult) -> ShardCheckpoint:
+        closed = "EndingSequenceNumber" in shard.get("SequenceNumberRange", {})
+        read_started_at = datetime.now(UTC)
+        empty_long_ago = _seen_empty_longer_than_retention_ago(checkpoint, read_started_at)
         iterator: str | None = self._iterator(checkpoint)
         pending: list[ChangeRecord] = []
         last_read = checkpoint.sequence_number
@@ -230,6 +241,9 @@ class StreamCapture:
                 iterator = self._iterator(replace(checkpoint, sequence_number=last_read))
                 continue
             records = response.get("Records", [])
+            if records and empty_long_ago:
+                _fail_unless_first_of_shard(checkpoint, shard, records[0], empty_long_ago)
+                empty_long_ago = None
             pending.extend(change_record(record, checkpoint.shard_id) for record in records)
             if records:
                 last_read = records[-1]["dynamodb"]["SequenceNumber"]
@@ -240,17 +254,29 @@ class StreamCapture:
             empty_pages = 0 if records else empty_pages + 1
             if not closed and empty_pages >= EMPTY_PAGES_CAUGHT_UP:
                 break  # caught up with an open shard
-        if iterator is not None and (closed or empty_pages < EMPTY_PAGES_CAUGHT_UP):
+        read_to_present_end = iterator is None or (not closed and empty_pages >= EMPTY_PAGES_CAUGHT_UP)
+        if not read_to_present_end:
             result.caught_up = False  # stopped at a bound with the shard not read to its end
-        return self._flush(checkpoint, pending, result, finished=iterator is None)
+        if empty_long_ago and read_to_present_end:
+            raise StreamGapError(
+                f"Shard {checkpoint.shard_id} was seen empty at {empty_long_ago}, longer ago than the stream keeps records "
+                f"(24 hours), and reads empty now: whatever was written to it since may have been trimmed before it was captured. {BOOTSTRAP_HINT}"
+            )
+        seen_empty = checkpoint.sequence_number is None and not pending and read_to_present_end
+        restamp = seen_empty and _empty_stamp_due(checkpoint, read_started_at)
+        return self._flush(checkpoint, pending, result, finished=iterator is None, seen_empty_at=read_started_at if restamp else None)
 
     def _bound_reached(self, records: int) -> bool:
         return records >= self._max_records or self._clock() >= self._deadline
 
-    def _flush(self, checkpoint: ShardCheckpoint, records: list[ChangeRecord], result: CaptureResult, finished: bool) -> ShardCheckpoint:
+    def _flush(
+        self, checkpoint: ShardCheckpoint, records: list[ChangeRecord], result: CaptureResult, finished: bool, seen_empty_at: datetime | None = None
+    ) -> ShardCheckpoint:
         # A shard's first checkpoint is written even with no record: it names the parent, finished from then on.
-        if not records and not finished and checkpoint.updated_at is not None:
+        if not records and not finished and seen_empty_at is None and checkpoint.updated_at is not None:
             return checkpoint
+        if seen_empty_at is not None:
+            checkpoint = replace(checkpoint, seen_empty_at=seen_empty_at.isoformat())
         if records:
             key = write_change_file(self._s3, self._layout, self._namer.next_name("stream"), records)
             result.change_files.append(key)
@@ -261,3 +287,32 @@ class StreamCapture:
             checkpoint = replace(checkpoint, sequence_number=records[-1].sequence_number, change_file=key)
         # Only now that the file is durable does the position move.
         return self._checkpoints.save(replace(checkpoint, finished=finished))
+
+
+def _seen_empty_longer_than_retention_ago(checkpoint: ShardCheckpoint, now: datetime) -> str | None:
+    """When a shard with no record captured yet was last seen empty, if that is so long ago that records written to it
+    since may have been trimmed; None when nothing can have been (or the shard was never read)."""
+    if checkpoint.sequence_number is not None or checkpoint.updated_at is None or checkpoint.finished:
+        return None
+    # A checkpoint written before `seen_empty_at` existed: its first (empty) read is the last one known.
+    seen_empty_at = checkpoint.seen_empty_at or checkpoint.updated_at
+    return seen_empty_at if now - datetime.fromisoformat(seen_empty_at) > TRIM_SAFE_AGE else None
+
+
+def _empty_stamp_due(checkpoint: ShardCheckpoint, now: datetime) -> bool:
+    return checkpoint.seen_empty_at is None or now - datetime.fromisoformat(checkpoint.seen_empty_at) >= EMPTY_SHARD_RESTAMP_AGE
+
+
+def _fail_unless_first_of_shard(checkpoint: ShardCheckpoint, shard: dict, oldest_record: dict, seen_empty_at: str) -> None:
+    """TRIM_HORIZON starts at the oldest record not trimmed. Only if that is the shard's first (the start of its
+    sequence-number range) is it sure that nothing was trimmed since the shard was seen empty. AWS documents that start
+    as the first sequence number of the shard's range, not as its first record's own: a mismatch may be a loss, and is
+    treated as one."""
+    first_of_shard = shard.get("SequenceNumberRange", {}).get("StartingSequenceNumber")
+    oldest = oldest_record["dynamodb"]["SequenceNumber"]
+    if first_of_shard is None or int(oldest) != int(first_of_shard):
+        raise StreamGapError(
+            f"Shard {checkpoint.shard_id} was seen empty at {seen_empty_at}, longer ago than the stream keeps records (24 hours), "
+            f"and its oldest record now ({oldest}) is not its first ({first_of_shard}): records written to it since may have been "
+            f"trimmed before they were captured. {BOOTSTRAP_HINT}"
+        )

@@ -24,8 +24,11 @@ def stream_record(sequence: int, book_id: str, event: str = "MODIFY", name: str 
 
 
 class FakeShard:
-    def __init__(self, shard_id: str, records: list[dict], parent: str | None = None, closed: bool = True):
+    def __init__(self, shard_id: str, records: list[dict], parent: str | None = None, closed: bool = True, starting_sequence: int | None = None):
         self.shard_id, self.records, self.parent, self.closed = shard_id, records, parent, closed
+        # DescribeStream's StartingSequenceNumber; by default the first record's (moto's numbering). AWS documents it
+        # only as the first sequence number of the shard's range, which may lie below its first record's.
+        self.starting_sequence = starting_sequence
 
 
 class FakeStreams:
@@ -48,7 +51,8 @@ class FakeStreams:
         shards = []
         for shard_id in page:
             shard = self.shards[shard_id]
-            sequence_range = {"StartingSequenceNumber": shard.records[0]["dynamodb"]["SequenceNumber"] if shard.records else "1"}
+            first_record = shard.records[0]["dynamodb"]["SequenceNumber"] if shard.records else "1"
+            sequence_range = {"StartingSequenceNumber": str(shard.starting_sequence) if shard.starting_sequence is not None else first_record}
             if shard.closed:
                 sequence_range["EndingSequenceNumber"] = shard.records[-1]["dynamodb"]["SequenceNumber"] if shard.records else "1"
             shards.append({"ShardId": shard_id, "SequenceNumberRange": sequence_range, **({"ParentShardId": shard.parent} if shard.parent else {})})

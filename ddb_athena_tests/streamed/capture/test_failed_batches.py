@@ -6,7 +6,7 @@ from dagster import DagsterInstance
 
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import list_change_files
-from ddb_athena.streamed.capture.failed_batches import failure_queue_depth, replay
+from ddb_athena.streamed.capture.failed_batches import MAX_PAGES_PER_RANGE, failure_queue_depth, replay
 from ddb_athena.streamed.capture.stream_reader import latest_stream_arn, list_shards
 from ddb_athena.streamed.checks import books_capture_failures
 from ddb_athena_tests.dagster_helpers import check_results, local_resources, sync_books
@@ -51,6 +51,70 @@ def test_a_failed_range_is_captured_again_and_one_the_stream_no_longer_holds_is_
     assert [json.loads(line)["sequence_number"] for line in body.splitlines()] == ["3", "4", "5"]
     assert [batch.shard_id for batch in result.not_replayable] == ["shard-old"]
     assert failure_queue_depth(sqs, url) == 1  # kept: the check stays red until a bootstrap (and the queue is purged)
+
+
+class SlowToRecordsStreams(FakeStreams):
+    """As AWS may: several empty pages before each page of records (each with its next iterator further on)."""
+
+    def __init__(self, shards, empty_pages_before_each: int):
+        super().__init__(shards)
+        self.empty_pages_before_each = empty_pages_before_each
+
+    def get_records(self, ShardIterator, Limit):
+        shard_id, position = ShardIterator.split("|")
+        waited = position.count("~")
+        if waited < self.empty_pages_before_each:
+            self.calls.append(shard_id)
+            return {"Records": [], "NextShardIterator": f"{ShardIterator}~"}
+        return super().get_records(ShardIterator=ShardIterator.rstrip("~"), Limit=Limit)
+
+
+def replay_one(settings, streams, shard_id: str, first: str, last: str):
+    sqs, s3 = settings.client("sqs"), settings.client("s3")
+    layout, url = SourceLayout(settings.bucket, "books_source"), queue(settings)
+    sqs.send_message(QueueUrl=url, MessageBody=on_failure_message(STREAM_ARN, shard_id, first, last, 3))
+    lines = []
+    result = replay(sqs, streams, s3, url, layout, log=lines.append)
+    return result, failure_queue_depth(sqs, url), list_change_files(s3, layout), lines
+
+
+def test_a_range_behind_several_empty_pages_is_read_to_its_end_and_its_message_deleted(settings):
+    records = [stream_record(s, f"k{s}") for s in range(1, 9)]
+    streams = SlowToRecordsStreams([FakeShard("shard-0", records, closed=False)], empty_pages_before_each=4)
+    result, depth, files, _ = replay_one(settings, streams, "shard-0", "3", "6")
+    assert depth == 0 and result.records == 4 and files == result.replayed and len(files) == 1
+
+
+def test_a_range_whose_end_is_never_reached_keeps_its_message(settings):
+    streams = FakeStreams([FakeShard("shard-0", [stream_record(s, f"k{s}") for s in range(1, 6)], closed=False)])
+    result, depth, files, lines = replay_one(settings, streams, "shard-0", "3", "9")  # 6-9 never show up
+    assert depth == 1 and files == [] and result.records == 0
+    assert [batch.last_sequence for batch in result.unfinished] == ["9"] and not result.not_replayable
+    assert "shard-0 3..9" in lines[0] and "not read to its end" in lines[0]
+    assert len(streams.calls) <= MAX_PAGES_PER_RANGE  # a bounded number of GetRecords calls per range
+
+
+def test_a_closed_shard_that_ends_before_the_range_does_keeps_its_message(settings):
+    streams = FakeStreams([FakeShard("shard-0", [stream_record(s, f"k{s}") for s in range(1, 6)])])
+    result, depth, files, _ = replay_one(settings, streams, "shard-0", "3", "9")
+    assert depth == 1 and files == [] and [batch.first_sequence for batch in result.unfinished] == ["3"]
+
+
+class IteratorFromTrimHorizonStreams(FakeStreams):
+    """A stream that, asked for a trimmed sequence number, starts at its oldest record instead of refusing."""
+
+    def get_shard_iterator(self, StreamArn, ShardId, ShardIteratorType, SequenceNumber=None):
+        if ShardIteratorType == "AT_SEQUENCE_NUMBER" and int(SequenceNumber) < self.trimmed_before.get(ShardId, 0):
+            ShardIteratorType, SequenceNumber = "TRIM_HORIZON", None
+        return super().get_shard_iterator(StreamArn, ShardId, ShardIteratorType, SequenceNumber)
+
+
+def test_a_range_whose_start_was_trimmed_keeps_its_message(settings):
+    streams = IteratorFromTrimHorizonStreams([FakeShard("shard-0", [stream_record(s, f"k{s}") for s in range(1, 9)], closed=False)])
+    streams.trimmed_before["shard-0"] = 5  # 3 and 4 are gone, 5 and 6 are still there
+    result, depth, files, lines = replay_one(settings, streams, "shard-0", "3", "6")
+    assert depth == 1 and files == [] and [batch.shard_id for batch in result.not_replayable] == ["shard-0"]
+    assert "bootstrap" in lines[0]
 
 
 def test_the_check_is_red_while_a_batch_waits_and_the_replayed_changes_reach_the_table(spark, settings):

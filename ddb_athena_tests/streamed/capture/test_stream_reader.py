@@ -1,9 +1,10 @@
 import json
+from datetime import datetime, timedelta
 
 import pytest
 
 from ddb_athena.lib.source_layout import SourceLayout
-from ddb_athena.streamed.capture.change_files import list_change_files
+from ddb_athena.streamed.capture.change_files import list_change_files, list_keys
 from ddb_athena.streamed.capture.checkpoints import CheckpointStore, ShardCheckpoint
 from ddb_athena.streamed.capture.stream_reader import StreamCapture, StreamGapError, StreamNotEnabledError, parents_first
 from ddb_athena_tests.streamed.capture.fakes import STREAM_ARN, FakeDynamoDB, FakeShard, FakeStreams, stream_record
@@ -264,3 +265,68 @@ def test_behind_a_slow_stream_each_capture_ends_after_its_time_and_the_next_goes
     assert captures[-1].caught_up and len(captures) >= 3  # two behind, then caught up
     # Nothing lost, nothing twice, in stream order.
     assert captured_sequences(settings.client("s3"), layout) == [str(s) for s in range(1, 41)]
+
+
+# --- a shard read while empty, and the 24-hour trim ------------------------------------------------
+
+
+def age_checkpoints(s3, layout, hours: float) -> None:
+    """Moves every time a checkpoint records `hours` into the past: as if the last capture had run that long ago."""
+    for key in [obj["Key"] for obj in list_keys(s3, layout.bucket, layout.checkpoints_prefix)]:
+        fields = json.loads(s3.get_object(Bucket=layout.bucket, Key=key)["Body"].read())
+        for name, value in fields.items():
+            if name.endswith("_at") and value:
+                fields[name] = (datetime.fromisoformat(value) - timedelta(hours=hours)).isoformat()
+        s3.put_object(Bucket=layout.bucket, Key=key, Body=json.dumps(fields).encode())
+
+
+def empty_open_shard(**kwargs) -> FakeStreams:
+    return FakeStreams([FakeShard("shard-0", [], closed=False, **kwargs)])
+
+
+def test_records_trimmed_after_a_shard_was_read_empty_fail_loudly(settings, layout):
+    s3, streams = settings.client("s3"), empty_open_shard()
+    assert fake_capture(settings, layout, streams).capture().records == 0
+    # The captures stop for 30 hours: records 1-5 are written meanwhile, and 1-3 are trimmed before the next one.
+    age_checkpoints(s3, layout, hours=30)
+    streams.shards["shard-0"].records = [stream_record(s, f"k{s}") for s in range(1, 6)]
+    streams.trimmed_before["shard-0"] = 4
+    with pytest.raises(StreamGapError, match="shard-0 .*trimmed.*bootstrap"):
+        fake_capture(settings, layout, streams).capture()
+    assert list_change_files(s3, layout) == []  # records 4-5 are not captured as if nothing was missing
+
+
+def test_a_shard_still_empty_long_after_its_empty_read_fails_loudly(settings, layout):
+    """Whatever was written to it since may all have been trimmed: nothing in the stream shows it was not."""
+    s3, streams = settings.client("s3"), empty_open_shard()
+    fake_capture(settings, layout, streams).capture()
+    age_checkpoints(s3, layout, hours=30)
+    with pytest.raises(StreamGapError, match="bootstrap"):
+        fake_capture(settings, layout, streams).capture()
+
+
+def test_an_empty_shard_that_gets_its_first_records_later_is_no_gap(settings, layout):
+    # Numbered as AWS may: the shard's starting sequence number below its first record's.
+    streams = empty_open_shard(starting_sequence=5)
+    assert fake_capture(settings, layout, streams).capture().records == 0
+    age_checkpoints(settings.client("s3"), layout, hours=20)  # within the stream's 24 hours: nothing can be trimmed
+    streams.shards["shard-0"].records = [stream_record(s, f"k{s}") for s in (7, 8)]
+    assert fake_capture(settings, layout, streams).capture().records == 2
+    assert captured_sequences(settings.client("s3"), layout) == ["7", "8"]
+
+
+def test_a_shard_whose_first_record_is_still_there_is_no_gap_however_late(settings, layout):
+    s3, streams = settings.client("s3"), empty_open_shard()
+    fake_capture(settings, layout, streams).capture()
+    age_checkpoints(s3, layout, hours=30)
+    streams.shards["shard-0"].records = [stream_record(s, f"k{s}") for s in range(1, 6)]  # the shard's first record is 1
+    assert fake_capture(settings, layout, streams).capture().records == 5
+
+
+def test_a_shard_that_stays_empty_while_the_captures_run_is_no_gap(settings, layout):
+    s3, streams = settings.client("s3"), empty_open_shard(starting_sequence=5)
+    for _ in range(3):  # three captures twenty hours apart, sixty hours after the first empty read
+        assert fake_capture(settings, layout, streams).capture().records == 0
+        age_checkpoints(s3, layout, hours=20)
+    streams.shards["shard-0"].records = [stream_record(7, "a")]
+    assert fake_capture(settings, layout, streams).capture().records == 1
