@@ -89,21 +89,26 @@ class BooksSync:
             self._bootstrap_checked = True
             if bootstrap or (missing and not pending_snapshot(self._s3, self._layout)):
                 reason = "requested" if bootstrap else f"{self._iceberg_table} does not exist yet"
-                self._log(f"Bootstrap ({reason}): scanning {self._table_name}; stream changes captured after its start apply on top")
+                self._log(f"Bootstrap ({reason}): scanning {self._table_name}; stream changes made after its start apply on top")
                 delete_unsealed_parts(self._s3, self._layout)
+                # Where the stream ends before the scan starts: every record up to there is older than the scan, which
+                # has seen its effect; applied after the snapshot, it would move its key back.
+                positions = self._capture.present_end() if self._capture_stream else []
                 snapshot = bootstrap_snapshot(self._dynamodb, self._s3, self._table_name, BOOKS_SPEC.key.attribute, self._layout, self._namer)
                 self._log(f"Snapshot of {snapshot.items} items sealed in {len(snapshot.parts)} parts: {snapshot.change_file}")
                 if self._capture_stream:
-                    # Only now that the snapshot is durable: the whole retained stream is replayed after it, which is what
-                    # makes the scan exact. A bootstrap that failed before this left the old positions, and with them
-                    # the gap that the next capture reports.
-                    self._capture.reset_checkpoints()
+                    # Only now that the snapshot is durable: the capture resumes where the stream ended before the scan.
+                    # A bootstrap that failed before this left the old positions, and with them the gap that the next
+                    # capture reports. A scan longer than the stream's 24 hours finds those positions trimmed: a gap too.
+                    self._capture.restart_from(positions)
                 metadata.update(bootstrap_items=snapshot.items, bootstrap_file=snapshot.change_file, bootstrap_parts=len(snapshot.parts))
         if not self._capture_stream:
             # The capture Lambda (reading the stream from its start) names its files after the snapshot's.
             metadata.update(capture="lambda", duration_seconds=time.monotonic() - started, source=self._layout.uri(self._layout.changes_prefix))
             return metadata
-        result = self._capture.capture()
+        # A bootstrap's cycle reads through the scan's end before it publishes: a key the scan saw changed, whose change
+        # is among those applied on top, must also get every later change the scan saw, or it would go back.
+        result = self._capture.capture(bounded="bootstrap_file" not in metadata)
         newest = datetime.fromisoformat(result.newest_change_at.replace("Z", "+00:00")) if result.newest_change_at else None
         metadata.update(
             capture="stream",

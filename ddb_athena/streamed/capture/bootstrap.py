@@ -4,9 +4,10 @@ The snapshot is named at the scan's start. Its parts go to `<prefix>/_snapshots/
 own) as the scan proceeds, each at most `part_bytes`, so memory stays flat and no object nears S3's 5 GB limit of a
 single PUT. Once every part is durable, an empty change file of the snapshot's name (the seal) is written to the
 change prefix: from then on the merge takes the snapshot, all its parts, as the whole table as of the scan's start.
-Files named before it are superseded by it, and every stream change captured after it (including those made
-during the scan, replayed from the stream's start) is applied on top in stream order. Replaying a change the scan
-already saw is harmless because every later change of the same key is replayed after it.
+Files named before it are superseded by it. The capture takes where the stream ends before the scan starts and,
+once the snapshot is sealed, resumes from there, reading through the scan's end before the merge publishes: only the
+changes made from the scan's start on are applied on top, in stream order. Replaying one the scan already saw is
+harmless because every later change of the same key, up to the scan's end, is applied in the same commit.
 
 A scan that fails leaves parts without a seal: nothing reads them, and the next bootstrap deletes them.
 """

@@ -142,12 +142,40 @@ class StreamCapture:
         self._log = log
         self._max_seconds, self._clock = max_seconds, clock
         self._deadline = float("inf")
+        self._bounded = True
 
-    def reset_checkpoints(self) -> int:
-        """Forgets every position (for a bootstrap): the next capture starts at TRIM_HORIZON."""
-        return self._checkpoints.delete_all()
+    def present_end(self) -> list[ShardCheckpoint]:
+        """Where the stream ends now, shard by shard (read from each shard's oldest record, the records discarded; saved
+        nowhere): a bootstrap takes it before its scan, and its capture resumes from there once the scan is sealed, so
+        no record older than the scan is applied after it. Costs one read of the retained stream."""
+        stream_arn = latest_stream_arn(self._dynamodb, self._table_name)
+        positions = []
+        for shard in parents_first(list_shards(self._streams, stream_arn)):
+            closed = "EndingSequenceNumber" in shard.get("SequenceNumberRange", {})
+            checkpoint = ShardCheckpoint(stream_arn, shard["ShardId"], shard.get("ParentShardId"))
+            read_started_at = datetime.now(UTC)
+            iterator, empty_pages = self._iterator(checkpoint), 0
+            while iterator is not None and (closed or empty_pages < EMPTY_PAGES_CAUGHT_UP):
+                response = self._streams.get_records(ShardIterator=iterator, Limit=1000)
+                records = response.get("Records", [])
+                if records:
+                    checkpoint = replace(checkpoint, sequence_number=records[-1]["dynamodb"]["SequenceNumber"])
+                empty_pages = 0 if records else empty_pages + 1
+                iterator = response.get("NextShardIterator")
+            if checkpoint.sequence_number is None:
+                checkpoint = replace(checkpoint, seen_empty_at=read_started_at.isoformat())
+            positions.append(replace(checkpoint, finished=iterator is None))
+        return positions
 
-    def capture(self) -> CaptureResult:
+    def restart_from(self, positions: list[ShardCheckpoint]) -> None:
+        """Replaces every checkpoint with `positions` (a bootstrap's `present_end`, once its snapshot is sealed)."""
+        self._checkpoints.delete_all()
+        for checkpoint in positions:
+            self._checkpoints.save(checkpoint)
+
+    def capture(self, bounded: bool = True) -> CaptureResult:
+        """Reads from the checkpoints; `bounded=False` ignores `max_seconds` and `max_records` (a bootstrap reads through
+        its scan's end)."""
         stream_arn = latest_stream_arn(self._dynamodb, self._table_name)
         all_checkpoints = self._checkpoints.load_all()
         checkpoints = {c.shard_id: c for c in all_checkpoints if c.stream_arn == stream_arn}
@@ -160,6 +188,7 @@ class StreamCapture:
         self._fail_on_gaps(shards, checkpoints, finished)
 
         result = CaptureResult(stream_arn=stream_arn)
+        self._bounded = bounded
         self._deadline = self._clock() + self._max_seconds if self._max_seconds is not None else float("inf")
         listed = {shard["ShardId"] for shard in shards}
         for shard in shards:
@@ -267,7 +296,7 @@ class StreamCapture:
         return self._flush(checkpoint, pending, result, finished=iterator is None, seen_empty_at=read_started_at if restamp else None)
 
     def _bound_reached(self, records: int) -> bool:
-        return records >= self._max_records or self._clock() >= self._deadline
+        return self._bounded and (records >= self._max_records or self._clock() >= self._deadline)
 
     def _flush(
         self, checkpoint: ShardCheckpoint, records: list[ChangeRecord], result: CaptureResult, finished: bool, seen_empty_at: datetime | None = None

@@ -201,10 +201,15 @@ def test_a_recreated_stream_is_not_mistaken_for_a_fresh_start(settings, layout):
     streams = FakeStreams([FakeShard("shard-0", [stream_record(1, "a")], closed=False)])
     with pytest.raises(StreamGapError, match="stream of 'books' changed"):
         fake_capture(settings, layout, streams).capture()
-    # The bootstrap path: forget the positions, then capture from the start of the new stream.
+    # The bootstrap path: the new stream's present end before the scan replaces the positions; the capture goes on
+    # from there, never re-applying what the scan has seen.
     capture = fake_capture(settings, layout, streams)
-    assert capture.reset_checkpoints() == 1
+    positions = capture.present_end()
+    assert [(p.shard_id, p.sequence_number, p.finished) for p in positions] == [("shard-0", "1", False)]
+    streams.shards["shard-0"].records.append(stream_record(2, "b"))
+    capture.restart_from(positions)
     assert capture.capture().records == 1
+    assert captured_sequences(settings.client("s3"), layout) == ["2"]
 
 
 def test_an_empty_page_is_not_the_end_of_a_shard(settings, layout):

@@ -1,0 +1,87 @@
+"""A bootstrap beside live writes publishes a table that is never older than its scan: compared key by key with
+DynamoDB's history right after the bootstrap's commit (it used to apply the stream's retained day on top of the scan,
+one interval at a time, moving keys back and bringing deleted ones back until it caught up)."""
+
+import random
+import threading
+
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed import cycle as books_cycle
+from ddb_athena.streamed.cycle import BooksSync
+
+KEYS = [f"book-{number:03d}" for number in range(150)]
+
+
+class RandomWrites(threading.Thread):
+    """Puts and deletes on KEYS as fast as the emulator takes them, each logged (key, name or None) once it returned."""
+
+    def __init__(self, dynamodb, table: str):
+        super().__init__(daemon=True)
+        self._dynamodb, self._table = dynamodb, table
+        self.log: list[tuple[str, str | None]] = []
+        self.stop = threading.Event()
+        self._random = random.Random(42)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.write()
+
+    def write(self) -> None:
+        key, number = self._random.choice(KEYS), len(self.log)
+        if self._random.random() < 0.2:
+            self._dynamodb.delete_item(TableName=self._table, Key={"id": {"S": key}})
+            self.log.append((key, None))
+        else:
+            self._dynamodb.put_item(TableName=self._table, Item={"id": {"S": key}, "name": {"S": f"write-{number}"}})
+            self.log.append((key, f"write-{number}"))
+
+
+def never_older_than(log: list[tuple[str, str | None]], scan_started_at: int) -> dict[str, set]:
+    """Per key, the states it may show: the one it had when the scan started (None: absent) or any written after."""
+    allowed: dict[str, set] = {key: {None} for key in KEYS}
+    for key, name in log[:scan_started_at]:
+        allowed[key] = {name}
+    for key, name in log[scan_started_at:]:
+        allowed[key].add(name)
+    return allowed
+
+
+def test_a_bootstrap_beside_writes_never_publishes_a_key_older_than_its_scan(spark, settings, monkeypatch):
+    dynamodb = settings.client("dynamodb")
+    writes = RandomWrites(dynamodb, settings.books_table)
+    for _ in range(3000):  # a retained stream many captures long: 20 per key on average
+        writes.write()
+    scan_started_at: list[int] = []
+    scan = books_cycle.bootstrap_snapshot
+
+    def recording_scan(*args, **kwargs):
+        scan_started_at.append(len(writes.log))
+        return scan(*args, **kwargs)
+
+    monkeypatch.setattr(books_cycle, "bootstrap_snapshot", recording_scan)
+    table = f"{settings.namespace}.books"
+    sync = BooksSync(
+        dynamodb,
+        settings.client("dynamodbstreams"),
+        settings.client("s3"),
+        lambda: spark,
+        "s3a",
+        settings.books_table,
+        table,
+        SourceLayout(settings.bucket, "books_source"),
+        log=print,
+        warn=print,
+        capture_seconds=0.2,  # a capture far shorter than the retained stream takes to read, as on a busy table
+    )
+    writes.start()
+    try:
+        outcome = sync.cycle("bootstrap-beside-writes", bootstrap=True)
+    finally:
+        writes.stop.set()
+        writes.join()
+    assert outcome.merged["bootstrap_file"] and scan_started_at
+    rows = {row["id"]: row["name"] for row in spark.table(table).collect()}
+    allowed = never_older_than(writes.log, scan_started_at[0])
+    behind = {key: rows.get(key) for key in KEYS if rows.get(key) not in allowed[key]}
+    assert not behind, f"{len(behind)} keys older than the scan, e.g. {sorted(behind.items())[:5]}"
+    assert len(writes.log) > 3000  # writes went on during the bootstrap
