@@ -37,7 +37,7 @@ def test_every_type_decodes_exactly():
 @pytest.mark.parametrize(
     "attribute, message",
     [
-        ({"X": "1"}, "unknown type tag 'X'"),
+        ({"X": "1"}, "unknown DynamoDB type tag"),
         ({"S": "a", "N": "1"}, "exactly one type tag"),
         ({"N": "one"}, "is not a number"),
         ({"N": "NaN"}, "finite"),
@@ -47,7 +47,9 @@ def test_every_type_decodes_exactly():
         ({"NULL": False}, "NULL must be true"),
         ({"SS": []}, "non-empty"),
         ({"L": {"S": "a"}}, "L must be a list"),
-        ({"M": {"k": {"Q": 1}}}, "$.k: unknown type tag 'Q'"),
+        ({"M": {"k": {"Q": 1}}}, "a nested value (depth 2): unknown DynamoDB type tag"),
+        ({"L": [{"N": "1"}, {"L": [{"N": "x"}]}]}, "a nested value (depth 3): N is not a number"),
+        ({"NS": ["1", "one"]}, "a member of NS is not a number"),
     ],
 )
 def test_invalid_values_say_what_and_where(attribute, message):
@@ -59,8 +61,39 @@ def test_invalid_values_say_what_and_where(attribute, message):
 def test_item_problem_is_none_for_valid_items_and_a_reason_otherwise():
     assert item_problem(None) is None
     assert item_problem(json.dumps({"id": {"S": "1"}, "tags": {"SS": ["a"]}})) is None
-    assert "unknown type tag 'Z'" in item_problem(json.dumps({"id": {"S": "1"}, "bad": {"Z": "?"}}))
+    assert item_problem(json.dumps({"id": {"S": "1"}, "bad": {"Z": "?"}})).startswith("a top-level attribute: unknown DynamoDB type tag")
     assert "not valid JSON" in item_problem("{nope")
+
+
+# A map's keys and a type tag are the item's data: a secret can sit in either.
+SECRET_KEY = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+SECRET_TAG = "ZZ"
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"id": {"S": "1"}, "profile": {"M": {SECRET_KEY: {SECRET_TAG: "v"}}}},
+        {"id": {"S": "1"}, "profile": {"M": {"outer": {"M": {SECRET_KEY: {"N": "not a number"}}}}}},
+        {"id": {"S": "1"}, "profile": {"L": [{"M": {SECRET_KEY: {"SS": []}}}]}},
+        {"id": {"S": "1"}, SECRET_KEY: {SECRET_TAG: "v"}},
+        {"id": {"S": "1"}, SECRET_KEY: {"N": SECRET_KEY}},
+        {"id": {"S": "1"}, "profile": {"M": {SECRET_KEY: {"S": "a", SECRET_TAG: "b"}}}},
+    ],
+)
+def test_a_reason_quotes_no_attribute_name_type_tag_or_value_of_the_item(item):
+    """Reasons end up in logs and asset metadata: they say what is wrong and how deep, the raw line says the rest."""
+    reason = item_problem(json.dumps(item))
+    assert reason is not None
+    assert SECRET_KEY not in reason and SECRET_TAG not in reason and "profile" not in reason and "outer" not in reason
+    with pytest.raises(DynamoDBTypeError) as error:
+        decode_item(item)
+    assert SECRET_KEY not in str(error.value) and SECRET_TAG not in str(error.value)
+
+
+def test_an_unknown_type_tag_is_named_as_such_with_its_depth():
+    reason = item_problem(json.dumps({"id": {"S": "1"}, "profile": {"M": {SECRET_KEY: {SECRET_TAG: "v"}}}}))
+    assert reason == "a nested value (depth 2): unknown DynamoDB type tag (expected one of S, N, B, BOOL, NULL, M, L, SS, NS, BS)"
 
 
 def test_wire_encoding_makes_boto3_binary_json_safe_and_round_trips():
