@@ -40,6 +40,11 @@ from ddb_athena.streamed.capture.bootstrap import snapshot_group
 from ddb_athena.streamed.capture.change_files import EVENT_NAMES, SNAPSHOT_KIND, is_change_file, parse_change_file_name
 
 BOOTSTRAP_FILE_PROPERTY = "ddb_athena.bootstrap-file"
+# The newest stream sequence number before the last bootstrap's scan: every change at or below it is older than the
+# scan, which has seen its effect, so it is never applied again (a late file, a replayed batch, another host's file).
+STREAM_FLOOR_PROPERTY = "ddb_athena.stream-floor"
+# Sorts after every change file name: no snapshot row is applicable.
+_NO_SNAPSHOT = "~"
 # A stream batch is a few rows to a few thousand: one shuffle partition and a static plan (adaptive execution
 # plans each stage again) cost ~10% less CPU per sync cycle (interleaved A/B in one warm session, docs/performance-log.md "CPU of a
 # sync cycle"). A bootstrap's rebuild, the whole table, keeps the session's settings.
@@ -193,11 +198,17 @@ def _utc(moment: datetime | None) -> datetime | None:
     return moment.replace(tzinfo=UTC) if moment else None
 
 
+def _applicable_sql() -> str:
+    """Whether a readable record may be applied: a stream change newer than `:floor` (the stream's end before the last
+    scan), or a row of the snapshot being applied (named from `:first_file` on; its rows carry that floor)."""
+    return f"((event_name = 'SNAPSHOT' AND file_name >= :first_file) OR (event_name <> 'SNAPSHOT' AND lpad(sequence_number, {SEQUENCE_DIGITS}, '0') > :floor))"
+
+
 def _ranked_changes_sql(spec: TableSpec, validated_view: str) -> str:
-    """Every change in files after `:cutoff` and from `:first_file` on whose key and sequence number can be read,
-    quarantined or not, typed and ranked per key: `_rank` 1 is the change with the highest stream sequence number (ties:
-    the later file). A key whose newest change is quarantined is held: none of its older changes is applied, since
-    applying one would present a state the key has already left."""
+    """Every applicable change (see _applicable_sql) whose key and sequence number can be read, quarantined or not,
+    typed and ranked per key: `_rank` 1 is the change with the highest stream sequence number (ties: the later file).
+    A key whose newest change is quarantined is held: none of its older changes is applied, since applying one would
+    present a state the key has already left."""
     # The key comes from the record's Keys: a REMOVE has no image to take it from.
     typed = [
         "key",
@@ -211,13 +222,13 @@ def _ranked_changes_sql(spec: TableSpec, validated_view: str) -> str:
         f"CAST(approximate_creation_time AS timestamp) AS {CHANGED_AT_COLUMN}",
     ]
     readable = f"key IS NOT NULL AND sequence_number RLIKE '^[0-9]{{1,{SEQUENCE_DIGITS}}}$'"
-    changes = f"SELECT {', '.join(typed)} FROM {validate_identifier(validated_view)} WHERE {readable} AND file_name > :cutoff AND file_name >= :first_file"
+    changes = f"SELECT {', '.join(typed)} FROM {validate_identifier(validated_view)} WHERE {readable} AND {_applicable_sql()}"
     return f"SELECT *, row_number() OVER (PARTITION BY key ORDER BY {SEQUENCE_COLUMN} DESC, file_name DESC) AS _rank FROM ({changes})"
 
 
 def _latest_changes_sql(spec: TableSpec, validated_view: str) -> str:
-    """One row per key of the changes in files after `:cutoff` and from `:first_file` on, typed: the newest change of
-    each key (see _ranked_changes_sql) unless it is quarantined, with the merge time `:synced_at`.
+    """One row per key of the applicable changes, typed: the newest change of each key (see _ranked_changes_sql) unless
+    it is quarantined, with the merge time `:synced_at`.
 
     The merge time joins as data (a one-row VALUES relation), not as a literal: Spark inlines timestamp literals
     into the Java it generates, so a new literal every cycle meant new classes to compile and JIT every cycle
@@ -236,13 +247,16 @@ def merge_change_files(
     quarantine_uri: str,
     ensure: bool = True,
     writer: WriterBranch | None = None,
+    snapshot_position: str | None = None,
 ) -> MergeResult:
     """Applies exactly the given change files to `target` (a `namespace.table` in the default catalog).
 
     `ensure=False` skips creating the tables and updating their properties: a caller that merges every few
     seconds does that once. With a `writer`, the table and its tombstones are read and written on that writer's
     branch and published at the end (writer_branch.py): a writer whose lease was taken publishes nothing. Without
-    one, they are written on `main` (a single writer that no other can take over: tests, benchmarks)."""
+    one, they are written on `main` (a single writer that no other can take over: tests, benchmarks).
+    `snapshot_position` is the stream's end before the newest snapshot's scan, when the batch holds one (from its
+    seal: an empty table's snapshot has no row to carry it); without it, its rows' own sequence number."""
     if ensure:
         ensure_tables(spark, spec, target)
     tables = _Tables(target, writer)
@@ -256,11 +270,23 @@ def merge_change_files(
     validated = spark.sql(_validated_changes_sql(spec, lines_view)).persist()
     validated.createOrReplaceTempView(validated_view)
     try:
+        # A snapshot (its seal and parts) replaces everything older than its scan (see capture/bootstrap.py).
+        properties = table_properties(spark, target)
+        cutoff = properties.get(BOOTSTRAP_FILE_PROPERTY) or ""
+        first_file, result.bootstrap_file = _newest_snapshot(change_file_uris, cutoff)
+        first_file = first_file or _NO_SNAPSHOT
+        # Below every sequence number until a bootstrap sets it.
+        floor = properties.get(STREAM_FLOOR_PROPERTY) or ""
+        if result.bootstrap_file:
+            floor = max(floor, _sequence(snapshot_position) if snapshot_position else _snapshot_rows_position(spark, validated_view, first_file))
+        selection = {"first_file": first_file, "floor": floor}
         # One pass for every count this function needs: per file, outcome and kind of record.
         with session_settings(spark, STREAM_BATCH_PLAN):
             summary = spark.sql(
-                f"SELECT file_name, reason, count(*) AS count, min(lpad(sequence_number, {SEQUENCE_DIGITS}, '0')) AS oldest "
-                f"FROM {validated_view} GROUP BY file_name, reason"
+                f"SELECT file_name, reason, count(*) AS count, count_if({_applicable_sql()}) AS applicable, "
+                f"min(CASE WHEN {_applicable_sql()} THEN lpad(sequence_number, {SEQUENCE_DIGITS}, '0') END) AS oldest "
+                f"FROM {validated_view} GROUP BY file_name, reason",
+                args=selection,
             ).collect()
         result.records_read = sum(row["count"] for row in summary)
         for row in summary:
@@ -271,25 +297,20 @@ def merge_change_files(
             bad = validated.where("reason IS NOT NULL").select("source_file", "line", "reason")
             bad.coalesce(1).write.mode("append").json(quarantine_uri)
 
-        # A snapshot (its seal and parts) replaces everything captured before it (see capture/bootstrap.py).
-        cutoff = table_properties(spark, target).get(BOOTSTRAP_FILE_PROPERTY) or ""
-        first_file, result.bootstrap_file = _newest_snapshot(change_file_uris, cutoff)
-        first_file = first_file or cutoff
-        valid = [row for row in summary if row["reason"] is None and row["file_name"] > cutoff]
-        applicable_rows = [row for row in valid if row["file_name"] >= first_file]
-        applicable = sum(row["count"] for row in applicable_rows)
+        applicable_rows = [row for row in summary if row["reason"] is None and row["applicable"]]
+        applicable = sum(row["applicable"] for row in applicable_rows)
         result.records_superseded = result.records_read - result.records_quarantined - applicable
         if result.records_quarantined:
             held = spark.sql(
                 f"SELECT count(*) AS held FROM ({_ranked_changes_sql(spec, validated_view)}) WHERE _rank = 1 AND reason IS NOT NULL",
-                args={"cutoff": cutoff, "first_file": first_file},
+                args=selection,
             )
             result.keys_held = held.collect()[0]["held"]
         if not applicable and not result.bootstrap_file:
             return _with_snapshot(spark, target, result)
 
         synced_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-        latest = spark.sql(_latest_changes_sql(spec, validated_view), args={"cutoff": cutoff, "first_file": first_file, "synced_at": synced_at})
+        latest = spark.sql(_latest_changes_sql(spec, validated_view), args={**selection, "synced_at": synced_at})
         if result.bootstrap_file:
             _rebuild(spark, spec, tables, latest, result)
         else:
@@ -297,11 +318,28 @@ def merge_change_files(
                 _upsert(spark, spec, tables, latest, min(row["oldest"] for row in applicable_rows), result)
         tables.publish()
         if result.bootstrap_file:
-            # Only once the rebuild is visible: the cutoff says which files it superseded.
-            spark.sql(set_properties_sql(target, {BOOTSTRAP_FILE_PROPERTY: result.bootstrap_file}))
+            # Only once the rebuild is visible: which snapshot it applied, and the floor below which no change applies.
+            spark.sql(set_properties_sql(target, {BOOTSTRAP_FILE_PROPERTY: result.bootstrap_file, STREAM_FLOOR_PROPERTY: floor}))
     finally:
         validated.unpersist()
     return _with_snapshot(spark, target, result)
+
+
+def _sequence(number: str) -> str:
+    """A stream sequence number as the table stores it (zero-padded, so that text order is number order)."""
+    if not number.isdigit() or len(number) > SEQUENCE_DIGITS:
+        raise ValueError(f"{number!r} is not a stream sequence number")
+    return number.zfill(SEQUENCE_DIGITS)
+
+
+def _snapshot_rows_position(spark: SparkSession, validated_view: str, first_file: str) -> str:
+    """The sequence number the newest snapshot's rows carry (the stream's end before its scan); 0 if it has none."""
+    rows = spark.sql(
+        f"SELECT max(lpad(sequence_number, {SEQUENCE_DIGITS}, '0')) AS position FROM {validate_identifier(validated_view)} "
+        "WHERE event_name = 'SNAPSHOT' AND file_name >= :first_file AND reason IS NULL",
+        args={"first_file": first_file},
+    ).collect()
+    return rows[0]["position"] or _sequence("0")
 
 
 def _newest_snapshot(change_file_uris: list[str], cutoff: str) -> tuple[str | None, str | None]:

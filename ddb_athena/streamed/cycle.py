@@ -19,8 +19,8 @@ from ddb_athena.lake.change_merge import merge_change_files, table_exists
 from ddb_athena.lake.table_spec import BOOKS_SPEC
 from ddb_athena.lake.writer_branch import WriterBranch
 from ddb_athena.lib.source_layout import SourceLayout
-from ddb_athena.streamed.capture.bootstrap import bootstrap_snapshot, delete_unsealed_parts, pending_snapshot, with_snapshot_parts
-from ddb_athena.streamed.capture.change_files import ChangeFileNamer, change_file_keys, list_keys
+from ddb_athena.streamed.capture.bootstrap import bootstrap_snapshot, delete_unsealed_parts, pending_snapshot, snapshot_position, with_snapshot_parts
+from ddb_athena.streamed.capture.change_files import SNAPSHOT_KIND, ChangeFileNamer, change_file_keys, list_keys, parse_change_file_name
 from ddb_athena.streamed.capture.commit_manifests import committed_files, write_commit_manifest
 from ddb_athena.streamed.capture.quarantine import quarantine_foreign_files
 from ddb_athena.streamed.capture.stream_reader import StreamCapture
@@ -93,8 +93,18 @@ class BooksSync:
                 delete_unsealed_parts(self._s3, self._layout)
                 # Where the stream ends before the scan starts: every record up to there is older than the scan, which
                 # has seen its effect; applied after the snapshot, it would move its key back.
-                positions = self._capture.present_end() if self._capture_stream else []
-                snapshot = bootstrap_snapshot(self._dynamodb, self._s3, self._table_name, BOOKS_SPEC.key.attribute, self._layout, self._namer)
+                # With the capture Lambda too: the snapshot's rows rank at that end, above every older change in whatever
+                # file it comes (a late one, a replayed batch, one named by a host whose clock is behind).
+                positions = self._capture.present_end()
+                snapshot = bootstrap_snapshot(
+                    self._dynamodb,
+                    self._s3,
+                    self._table_name,
+                    BOOKS_SPEC.key.attribute,
+                    self._layout,
+                    self._namer,
+                    stream_position=StreamCapture.newest(positions),
+                )
                 self._log(f"Snapshot of {snapshot.items} items sealed in {len(snapshot.parts)} parts: {snapshot.change_file}")
                 if self._capture_stream:
                     # Only now that the snapshot is durable: the capture resumes where the stream ended before the scan.
@@ -130,6 +140,10 @@ class BooksSync:
         """Merges exactly the change files present now; None (and no Spark at all) when there is nothing to do."""
         self._before_write()
         started = time.monotonic()
+        # The manifests before the listing: a cleanup that runs in between deletes a manifest's files before its
+        # manifest, so a file listed is either still there or known as committed (listed first, a file the cleanup
+        # deleted would be read by the merge and fail the cycle).
+        committed = committed_files(self._s3, self._layout)
         # One listing of the change prefix for both: what is not a change file, and the change files to merge.
         present = list(list_keys(self._s3, self._layout.bucket, self._layout.changes_prefix))
         # A file the merge cannot take would otherwise sit in the prefix forever, its changes lost in silence.
@@ -138,10 +152,11 @@ class BooksSync:
             self._warn(f"Quarantined {len(foreign)} files that are not change files: {', '.join(r.source_file for r in foreign)}")
         # Exactly the files present now: later arrivals wait for the next cycle, none is skipped. Files an earlier
         # cycle committed wait only for their cleanup: merging them again would change nothing and cost a Spark job.
-        committed = committed_files(self._s3, self._layout)
         files = with_snapshot_parts(self._s3, self._layout, [key for key in change_file_keys(present) if key not in committed])
         if not files:
             return {**self._idle_metadata(), "idle": False, "foreign_files_quarantined": len(foreign)} if foreign else None
+        seals = [key for key in files if parse_change_file_name(key)[1] == SNAPSHOT_KIND]
+        position = snapshot_position(self._s3, self._layout, max(seals)) if seals else None
         self._log(f"Merging {len(files)} change files into {self._iceberg_table}")
         self._before_write()
         result = merge_change_files(
@@ -152,6 +167,7 @@ class BooksSync:
             self._layout.uri(f"{self._layout.quarantine_prefix}{batch}", self._scheme),
             ensure=not self._tables_ensured,
             writer=self._writer,
+            snapshot_position=position,
         )
         self._tables_ensured = True
         # A bootstrap's manifest also lists its snapshot parts, which lie beside the change prefix.

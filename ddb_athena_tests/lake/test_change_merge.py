@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 
 from ddb_athena.lake import change_merge
-from ddb_athena.lake.change_merge import BOOTSTRAP_FILE_PROPERTY, STREAM_BATCH_PLAN, classification_sql, current_snapshot_id
+from ddb_athena.lake.change_merge import BOOTSTRAP_FILE_PROPERTY, STREAM_BATCH_PLAN, STREAM_FLOOR_PROPERTY, classification_sql, current_snapshot_id
 from ddb_athena.lake.plan_settings import session_settings
 from ddb_athena.lake.table_spec import BOOKS_SPEC, SEQUENCE_COLUMN
 from ddb_athena_tests.lake.helpers import T0, ChangeFiles, change
@@ -123,14 +123,14 @@ def test_bad_input_is_quarantined_with_its_reason_and_the_rest_is_merged(files):
         [
             "not valid JSON",
             "missing key attribute id (S)",
-            "$.odd: unknown type tag 'Q' (expected one of S, N, B, BOOL, NULL, M, L, SS, NS, BS)",
-            "$.date: N is not a number",
+            "a top-level attribute: unknown DynamoDB type tag (expected one of S, N, B, BOOL, NULL, M, L, SS, NS, BS)",
+            "a top-level attribute: N is not a number",
             "missing or unknown event_name",
         ]
     )
     assert all(record["source_file"].startswith("s3a://") and record["line"] for record in files.quarantined())
-    # The reasons name the attribute and the problem: no attribute value reaches the event log.
-    assert not [reason for reason in result.quarantine_reasons if "soon" in reason or "UPSERT" in reason]
+    # The reasons name the problem and where, never the item's data: no attribute name or value reaches the event log.
+    assert not [reason for reason in result.quarantine_reasons if "soon" in reason or "UPSERT" in reason or "odd" in reason]
 
 
 def test_a_key_whose_newest_change_is_quarantined_is_held_at_its_state_before_the_batch(files):
@@ -167,17 +167,20 @@ def test_a_bootstrap_snapshot_replaces_what_came_before_and_later_changes_apply_
     files.merge()
     files.delete(files.present())
     stale = files.write(change(3, "a", name="captured-before-the-scan"))
-    snapshot = files.write(*[change(0, book_id, "SNAPSHOT", name="scanned") for book_id in ("a", "b", "c")], kind="snapshot")
-    files.write(change(3, "a", name="captured-before-the-scan"), change(4, "b", "REMOVE"), change(5, "c", name="after-scan"))
+    # The scan starts after the stream's record 3: its rows rank there (the stream's end before it).
+    snapshot = files.write(*[change(3, book_id, "SNAPSHOT", name="scanned") for book_id in ("a", "b", "c")], kind="snapshot")
+    late = files.write(change(3, "a", name="captured-before-the-scan"), change(2, "gone", "INSERT"))  # older than the scan, filed after it
+    files.write(change(4, "b", "REMOVE"), change(5, "c", name="after-scan"))
     result = files.merge()
-    assert files.names() == {"a": "captured-before-the-scan", "c": "after-scan"}
-    assert result.bootstrap_file == snapshot.rsplit("/", 1)[-1] and result.records_superseded == 1
+    assert files.names() == {"a": "scanned", "c": "after-scan"}
+    assert result.bootstrap_file == snapshot.rsplit("/", 1)[-1] and result.records_superseded == 3
     assert (result.inserted, result.updated, result.deleted) == (1, 1, 1)  # c new; a kept; "gone" dropped
     properties = {row["key"]: row["value"] for row in files.spark.sql(f"SHOW TBLPROPERTIES {files.table}").collect()}
     assert properties[BOOTSTRAP_FILE_PROPERTY] == result.bootstrap_file
-    # Files from before the snapshot never apply again, even if a cleanup left them behind.
-    files.merge([stale, snapshot])
-    assert files.names() == {"a": "captured-before-the-scan", "c": "after-scan"}
+    assert properties[STREAM_FLOOR_PROPERTY] == "3".zfill(40)
+    # Changes from before the scan never apply again, in whatever file they come, even if a cleanup left them behind.
+    files.merge([stale, snapshot, late])
+    assert files.names() == {"a": "scanned", "c": "after-scan"}
 
 
 def test_a_stream_batch_is_merged_with_its_plan_settings_and_the_session_keeps_its_own(files, monkeypatch):

@@ -24,6 +24,7 @@ from ddb_athena.streamed.capture.lambda_handler import handle_stream_event
 from ddb_athena_tests import aws_calls
 from ddb_athena_tests.dagster_helpers import check_results, materialization_metadata, materializations_metadata, sync_books
 from ddb_athena_tests.lake.helpers import plant_file
+from ddb_athena_tests.streamed.test_cycle import stream_records
 
 
 @pytest.fixture
@@ -64,10 +65,11 @@ def test_first_sync_bootstraps_then_minute_syncs_apply_changes(spark, settings, 
 
     first = sync_books(instance)
     source = materialization_metadata(first, "books_source")
-    assert source["bootstrap_items"] == 12 and source["records_captured"] == 12  # the scan, and the stream replayed after it
+    # The scan; the stream's 12 inserts are older than it, which has seen them: none is applied after it.
+    assert source["bootstrap_items"] == 12 and source["records_captured"] == 0
     merged = materialization_metadata(first, "books_iceberg")
-    # The snapshot's seal and its one part, and the stream file.
-    assert merged["rows_inserted"] == 12 and merged["files_consumed"] == 3 and merged["bootstrap_file"]
+    # The snapshot's seal and its one part.
+    assert merged["rows_inserted"] == 12 and merged["files_consumed"] == 2 and merged["bootstrap_file"]
     assert merged["snapshot_id"] and merged["commit_manifest"].startswith("books_source/_manifests/")
     for number in ("lag_seconds", "duration_seconds", "rows_updated", "rows_deleted", "records_consumed"):
         assert isinstance(merged[number], (int, float))  # numbers, so the UI plots them
@@ -334,11 +336,12 @@ def lambda_event(book_id: str, sequence_number: str, name: str) -> dict:
 def test_with_the_capture_lambda_the_run_merges_its_files_and_never_reads_the_stream(spark, settings, instance):
     s3, layout = settings.client("s3"), SourceLayout(settings.bucket, "books_source")
     BookSimulator(settings.client("dynamodb"), settings.books_table).insert("scanned")
-    # Written before the first run's scan: superseded by it (the scan sees the table as of then).
-    handle_stream_event(lambda_event("before-scan", "100", "only in a superseded file"), s3, layout)
+    newest = int(stream_records(settings)[-1]["dynamodb"]["SequenceNumber"])
+    # Older than the first run's scan: superseded by it (the scan sees the table as of then).
+    handle_stream_event(lambda_event("before-scan", str(newest - 1), "only in a superseded file"), s3, layout)
     first = materialization_metadata(sync_books(instance, books_capture="lambda"), "books_source")
     assert first["capture"] == "lambda" and first["bootstrap_items"] == 1
-    handle_stream_event(lambda_event("after-scan", "200", "captured by the Lambda"), s3, layout)
+    handle_stream_event(lambda_event("after-scan", str(newest + 200), "captured by the Lambda"), s3, layout)
     merged = materialization_metadata(sync_books(instance, books_capture="lambda"), "books_iceberg")
     assert merged["rows_inserted"] == 1
     rows = {row["id"]: row["name"] for row in spark.table(f"{settings.namespace}.books").collect()}
@@ -349,13 +352,14 @@ def test_with_the_capture_lambda_the_run_merges_its_files_and_never_reads_the_st
 def test_with_the_capture_lambda_a_change_written_during_the_bootstrap_scan_applies_on_top(spark, settings, instance, monkeypatch):
     s3, layout = settings.client("s3"), SourceLayout(settings.bucket, "books_source")
     BookSimulator(settings.client("dynamodb"), settings.books_table).insert("scanned")
+    newest = int(stream_records(settings)[-1]["dynamodb"]["SequenceNumber"])
     scan = bootstrap.scan_table
 
     def scan_while_the_lambda_writes(dynamodb, table_name):
         # The scan has read the item; the Lambda then writes a newer change of it (the table moved on meanwhile).
         for item in scan(dynamodb, table_name):
             yield item
-            handle_stream_event(lambda_event("scanned", "300", "changed during the scan"), s3, layout)
+            handle_stream_event(lambda_event("scanned", str(newest + 300), "changed during the scan"), s3, layout)
 
     monkeypatch.setattr(bootstrap, "scan_table", scan_while_the_lambda_writes)
     before = datetime.now(UTC)

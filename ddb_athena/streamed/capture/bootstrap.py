@@ -30,6 +30,8 @@ from ddb_athena.streamed.capture.change_files import (
 
 # A part's size bound: parts stay far below S3's 5 GB single-PUT limit, and the scan's memory is about one part.
 DEFAULT_PART_BYTES = 64 * 1024 * 1024
+# The seal's S3 metadata: the stream's end before the scan (an empty table's snapshot has no row to carry it).
+STREAM_POSITION_METADATA = "stream-position"
 _PART_SUFFIX = re.compile(r"p\d{5}(?=\.jsonl$)")
 
 
@@ -90,8 +92,10 @@ def bootstrap_snapshot(
     layout: SourceLayout,
     namer: ChangeFileNamer,
     part_bytes: int = DEFAULT_PART_BYTES,
+    stream_position: str = "0",
 ) -> BootstrapResult:
-    """Scans the table into parts, then seals the snapshot; returns the seal's key, the parts and the item count."""
+    """Scans the table into parts, then seals the snapshot; returns the seal's key, the parts and the item count. Its
+    rows, and its seal, carry `stream_position`: the newest stream sequence number before the scan started."""
     name = namer.next_name(SNAPSHOT_KIND)  # taken before the scan starts: see the module docstring
     stem = name.removesuffix(".jsonl")
     scanned_at = datetime.now(UTC)
@@ -106,12 +110,19 @@ def bootstrap_snapshot(
         buffer.truncate()
 
     for item in scan_table(dynamodb, table_name):
-        buffer.write(snapshot_record(item, key_attribute, scanned_at).to_json().encode("utf-8") + b"\n")
+        buffer.write(snapshot_record(item, key_attribute, scanned_at, stream_position).to_json().encode("utf-8") + b"\n")
         items += 1
         if buffer.tell() >= part_bytes:
             write_part()
     if buffer.tell() or not parts:
         write_part()  # an empty table still has one (empty) part: the snapshot says "no items"
     seal = layout.changes_prefix + name
-    s3.put_object(Bucket=layout.bucket, Key=seal, Body=b"", IfNoneMatch="*", ContentType="application/x-ndjson")
+    s3.put_object(
+        Bucket=layout.bucket, Key=seal, Body=b"", IfNoneMatch="*", ContentType="application/x-ndjson", Metadata={STREAM_POSITION_METADATA: stream_position}
+    )
     return BootstrapResult(change_file=seal, parts=parts, items=items)
+
+
+def snapshot_position(s3, layout: SourceLayout, seal_key: str) -> str | None:
+    """The stream's end before the scan of the snapshot sealed by `seal_key`; None for a seal written without it."""
+    return s3.head_object(Bucket=layout.bucket, Key=seal_key).get("Metadata", {}).get(STREAM_POSITION_METADATA)

@@ -167,6 +167,12 @@ class StreamCapture:
             positions.append(replace(checkpoint, finished=iterator is None))
         return positions
 
+    @staticmethod
+    def newest(positions: list[ShardCheckpoint]) -> str:
+        """The newest sequence number among `positions` ("0" for a stream without records): DynamoDB numbers a
+        stream's records in the order it publishes them, so every record made after these positions is above it."""
+        return str(max((int(position.sequence_number) for position in positions if position.sequence_number), default=0))
+
     def restart_from(self, positions: list[ShardCheckpoint]) -> None:
         """Replaces every checkpoint with `positions` (a bootstrap's `present_end`, once its snapshot is sealed)."""
         self._checkpoints.delete_all()

@@ -1,0 +1,106 @@
+"""One books sync cycle (capture, merge, manifest) on the emulator: the edges of its order of events."""
+
+from datetime import UTC, datetime, timedelta
+
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed import cycle as books_cycle
+from ddb_athena.streamed.capture.change_files import change_file_name, change_record, write_change_file
+from ddb_athena.streamed.capture.commit_manifests import delete_committed_files
+from ddb_athena.streamed.capture.stream_reader import latest_stream_arn, list_shards
+from ddb_athena.streamed.cycle import BooksSync
+
+
+def books_sync(spark, settings, **options) -> BooksSync:
+    return BooksSync(
+        settings.client("dynamodb"),
+        settings.client("dynamodbstreams"),
+        settings.client("s3"),
+        lambda: spark,
+        "s3a",
+        settings.books_table,
+        f"{settings.namespace}.books",
+        SourceLayout(settings.bucket, "books_source"),
+        log=print,
+        warn=print,
+        **options,
+    )
+
+
+def put(settings, book_id: str, name: str) -> None:
+    settings.client("dynamodb").put_item(TableName=settings.books_table, Item={"id": {"S": book_id}, "name": {"S": name}})
+
+
+def delete(settings, book_id: str) -> None:
+    settings.client("dynamodb").delete_item(TableName=settings.books_table, Key={"id": {"S": book_id}})
+
+
+def names(spark, settings) -> dict[str, str]:
+    return {row["id"]: row["name"] for row in spark.table(f"{settings.namespace}.books").collect()}
+
+
+def stream_records(settings) -> list[dict]:
+    """Every record the table's stream holds, oldest first (the emulator's single shard)."""
+    streams = settings.client("dynamodbstreams")
+    arn = latest_stream_arn(settings.client("dynamodb"), settings.books_table)
+    (shard,) = list_shards(streams, arn)
+    iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    records = []
+    while True:
+        response = streams.get_records(ShardIterator=iterator, Limit=1000)
+        if not response["Records"]:
+            return records
+        records += response["Records"]
+        iterator = response["NextShardIterator"]
+
+
+def write_lambda_file(settings, records: list[dict], named_at: datetime) -> str:
+    return write_change_file(
+        settings.client("s3"), SourceLayout(settings.bucket, "books_source"), change_file_name(named_at, "lambda"), [change_record(r) for r in records]
+    )
+
+
+def test_a_cleanup_between_the_manifests_and_the_listing_does_not_fail_the_cycle(spark, settings, monkeypatch):
+    put(settings, "a", "first")
+    sync = books_sync(spark, settings)
+    assert sync.cycle("c1").merged["commit_manifest"]
+    put(settings, "b", "second")
+    read_manifests = books_cycle.committed_files
+
+    def cleanup_first(s3, layout):
+        # The cleanup sensor's run deletes the committed files, then their manifest, at this very moment.
+        for manifest in s3.list_objects_v2(Bucket=layout.bucket, Prefix=layout.manifests_prefix).get("Contents", []):
+            delete_committed_files(s3, layout.bucket, manifest["Key"])
+        return read_manifests(s3, layout)
+
+    monkeypatch.setattr(books_cycle, "committed_files", cleanup_first)
+    outcome = sync.cycle("c2")
+    assert outcome.merged["files_consumed"] == 1
+    assert names(spark, settings) == {"a": "first", "b": "second"}
+
+
+def test_a_change_older_than_the_bootstrap_scan_never_beats_it_in_any_file_that_comes_later(spark, settings):
+    put(settings, "kept", "v1")
+    put(settings, "kept", "v2")
+    put(settings, "deleted", "alive")
+    delete(settings, "deleted")
+    before_scan = stream_records(settings)
+    sync = books_sync(spark, settings)
+    sync.cycle("bootstrap", bootstrap=True)
+    assert names(spark, settings) == {"kept": "v2"}
+    # A failed batch replayed after the bootstrap (`replay-failures` names its file at replay time), and the same
+    # records in a file of another producer: each is older than the scan, which has seen its effect.
+    write_lambda_file(settings, before_scan[:3], datetime.now(UTC) + timedelta(seconds=1))
+    sync.cycle("after")
+    assert names(spark, settings) == {"kept": "v2"}  # not v1, and "deleted" not back
+
+
+def test_a_change_after_the_scan_applies_even_in_a_file_named_before_it_by_a_host_whose_clock_is_behind(spark, settings):
+    put(settings, "a", "before the scan")
+    lambda_sync = books_sync(spark, settings, capture_stream=False)  # the capture Lambda writes the change files
+    lambda_sync.cycle("bootstrap", bootstrap=True)
+    assert names(spark, settings) == {"a": "before the scan"}
+    put(settings, "a", "after the scan")
+    newest = stream_records(settings)[-1:]
+    write_lambda_file(settings, newest, datetime.now(UTC) - timedelta(minutes=2))
+    lambda_sync.cycle("after")
+    assert names(spark, settings) == {"a": "after the scan"}
