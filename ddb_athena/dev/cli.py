@@ -208,7 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     wait.set_defaults(handler=_wait_for_runs)
 
     pools = commands.add_parser(
-        "writer-pools", help="limit each table writers' pool to one run at a time in the Dagster instance ($DAGSTER_HOME); once, before its daemon starts"
+        "writer-pools",
+        help="limit each table writers' pool to one run at a time in the Dagster instance ($DAGSTER_HOME); once, before its daemon starts. "
+        "Exit 1 if its dagster.yaml does not queue them (pools granularity run)",
     )
     pools.set_defaults(handler=_writer_pools)
 
@@ -246,10 +248,20 @@ def _writer_pools(args, settings: Settings) -> int:
 
     from ddb_athena.dev.local_runs import limit_writer_pools
     from ddb_athena.lib.writer_lease import WRITER_POOLS
+    from ddb_athena.lib.writer_pools import POOLS_SETTING, writer_pool_problems
 
     with DagsterInstance.get() as instance:
         limit_writer_pools(instance, WRITER_POOLS)
+        # The limits alone do not queue the writers: the instance's settings must too, which this command cannot change.
+        missing = {problem for pool in WRITER_POOLS for problem in writer_pool_problems(instance, pool)[0]}
     print(f"One run at a time in each writers' pool: {', '.join(WRITER_POOLS)}")
+    if missing:
+        print(
+            f"Yet the writers will not wait in the queue: {'; '.join(sorted(missing))}. Set `{POOLS_SETTING}` in "
+            f"$DAGSTER_HOME/dagster.yaml (and no other run_coordinator than the default queue), then restart the daemon.",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -33,6 +33,7 @@ from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, S
 from ddb_athena.lib.settings import MAX_MERGE_INTERVAL_SECONDS, MAX_SYNC_RUN_MINUTES, MIN_MERGE_INTERVAL_SECONDS
 from ddb_athena.lib.upkeep import maintain
 from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL, WriterLease
+from ddb_athena.lib.writer_pools import warn_unless_writers_queue
 from ddb_athena.streamed.check_results import cycle_check_results, files_compact_result
 from ddb_athena.streamed.cycle import BooksSync
 from ddb_athena.streamed.run_loop import StopRequest, run_cycles
@@ -196,6 +197,8 @@ def sync_books(
     sync: SyncSettings,
     leases: WriterLeases,
 ):
+    # Unless the books writers queue one run at a time, waiting_writer never sees a bootstrap: it starts beside this run.
+    warn_unless_writers_queue(context, BOOKS_WRITER_POOL)
     # Materialize in the UI is one cycle now, not an hour's sync beside the schedule's: the schedule's runs are the sync.
     default_minutes = sync.sync_run_minutes if context.run.job_name == SYNC_JOB_NAME else 0.0
     run_minutes = default_minutes if config.run_minutes is None else config.run_minutes
