@@ -5,22 +5,25 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from dagster import AssetCheckResult, AssetCheckSeverity
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
-from ddb_athena.lake.change_merge import row_versions, tombstone_versions
+from ddb_athena.lake.change_merge import tombstone_versions
+from ddb_athena.lake.identifiers import dotted_name, validate_identifier
 from ddb_athena.lake.maintenance import TableFiles
-from ddb_athena.lake.table_spec import BOOKS_SPEC
+from ddb_athena.lake.table_spec import BOOKS_SPEC, ITEM_COLUMN, SEQUENCE_COLUMN
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.lib.table_checks import unique_key_result
 from ddb_athena.streamed.capture.change_files import is_change_file, list_keys
 from ddb_athena.streamed.capture.commit_manifests import committed_files
 from ddb_athena.streamed.capture.failed_batches import failure_queue_depth
 from ddb_athena.streamed.capture.quarantine import quarantined_reasons
-from ddb_athena.streamed.key_parity import KeyParity, KeyScan, ParityTracker, paced_keys, read_rate_for
+from ddb_athena.streamed.key_parity import KeyParity, KeyScan, ParityTracker, Row, item_json_digest, paced_item_digests, read_rate_for
 
 # Compaction keeps the average data file at least this big, or the table in at most this many files.
 MIN_AVERAGE_DATA_FILE_BYTES = 1024 * 1024
 SMALL_TABLE_MAX_FILES = 50
-# How often a parity check run on its own looks again while keys are in flight.
+# How often a parity check looks at the table again while keys that differed await their verdict.
 PARITY_POLL_SECONDS = 5.0
 
 
@@ -78,32 +81,50 @@ def key_parity_result(parity: KeyParity, scans: list[KeyScan]) -> AssetCheckResu
         },
         description=None
         if parity.passed
-        else "Keys differ from DynamoDB for longer than a change takes to merge: a lost change or a "
+        else "Keys or values differ from DynamoDB for longer than a change takes to merge: a lost change or a "
         "hand-made edit of the table. A bootstrap run (config bootstrap: true) rebuilds the table from DynamoDB.",
     )
 
 
+def iceberg_rows(spark: SparkSession, target: str, key: str, keys: set[str] | None = None) -> dict[str, Row]:
+    """Every row of `target` (or those of `keys`): the sequence number of the change it was written from, and the
+    digest of its item, computed by the executors (only digests come back, never items)."""
+    if keys is not None and not keys:
+        return {}
+    rows = spark.table(dotted_name(target)).select(
+        F.col(validate_identifier(key, "key column")).alias("key"), F.col(SEQUENCE_COLUMN).alias("version"), F.col(ITEM_COLUMN).alias("item")
+    )
+    if keys is not None:
+        rows = rows.join(F.broadcast(spark.createDataFrame([(value,) for value in sorted(keys)], "key string")), "key")
+    digests = rows.select("key", "version", F.udf(item_json_digest, "string")("item").alias("digest"))
+    return {row["key"]: Row(row["version"], row["digest"]) for row in digests.collect()}
+
+
 def key_parity_readers(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, scans: list[KeyScan]) -> tuple:
-    """What a ParityTracker reads: library.books's keys and row versions, DynamoDB's keys (a paced scan, appended to
-    `scans`), the newest tombstones of some keys."""
+    """What a ParityTracker reads: library.books's rows (all, or some keys'), DynamoDB's items (a paced scan, appended
+    to `scans`), the newest tombstones of some keys."""
     key = BOOKS_SPEC.key
     dynamodb = aws.client("dynamodb")
     rate = read_rate_for(dynamodb, sync.books_table, sync.parity_scan_capacity_share, sync.parity_scan_read_units_per_second)
 
-    def dynamodb_keys() -> list[str]:
-        scans.append(paced_keys(dynamodb, sync.books_table, key.attribute, key.type_tag, rate, sync.parity_scan_segments))
-        return scans[-1].keys
+    def dynamodb_items() -> dict[str, str]:
+        scans.append(paced_item_digests(dynamodb, sync.books_table, key.attribute, key.type_tag, rate, sync.parity_scan_segments))
+        return scans[-1].digests
 
     return (
-        lambda: row_versions(spark.spark_session, sync.books_iceberg_table, key.name),
-        dynamodb_keys,
+        lambda keys=None: iceberg_rows(spark.spark_session, sync.books_iceberg_table, key.name, keys),
+        dynamodb_items,
         lambda keys: tombstone_versions(spark.spark_session, sync.books_iceberg_table, key.name, keys),
     )
 
 
 def observe_key_parity(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings) -> tuple[KeyParity, list[KeyScan]]:
-    """Compares the keys of library.books and DynamoDB until what was in flight at the first look has settled; each
-    look is a paced scan of DynamoDB's keys (returned too, for what they read)."""
+    """Compares library.books with DynamoDB, keys and values, until what differed has settled (key_parity.py).
+
+    What it reads: library.books's key, sequence number and item columns once (the items are digested by the
+    executors); then DynamoDB's whole table once, a paced, eventually consistent scan (returned too, for what it
+    read); then, every few seconds for at most the settle time after the scan, only the rows and tombstones of the
+    keys that differed. It never reads DynamoDB a second time, so its read units are one scan's whatever differs."""
     scans: list[KeyScan] = []
     parity = ParityTracker(sync.parity_settle_seconds).observe_until_settled(
         *key_parity_readers(aws, spark, sync, scans), poll_seconds=min(PARITY_POLL_SECONDS, sync.parity_settle_seconds)

@@ -1,24 +1,101 @@
-"""Whether an Iceberg table holds the same keys as its DynamoDB table, told apart from changes in flight.
+"""Whether an Iceberg table holds the same items as its DynamoDB table (keys and values), told apart from changes in
+flight.
 
-Under live writes the two never match at one instant: an item written after the last capture is in
-DynamoDB and not yet in Iceberg (or still in Iceberg after a delete). Such a key differs once and is
-merged within a cycle or two. A key that still differs in the same way `settle_seconds` after it was
-first seen is a real divergence (a lost change, a row deleted from the table by hand): only those fail.
+Under live writes the two never match at one instant: an item written after the last capture is in DynamoDB and not
+yet in Iceberg (or still in Iceberg after a delete, or there with its older value). Such a key differs once and is
+merged within a cycle or two. A key that still differs in the same way `settle_seconds` after it was first seen is a
+real divergence (a lost change, a row deleted or edited in the table by hand): only those fail.
 
-"The same way" includes the change the table last merged for the key: the sequence number its row was written
-from (a key only in Iceberg) or that of its newest tombstone (a key missing from Iceberg). Looks come a minute
-apart in a sync run, and a key deleted, inserted again and deleted again in between is caught in flight at both
-looks: its row is another one, so it is a new change, not a stuck one.
+A look reads the table first, then DynamoDB, and compares each key's presence and the digest of its item
+(`item_digest`: the whole DynamoDB item, attribute and set order aside). "The same way" includes the change the table
+last merged for the key: the sequence number its row was written from (a key only in Iceberg, or with another value)
+or that of its newest tombstone (a key missing from Iceberg), and the value DynamoDB held. A key deleted, inserted
+again and deleted again between two looks is caught in flight at both: its row is another one, so it is a new change,
+not a stuck one.
+
+The second look at a key re-reads the table only, not DynamoDB (`ParityTracker.recheck`), so it costs no read units
+and comes right after the scan whatever the scan took: one scan of a large table outlasts the settle time many times
+over. It is enough: DynamoDB held the value the scan read when it read it, after the table was read (an eventually
+consistent read lags a write by about a second, far less than a merge takes). If at a look `settle_seconds` after the
+scan the table still holds the very row (or tombstone) it held before the scan, no change was merged for the key in
+between, though that value (or any later one) would have been: divergence. If it holds another one, a change was
+merged since the scan: in flight, whatever DynamoDB holds now (telling more would take reading DynamoDB again).
 """
 
+import hashlib
+import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
-# Keys quoted in a result: enough to start an investigation, few enough for the UI.
+from ddb_athena.lake.dynamodb_json import item_to_wire
+
+# Keys quoted in a result: enough to start an investigation, few enough for the UI. Never values.
 EXAMPLE_KEYS = 5
 MISSING = "missing from Iceberg"
 EXTRA = "only in Iceberg"
+DIFFERENT = "differs in value"
+# 8 bytes: two different items share a digest with a chance of 2^-64; a 10-million-item table's digests fit in memory.
+DIGEST_BYTES = 8
+_SETS = ("SS", "NS", "BS")
+
+
+def _canonical(attribute: Mapping[str, Any]) -> Any:
+    """An attribute value (wire DynamoDB JSON) with its set members sorted: DynamoDB sets have no order."""
+    ((tag, value),) = attribute.items()
+    if tag in _SETS:
+        return {tag: sorted(value)}
+    if tag == "M":
+        return {tag: {name: _canonical(member) for name, member in value.items()}}
+    if tag == "L":
+        return {tag: [_canonical(member) for member in value]}
+    return attribute
+
+
+def item_digest(wire_item: Mapping[str, Mapping[str, Any]]) -> str:
+    """A digest of a whole DynamoDB item in wire form (DynamoDB JSON, B as base64: an Iceberg row's item column, or
+    `item_to_wire` of what boto3 reads): the same for the same content whatever the attribute or set member order."""
+    canonical = {name: _canonical(value) for name, value in wire_item.items()}
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=DIGEST_BYTES).hexdigest()
+
+
+def item_json_digest(item_json: str | None) -> str | None:
+    """`item_digest` of an item column's text (a Spark UDF: the items stay in the executors, only digests come back).
+    Text that is not an item (never merged: it is quarantined) gets the digest of the text, which matches no item's."""
+    if item_json is None:
+        return None
+    try:
+        return item_digest(json.loads(item_json))
+    except (ValueError, TypeError, AttributeError):
+        return hashlib.blake2b(item_json.encode("utf-8"), digest_size=DIGEST_BYTES).hexdigest()
+
+
+class Row(NamedTuple):
+    """What the table holds for a key: the sequence number of the change its row was written from, its item's digest."""
+
+    version: str | None
+    digest: str | None
+
+
+@dataclass(frozen=True)
+class Difference:
+    """How a key differs: where (MISSING, EXTRA, DIFFERENT), the change the table holds for it (its row's sequence
+    number, or its newest tombstone's for a key missing from Iceberg), and the digest of the item DynamoDB held."""
+
+    where: str
+    table_version: str | None
+    dynamodb_digest: str | None
+
+
+def difference(row: Row | None, dynamodb_digest: str | None, tombstone: str | None) -> Difference | None:
+    """How the table's `row` of a key differs from DynamoDB's item (its digest, None when there is none), or None."""
+    if row is None:
+        return None if dynamodb_digest is None else Difference(MISSING, tombstone, dynamodb_digest)
+    if dynamodb_digest is None:
+        return Difference(EXTRA, row.version, None)
+    return None if row.digest == dynamodb_digest else Difference(DIFFERENT, row.version, dynamodb_digest)
 
 
 @dataclass(frozen=True)
@@ -40,75 +117,115 @@ class KeyParity:
             "difference": self.iceberg_rows - self.dynamodb_items,
             "keys_in_flight": len(self.in_flight),
             "unexplained_keys": len(self.unexplained),
+            "unexplained_values": sum(where == DIFFERENT for where in self.unexplained.values()),
             "unexplained_examples": ", ".join(f"{key} ({where})" for key, where in examples.items()) or "none",
         }
 
 
+# Readers: the table's rows (every row when called without an argument, else those of the given keys), DynamoDB's
+# items (key -> item digest), the version of the newest delete of each of some keys the table ever applied.
+ReadRows = Callable[..., Mapping[str, Row]]
+ReadItems = Callable[[], Mapping[str, str]]
+ReadTombstones = Callable[[set[str]], Mapping[str, str]]
+
+
 @dataclass
 class ParityTracker:
-    """Compares key sets over successive observations; a key must differ the same way for `settle_seconds`
+    """Compares a table with DynamoDB over successive looks; a key must differ the same way for `settle_seconds`
     (longer than a change takes to reach the table) before it counts as divergence."""
 
     settle_seconds: float
     clock: Callable[[], float] = time.monotonic
-    # key -> ((how it differs, the version of the key the table holds), when it was first seen differing that way)
-    _differing_since: dict[str, tuple[tuple[str, str | None], float]] = field(default_factory=dict)
+    # key -> (how it differs, when it was first seen differing that way at a look that read DynamoDB after the table)
+    _differing_since: dict[str, tuple[Difference, float]] = field(default_factory=dict)
+    # Since the last whole look: its counts, and the keys a recheck found merged again since (in flight).
+    _counts: tuple[int, int] = (0, 0)
+    _moved: dict[str, str] = field(default_factory=dict)
 
-    def observe(
-        self,
-        read_iceberg_rows: Callable[[], Mapping[str, str | None]],
-        read_dynamodb_keys: Callable[[], Iterable[str]],
-        read_tombstones: Callable[[set[str]], Mapping[str, str]],
-    ) -> KeyParity:
-        """`read_iceberg_rows`: the table's keys with the version of each row; `read_tombstones(keys)`: the version
-        of the newest delete of each of `keys` the table ever applied."""
-        # Iceberg first: an item written between the two reads is then always "missing", i.e. in flight.
+    def observe(self, read_iceberg_rows: ReadRows, read_dynamodb_items: ReadItems, read_tombstones: ReadTombstones) -> KeyParity:
+        """A whole look: every row of the table, then every item of DynamoDB."""
+        # The table first: an item written between the two reads then differs from a row older than it, i.e. in
+        # flight, and a row unchanged at a later look was the table's before DynamoDB held the item the scan read.
         read_at = self.clock()
         iceberg = dict(read_iceberg_rows())
-        dynamodb = set(read_dynamodb_keys())
-        missing = dynamodb - iceberg.keys()
+        dynamodb = dict(read_dynamodb_items())
+        missing = dynamodb.keys() - iceberg.keys()
         tombstones = read_tombstones(missing) if missing else {}
-        differing = {key: (MISSING, tombstones.get(key)) for key in missing} | {key: (EXTRA, iceberg[key]) for key in iceberg.keys() - dynamodb}
+        differing = {}
+        for key in iceberg.keys() | dynamodb.keys():
+            found = difference(iceberg.get(key), dynamodb.get(key), tombstones.get(key))
+            if found:
+                differing[key] = found
         # The change behind a difference was made before the scan ended; the settle time counts from there.
         seen_at = self.clock()
-        previous, self._differing_since = self._differing_since, {}
-        for key, difference in differing.items():
+        previous, self._differing_since, self._moved = self._differing_since, {}, {}
+        for key, found in differing.items():
             earlier = previous.get(key)
-            # A key that stopped differing, flipped, or differs from another merged change starts over: each change
-            # gets its own settle time.
-            self._differing_since[key] = earlier if earlier and earlier[0] == difference else (difference, seen_at)
-        unexplained = {key: where for key, ((where, _), since) in self._differing_since.items() if read_at - since >= self.settle_seconds}
-        in_flight = {key: where for key, (where, _) in differing.items() if key not in unexplained}
+            # A key that stopped differing, flipped, or differs from another merged change or DynamoDB value starts
+            # over: each change gets its own settle time.
+            self._differing_since[key] = earlier if earlier and earlier[0] == found else (found, seen_at)
+        unexplained = {key: found.where for key, (found, since) in self._differing_since.items() if read_at - since >= self.settle_seconds}
+        in_flight = {key: found.where for key, found in differing.items() if key not in unexplained}
+        self._counts = (len(iceberg), len(dynamodb))
         return KeyParity(len(iceberg), len(dynamodb), in_flight, unexplained)
+
+    def recheck(self, read_iceberg_rows: ReadRows, read_tombstones: ReadTombstones) -> KeyParity:
+        """A second look at the keys that differed at the last whole look, at the table only (see the module's
+        docstring): each that the table still holds as it did then is divergence once `settle_seconds` have passed,
+        one it holds as DynamoDB did is merged, one the table merged another change for since is in flight. The
+        counts are the last whole look's."""
+        keys = set(self._differing_since)
+        read_at = self.clock()
+        iceberg = {key: row for key, row in read_iceberg_rows(keys).items() if key in keys} if keys else {}
+        absent = keys - iceberg.keys()
+        tombstones = read_tombstones(absent) if absent else {}
+        unexplained, in_flight = {}, {}
+        for key, (was, since) in list(self._differing_since.items()):
+            now = difference(iceberg.get(key), was.dynamodb_digest, tombstones.get(key))
+            if now == was:
+                (unexplained if read_at - since >= self.settle_seconds else in_flight)[key] = was.where
+                continue
+            del self._differing_since[key]
+            if now is not None:
+                self._moved[key] = now.where
+        return KeyParity(*self._counts, {**self._moved, **in_flight}, unexplained)
+
+    @property
+    def awaited(self) -> set[str]:
+        """Keys whose verdict waits for the settle time: they differ as they did at the last whole look."""
+        return set(self._differing_since)
 
     def observe_until_settled(
         self,
-        read_iceberg_rows: Callable[[], Mapping[str, str | None]],
-        read_dynamodb_keys: Callable[[], Iterable[str]],
-        read_tombstones: Callable[[set[str]], Mapping[str, str]],
+        read_iceberg_rows: ReadRows,
+        read_dynamodb_items: ReadItems,
+        read_tombstones: ReadTombstones,
         poll_seconds: float,
         sleep: Callable[[float], None] = time.sleep,
     ) -> KeyParity:
-        """Observes until every key that differed at the first look is merged or has settled as divergence: for a
-        check run on its own, beside a sync run that merges what is in flight (at most `settle_seconds` more, or twice
-        that for a key that keeps changing, which stays in flight)."""
-        deadline = self.clock() + 2 * self.settle_seconds
-        parity = self.observe(read_iceberg_rows, read_dynamodb_keys, read_tombstones)
-        awaited = set(parity.in_flight)
-        while awaited & parity.in_flight.keys() and self.clock() < deadline:
+        """One whole look, then second looks at the table every `poll_seconds` until every key that differed is
+        merged, in flight with a change merged since, or settled as divergence: at most `settle_seconds` after the
+        scan ended, however long it took."""
+        parity = self.observe(read_iceberg_rows, read_dynamodb_items, read_tombstones)
+        while self.awaited - parity.unexplained.keys():
             sleep(poll_seconds)
-            parity = self.observe(read_iceberg_rows, read_dynamodb_keys, read_tombstones)
+            parity = self.recheck(read_iceberg_rows, read_tombstones)
         return parity
 
 
 @dataclass
 class KeyScan:
-    """A key scan paced to a read rate: what it read, and the read units DynamoDB says it consumed."""
+    """A scan paced to a read rate: the digest of every item it read by key, and the read units DynamoDB says it
+    consumed."""
 
-    keys: list[str] = field(default_factory=list)
+    digests: dict[str, str] = field(default_factory=dict)
     read_units: float = 0.0
     seconds: float = 0.0
     pages: int = 0
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self.digests)
 
 
 def read_rate_for(dynamodb, table_name: str, capacity_share: float, on_demand_read_units_per_second: float) -> float:
@@ -118,7 +235,7 @@ def read_rate_for(dynamodb, table_name: str, capacity_share: float, on_demand_re
     return min(on_demand_read_units_per_second, capacity_share * provisioned) if provisioned else on_demand_read_units_per_second
 
 
-def paced_keys(
+def paced_item_digests(
     dynamodb,
     table_name: str,
     attribute: str,
@@ -128,25 +245,18 @@ def paced_keys(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> KeyScan:
-    """Every item's key, in `segments` scan segments read in turn, paced so that the read units consumed (as DynamoDB
-    reports them) average at most `read_units_per_second`. Eventually consistent: half the units of a consistent read,
-    and a key in flight is told apart by the settle time anyway. A projection does not lower the units: they count
-    the items' whole size."""
+    """Every item's key and digest, in `segments` scan segments read in turn, paced so that the read units consumed
+    (as DynamoDB reports them) average at most `read_units_per_second`. Whole items: a projection to the key would
+    not lower the units (they count the items' whole size). Eventually consistent: half the units of a consistent
+    read, and a key in flight is told apart by the settle time anyway. Only digests are kept, never values."""
     if read_units_per_second <= 0:
         raise ValueError(f"a scan's read rate must be positive, got {read_units_per_second}")
     scan, started = KeyScan(), clock()
     paginator = dynamodb.get_paginator("scan")
     for segment in range(segments):
-        pages = paginator.paginate(
-            TableName=table_name,
-            ProjectionExpression="#key",
-            ExpressionAttributeNames={"#key": attribute},
-            Segment=segment,
-            TotalSegments=segments,
-            ReturnConsumedCapacity="TOTAL",
-        )
+        pages = paginator.paginate(TableName=table_name, Segment=segment, TotalSegments=segments, ReturnConsumedCapacity="TOTAL")
         for page in pages:
-            scan.keys += [item[attribute][type_tag] for item in page["Items"]]
+            scan.digests.update((item[attribute][type_tag], item_digest(item_to_wire(item))) for item in page["Items"])
             scan.read_units += page.get("ConsumedCapacity", {}).get("CapacityUnits", 0.0)
             scan.pages += 1
             # Paced by what was consumed so far: the next page waits until the average is back at the rate.

@@ -162,15 +162,17 @@ class PagedScan:
         return Pages()
 
 
-def test_the_key_scan_is_segmented_eventually_consistent_and_paced_to_its_read_rate():
-    from ddb_athena.streamed.key_parity import paced_keys, read_rate_for
+def test_the_item_scan_is_segmented_eventually_consistent_and_paced_to_its_read_rate():
+    from ddb_athena.streamed.key_parity import item_digest, paced_item_digests, read_rate_for
 
     # On demand: the configured rate. Provisioned: a share of the table's read capacity, never above that rate.
     assert read_rate_for(PagedScan(1, 1), "books", 0.1, 100) == 100
     assert read_rate_for(PagedScan(1, 1, provisioned=200), "books", 0.1, 100) == 20
     dynamodb, clock = PagedScan(pages=10, units=50.0), FakeClock()
-    scan = paced_keys(dynamodb, "books", "id", "S", read_units_per_second=20, segments=4, clock=clock, sleep=clock.sleep)
+    scan = paced_item_digests(dynamodb, "books", "id", "S", read_units_per_second=20, segments=4, clock=clock, sleep=clock.sleep)
     assert len(scan.keys) == 40 and scan.read_units == 2000 and scan.pages == 40
+    # Whole items (a projection would cost the same units), kept as digests only.
+    assert scan.digests["s0-0"] == item_digest({"id": {"S": "s0-0"}}) and all("ProjectionExpression" not in request for request in dynamodb.requests)
     assert scan.seconds >= 2000 / 20 - 50 / 20  # every page but the last waited its share
     assert scan.read_units / scan.seconds <= 20 * 1.05
     assert [request["Segment"] for request in dynamodb.requests] == [0, 1, 2, 3]

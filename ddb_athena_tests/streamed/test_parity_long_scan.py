@@ -1,0 +1,96 @@
+"""The daily parity check on a table whose scan outlasts the settle time: a key that differs from DynamoDB (missing,
+extra or with another value) and that no change will repair turns it red; a key whose change is merged between the
+scan and the second look does not."""
+
+import pytest
+from dagster import DagsterInstance
+
+from ddb_athena.dev.simulate import BookSimulator
+from ddb_athena.streamed.check_results import key_parity_readers
+from ddb_athena.streamed.checks import books_row_count_parity
+from ddb_athena.streamed.key_parity import DIFFERENT, ParityTracker
+from ddb_athena_tests.dagster_helpers import local_resources, sync_books
+
+SETTLE_SECONDS = 1.0
+
+
+@pytest.fixture
+def instance():
+    with DagsterInstance.ephemeral() as instance:
+        yield instance
+
+
+def slow_scan_resources(**options) -> dict:
+    # The emulator reports a read unit a scan page: four segments of a page each, paced to 1.25 units a second, take
+    # 3.2 s, more than twice the settle time, as a scan of millions of items at 100 units a second outlasts a minute.
+    return local_resources(parity_settle_seconds=SETTLE_SECONDS, parity_scan_read_units_per_second=1.25, parity_scan_segments=4, **options)
+
+
+def update_name(dynamodb, table: str, book_id: str, name: str) -> None:
+    dynamodb.update_item(
+        TableName=table,
+        Key={"id": {"S": book_id}},
+        UpdateExpression="SET #name = :name",
+        ExpressionAttributeNames={"#name": "name"},
+        ExpressionAttributeValues={":name": {"S": name}},
+    )
+
+
+def test_missing_extra_and_changed_keys_turn_the_check_red_though_the_scan_outlasts_the_settle_time(spark, settings, instance):
+    dynamodb = settings.client("dynamodb")
+    simulator = BookSimulator(dynamodb, settings.books_table)
+    for number in range(12):
+        simulator.insert(f"book-{number:02d}")
+    sync_books(instance)
+    # Three divergences no change will repair (no sync runs after them): a row deleted from the table by hand, and a
+    # delete and an update whose stream records were lost.
+    spark.sql(f"DELETE FROM {settings.namespace}.books WHERE id = 'book-01'")
+    dynamodb.delete_item(TableName=settings.books_table, Key={"id": {"S": "book-02"}})
+    update_name(dynamodb, settings.books_table, "book-03", "A Title The Table Never Saw")
+
+    resources = slow_scan_resources()
+    check = books_row_count_parity(aws=resources["aws"], spark=resources["spark"], sync=resources["sync"])
+    assert check.metadata["dynamodb_scan_seconds"].value > 2 * SETTLE_SECONDS  # the premise: a long scan
+    assert not check.passed
+    assert check.metadata["unexplained_keys"].value == 3
+    assert check.metadata["unexplained_examples"].value == ("book-01 (missing from Iceberg), book-02 (only in Iceberg), book-03 (differs in value)")
+    assert check.metadata["dynamodb_scans"].value == 1  # the second look re-reads the table, not DynamoDB
+
+
+def test_a_healthy_table_passes_with_a_long_scan_every_item_reading_the_same_on_both_sides(spark, settings, instance):
+    dynamodb = settings.client("dynamodb")
+    simulator = BookSimulator(dynamodb, settings.books_table)
+    for number in range(8):
+        simulator.insert(f"book-{number:02d}")
+    sync_books(instance)
+    resources = slow_scan_resources()
+    healthy = books_row_count_parity(aws=resources["aws"], spark=resources["spark"], sync=resources["sync"])
+    # Every item's value, every DynamoDB type in it (sets, binary, maps, lists), reads the same from both sides.
+    assert healthy.passed and healthy.metadata["keys_in_flight"].value == 0 and healthy.metadata["iceberg_rows"].value == 8
+
+
+def test_a_value_merged_or_changed_again_after_the_scan_is_in_flight_and_one_the_table_never_merges_is_divergence(spark, settings, instance):
+    dynamodb = settings.client("dynamodb")
+    simulator = BookSimulator(dynamodb, settings.books_table)
+    simulator.insert("book-a")
+    simulator.insert("book-b")
+    sync_books(instance)
+    resources = local_resources()
+    read_rows, scan, read_tombstones = key_parity_readers(resources["aws"], resources["spark"], resources["sync"], [])
+    # No settle time: a key the table still holds as it did before the scan is divergence at the second look.
+    tracker = ParityTracker(settle_seconds=0)
+
+    for book_id in ("book-a", "book-b"):
+        update_name(dynamodb, settings.books_table, book_id, "Second Title")  # in flight at the scan
+    first = tracker.observe(read_rows, scan, read_tombstones)
+    assert first.passed and first.in_flight == {"book-a": DIFFERENT, "book-b": DIFFERENT}
+    update_name(dynamodb, settings.books_table, "book-b", "Third Title")  # changed again after the scan
+    sync_books(instance)
+    # book-a's row now holds what the scan read: merged. book-b's holds a later change: in flight, not divergence.
+    second = tracker.recheck(read_rows, read_tombstones)
+    assert second.passed and second.in_flight == {"book-b": DIFFERENT} and second.unexplained == {}
+
+    update_name(dynamodb, settings.books_table, "book-a", "Lost Title")  # a change no sync merges
+    assert tracker.observe(read_rows, scan, read_tombstones).in_flight == {"book-a": DIFFERENT}
+    stuck = tracker.recheck(read_rows, read_tombstones)
+    assert not stuck.passed and stuck.unexplained == {"book-a": DIFFERENT}
