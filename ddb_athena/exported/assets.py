@@ -32,6 +32,7 @@ from ddb_athena.lake.export_load import ExportDataFile, loaded_full_export, tabl
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.settings import Settings
 from ddb_athena.lib.writer_lease import ORDERS_WRITER_POOL
+from ddb_athena.lib.writer_pools import warn_unless_writers_queue
 from ddb_athena.streamed.capture.commit_manifests import write_commit_manifest
 
 # Partitions are part of the definitions, so their start is read when the code location loads.
@@ -64,6 +65,7 @@ def orders_export(
 ) -> MaterializeResult:
     started = time.monotonic()
     # Held until the run ends: whether the table is loaded decides the export, and the load that follows changes it.
+    warn_unless_writers_queue(context, ORDERS_WRITER_POOL)
     leases.hold(context, aws.client("s3"), sync.bucket, sync.orders_iceberg_table)
     window = context.partition_time_window
     session, table = spark.spark_session, sync.orders_iceberg_table
@@ -146,7 +148,8 @@ def orders_athena(
     leases: WriterLeases,
 ):
     started = time.monotonic()
-    lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.orders_iceberg_table)
+    warn_unless_writers_queue(context, ORDERS_WRITER_POOL)
+    lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.orders_iceberg_table, progress=spark.tasks_in_progress)
     s3, layout, partition = aws.client("s3"), sync.orders_layout, context.partition_key
     record = load_record(s3, layout, partition)
     if record is None or record.status != "COMPLETED":
@@ -169,6 +172,7 @@ def orders_athena(
         now=utc_now(),
         full_export_arn=record.export_arn if record.export_type == FULL_EXPORT else None,
         writer_lease={"uri": layout.uri(lease.key, spark.source_scheme), "holder": lease.holder, "ttl_seconds": lease.ttl_seconds},
+        writer_token=lease.token,
     )
     outcome, job_metadata = orders_load.load(context, request, spark, aws, before_commit=lease.check)
     result = outcome.load

@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from ddb_athena.lake.export_load import ExportDataFile, ExportLoadResult, load_export_files, record_loaded_full_export
 from ddb_athena.lake.maintenance import maintain_table, maintenance_due, record_maintained
 from ddb_athena.lake.table_spec import ORDERS_SPEC
+from ddb_athena.lake.writer_branch import WriterBranch
 
 # library.orders changes once a day: its upkeep (compaction, expiry, orphans) runs with the first load of a day.
 ORDERS_MAINTENANCE_INTERVAL = timedelta(hours=20)
@@ -40,6 +41,9 @@ class OrdersLoadRequest:
     full_export_arn: str | None = None
     # The launching run's writer lease (uri, holder, ttl_seconds): a job checks it before it commits.
     writer_lease: dict | None = None
+    # That lease's holding: the load commits to the writer branch named after it, published only while no other
+    # writer has taken the table (lake/writer_branch.py).
+    writer_token: str | None = None
 
     def to_json(self) -> dict:
         return {
@@ -61,6 +65,7 @@ class OrdersLoadRequest:
             now=datetime.fromisoformat(data["now"]),
             full_export_arn=data.get("full_export_arn"),
             writer_lease=data.get("writer_lease"),
+            writer_token=data.get("writer_token"),
         )
 
 
@@ -81,8 +86,24 @@ class OrdersLoadOutcome:
 
 def load_orders_partition(spark: SparkSession, request: OrdersLoadRequest, before_commit: Callable[[], None] = lambda: None) -> OrdersLoadOutcome:
     """`before_commit` raises when this writer may no longer commit (checked right before the load's MERGE)."""
+    writer = WriterBranch(lambda: spark, request.catalog, (request.target,), request.writer_token) if request.writer_token else None
+    try:
+        return _load(spark, request, before_commit, writer)
+    finally:
+        if writer is not None:
+            writer.drop()
+
+
+def _load(spark: SparkSession, request: OrdersLoadRequest, before_commit: Callable[[], None], writer: WriterBranch | None) -> OrdersLoadOutcome:
     result = load_export_files(
-        spark, ORDERS_SPEC, request.target, request.files, request.quarantine_uri, exported_at=request.exported_at, before_commit=before_commit
+        spark,
+        ORDERS_SPEC,
+        request.target,
+        request.files,
+        request.quarantine_uri,
+        exported_at=request.exported_at,
+        before_commit=before_commit,
+        writer=writer,
     )
     if request.full_export_arn:
         # Days that end by the export's time need no export of their own from now on.

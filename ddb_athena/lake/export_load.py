@@ -35,6 +35,7 @@ from ddb_athena.lake.table_spec import (
     timestamp_literal,
     typed_columns_sql,
 )
+from ddb_athena.lake.writer_branch import WriterBranch
 
 MUTATED_KEYS_SAMPLE = 10
 # The newest full export loaded into the table: it holds every item as of its time.
@@ -246,9 +247,12 @@ def load_export_files(
     quarantine_uri: str,
     exported_at: datetime,
     before_commit: Callable[[], None] = lambda: None,
+    writer: WriterBranch | None = None,
 ) -> ExportLoadResult:
     """Loads exactly these export data files into `target` (a `namespace.table` in the default catalog).
-    `before_commit` is called right before the MERGE: it raises when this writer may no longer commit.
+    `before_commit` is called right before the MERGE: it raises when this writer may no longer commit. With a
+    `writer`, the MERGE commits to that writer's branch and is published after it (writer_branch.py): a load that
+    outlived its writer's lease (a job whose run died, a paused process) publishes nothing.
 
     The files are parsed once: the counts come from observations of the MERGE's own pass. Further
     passes happen only when they have something to find (bad lines, damaged files, copies within
@@ -257,6 +261,8 @@ def load_export_files(
     if partition_column is None or partition_column.sql_type != "timestamp":
         raise ValueError(f"table {spec.table}: an export load needs a timestamp partition column for its match condition")
     ensure_table(spark, spec, target)
+    if writer is not None:
+        writer.take(target)
     result = ExportLoadResult()
     if not files:
         result.snapshot_id = current_snapshot_id(spark, target)
@@ -283,7 +289,9 @@ def load_export_files(
     before = current_snapshot_id(spark, target)
     before_commit()
     with session_settings(spark, _LOAD_PLAN_SETTINGS):
-        spark.sql(insert_only_merge_sql(spec, target, view))
+        spark.sql(insert_only_merge_sql(spec, writer.ref(target) if writer is not None else target, view))
+    if writer is not None:
+        writer.publish(target)
     result.snapshot_id = current_snapshot_id(spark, target)
     result.rows_inserted = _inserted_rows(spark, target, before, result.snapshot_id)
 

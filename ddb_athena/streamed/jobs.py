@@ -6,6 +6,7 @@ from dagster import AssetSelection, OpExecutionContext, define_asset_job, job, o
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.upkeep import maintain
 from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL
+from ddb_athena.lib.writer_pools import warn_unless_writers_queue
 from ddb_athena.streamed.assets import SYNC_JOB_NAME, books_writer_branch, maintenance_observation, sync_books
 from ddb_athena.streamed.checks import books_row_count_parity
 
@@ -42,6 +43,7 @@ books_key_parity = define_asset_job(
     pool=BOOKS_WRITER_POOL,
 )
 def maintain_books_table(context: OpExecutionContext, spark: IcebergSparkResource, sync: SyncSettings, aws: AwsClientsResource, leases: WriterLeases) -> None:
+    warn_unless_writers_queue(context, BOOKS_WRITER_POOL)
     lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.books_iceberg_table, progress=spark.tasks_in_progress)
     # Fenced first: a sync that lost its lease to this job publishes nothing after it.
     writer = books_writer_branch(spark, sync, lease)

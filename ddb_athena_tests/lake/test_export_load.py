@@ -9,6 +9,7 @@ import pytest
 from ddb_athena.dev.simulate import order_item
 from ddb_athena.lake.export_load import ExportDataFile, gzip_problem, load_export_files
 from ddb_athena.lake.table_spec import ORDERS_SPEC
+from ddb_athena.lake.writer_branch import WriterBranch, WriterFencedError
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.quarantine import quarantined_records
 from ddb_athena_tests.exported.aws_layout import full_line, gzip_lines, incremental_line, write_export
@@ -169,3 +170,19 @@ def test_the_load_plans_with_its_own_settings_and_gives_the_session_back_as_it_w
     finally:
         for name, value in previous.items():
             spark.conf.set(name, value)
+
+
+def test_a_load_whose_table_another_writer_took_meanwhile_publishes_nothing(spark, export_load):
+    export_load.load(export_load.write([[full_line(item) for item in orders(4)]]))
+    before = export_load.rows()
+    files = export_load.write([[full_line(item) for item in orders(3, seed=2, start=DAY + timedelta(days=1))]])
+    paused = WriterBranch(lambda: spark, "lake", (export_load.table,), "paused")
+
+    def taken_meanwhile():
+        # Right before the MERGE: this writer is paused past its lease, and the next one takes the table.
+        WriterBranch(lambda: spark, "lake", (export_load.table,), "next").take(export_load.table)
+
+    quarantine = export_load.layout.uri(f"{export_load.layout.quarantine_prefix}fenced", "s3a")
+    with pytest.raises(WriterFencedError):
+        load_export_files(spark, ORDERS_SPEC, export_load.table, files, quarantine, EXPORTED_AT, before_commit=taken_meanwhile, writer=paused)
+    assert export_load.rows() == before
