@@ -151,8 +151,8 @@ def _count_where(condition: str):
 
 
 def _tombstones_of(changes: DataFrame, key: str) -> DataFrame:
-    """Tombstone rows (the tombstone table's columns) for the REMOVE changes among `changes`."""
-    return changes.where("event_name = 'REMOVE'").select(F.col("key").alias(key), SEQUENCE_COLUMN, F.col(CHANGED_AT_COLUMN).alias("deleted_at"))
+    """Tombstone rows (the tombstone table's columns) for the REMOVE changes among `changes` (not a dropped key's)."""
+    return changes.where("event_name = 'REMOVE' AND NOT _held").select(F.col("key").alias(key), SEQUENCE_COLUMN, F.col(CHANGED_AT_COLUMN).alias("deleted_at"))
 
 
 def _validated_changes_sql(spec: TableSpec, lines_view: str) -> str:
@@ -207,8 +207,7 @@ def _applicable_sql() -> str:
 def _ranked_changes_sql(spec: TableSpec, validated_view: str) -> str:
     """Every applicable change (see _applicable_sql) whose key and sequence number can be read, quarantined or not,
     typed and ranked per key: `_rank` 1 is the change with the highest stream sequence number (ties: the later file).
-    A key whose newest change is quarantined is held: none of its older changes is applied, since applying one would
-    present a state the key has already left."""
+    A key whose newest change is quarantined is dropped (see _latest_changes_sql)."""
     # The key comes from the record's Keys: a REMOVE has no image to take it from.
     typed = [
         "key",
@@ -227,16 +226,19 @@ def _ranked_changes_sql(spec: TableSpec, validated_view: str) -> str:
 
 
 def _latest_changes_sql(spec: TableSpec, validated_view: str) -> str:
-    """One row per key of the applicable changes, typed: the newest change of each key (see _ranked_changes_sql) unless
-    it is quarantined, with the merge time `:synced_at`.
+    """One row per key of the applicable changes, typed: the newest change of each key (see _ranked_changes_sql), with
+    the merge time `:synced_at`. A key whose newest change is quarantined (`_held`) is dropped from the table: none of
+    its older changes is applied (each would present a state the key has already left), and its row is removed, like a
+    delete but without a tombstone (the change, once fixed and written again, must still apply).
 
     The merge time joins as data (a one-row VALUES relation), not as a literal: Spark inlines timestamp literals
     into the Java it generates, so a new literal every cycle meant new classes to compile and JIT every cycle
     (about a fifth of a warm sync run's CPU)."""
-    names = ["key", "event_name", "file_name", spec.key.name, *(column.name for column in spec.columns), ITEM_COLUMN, SEQUENCE_COLUMN, CHANGED_AT_COLUMN]
+    names = ["key", "file_name", spec.key.name, *(column.name for column in spec.columns), ITEM_COLUMN, SEQUENCE_COLUMN, CHANGED_AT_COLUMN]
+    held = "CASE WHEN reason IS NULL THEN event_name ELSE 'REMOVE' END AS event_name, reason IS NOT NULL AS _held"
     merged_at = f"SELECT CAST(col1 AS timestamp) AS {SYNCED_AT_COLUMN} FROM VALUES (:synced_at)"
     ranked = _ranked_changes_sql(spec, validated_view)
-    return f"SELECT {', '.join(names)}, {SYNCED_AT_COLUMN} FROM ({ranked}) CROSS JOIN ({merged_at}) WHERE _rank = 1 AND reason IS NULL"
+    return f"SELECT {', '.join(names)}, {held}, {SYNCED_AT_COLUMN} FROM ({ranked}) CROSS JOIN ({merged_at}) WHERE _rank = 1"
 
 
 def merge_change_files(
@@ -387,6 +389,8 @@ def classification_sql(spec: TableSpec, target: str, latest_view: str, tombstone
         f"SELECT l.*, CASE "
         f"WHEN _current IS NOT NULL AND l.{SEQUENCE_COLUMN} <= _current THEN 'stale' "
         "WHEN event_name = 'REMOVE' AND _current IS NOT NULL THEN 'delete' "
+        # A dropped key the table does not hold: nothing to remove, and no tombstone (see _latest_changes_sql).
+        "WHEN _held THEN 'stale' "
         # Not newer than a delete of the key: already applied, or older than it. A semi join, not the newest
         # delete per key: that aggregate put a shuffle in every cycle. Only deletes as new as the batch's oldest
         # change can be, and the bound lets Iceberg skip the files of older ones: the lookup reads the recent

@@ -175,8 +175,8 @@ class BooksSync:
         manifest = write_commit_manifest(self._s3, self._layout, batch, files, self._iceberg_table, result.snapshot_id, files_prefix=files_prefix)
         if result.records_quarantined:
             self._warn(
-                f"Quarantined {result.records_quarantined} records: {result.quarantine_reasons}; {result.keys_held} keys held at their "
-                "state before this batch (their newest change is among them)"
+                f"Quarantined {result.records_quarantined} records: {result.quarantine_reasons}; {result.keys_held} keys dropped from the "
+                "table until their newest change, among them, is fixed and written again"
             )
         now = datetime.now(UTC)
         return {

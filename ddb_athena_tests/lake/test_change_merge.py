@@ -133,15 +133,21 @@ def test_bad_input_is_quarantined_with_its_reason_and_the_rest_is_merged(files):
     assert not [reason for reason in result.quarantine_reasons if "soon" in reason or "UPSERT" in reason or "odd" in reason]
 
 
-def test_a_key_whose_newest_change_is_quarantined_is_held_at_its_state_before_the_batch(files):
+def test_a_key_whose_newest_change_is_quarantined_is_dropped_until_the_change_is_fixed(files):
     files.write(change(1, "held", "INSERT", name="first"), change(1, "other", "INSERT"))
     files.merge()
-    # An update the merge can take, then a newer one it cannot: applying the older would show a state the key has left.
+    # An update the merge can take, then a newer one it cannot: the older would show a state the key has left, and so
+    # would the row as it was: the key is dropped, as the quarantine check (red) tells.
     files.write(change(2, "held", name="second"), change(3, "held", date={"N": "soon"}), change(2, "other", name="changed"))
+    files.write(change(4, "never-valid", "INSERT", date={"N": "soon"}))
     result = files.merge()
-    assert result.records_quarantined == 1 and result.keys_held == 1
-    rows = files.rows()
-    assert rows["held"]["name"] == "first" and rows["other"]["name"] == "changed"
+    assert result.records_quarantined == 2 and result.keys_held == 2
+    assert files.names() == {"other": "changed"}
+    tombstones = {row["id"] for row in files.spark.table(f"{files.table}_tombstones").collect()}
+    assert tombstones == set()  # not deleted: the fixed change, written again, applies
+    files.write(change(3, "held", name="fixed"))
+    files.merge()
+    assert files.names() == {"other": "changed", "held": "fixed"}
 
 
 def test_every_attribute_survives_in_the_item_column_and_typed_columns_are_exact(files):
@@ -317,7 +323,7 @@ def test_the_lookup_of_deletes_reads_only_the_tombstone_files_as_new_as_the_batc
         files.merge([files.write(change(sequence, book_id, "INSERT"))])
     for sequence, book_id in enumerate("abcde", start=10):
         files.merge([files.write(change(sequence, book_id, "REMOVE"))])
-    latest = files.spark.createDataFrame([("e", "MODIFY", "13".zfill(40))], f"key string, event_name string, {SEQUENCE_COLUMN} string")
+    latest = files.spark.createDataFrame([("e", "MODIFY", "13".zfill(40), False)], f"key string, event_name string, {SEQUENCE_COLUMN} string, _held boolean")
     latest.createOrReplaceTempView("replayed_changes")
     with session_settings(files.spark, STREAM_BATCH_PLAN):
         classified = files.spark.sql(classification_sql(BOOKS_SPEC, files.table, "replayed_changes"), args={"oldest": "13".zfill(40)})
