@@ -335,3 +335,15 @@ def test_a_shard_that_stays_empty_while_the_captures_run_is_no_gap(settings, lay
         age_checkpoints(s3, layout, hours=20)
     streams.shards["shard-0"].records = [stream_record(7, "a")]
     assert fake_capture(settings, layout, streams).capture().records == 1
+
+
+def test_a_bootstrap_scan_longer_than_the_streams_retention_reports_the_gap(settings, layout):
+    streams = FakeStreams([FakeShard("shard-0", [stream_record(1, "a"), stream_record(2, "b")], closed=False)])
+    capture = fake_capture(settings, layout, streams)
+    positions = capture.present_end()  # before the scan
+    # The scan takes more than a day: changes made during it (3, 4) are trimmed before the capture resumes.
+    streams.shards["shard-0"].records += [stream_record(3, "a"), stream_record(4, "c"), stream_record(5, "d")]
+    streams.trimmed_before["shard-0"] = 5
+    capture.restart_from(positions)
+    with pytest.raises(StreamGapError, match="shard-0: records after sequence 2 were trimmed.*bootstrap"):
+        capture.capture(bounded=False)
