@@ -29,7 +29,7 @@ from ddb_athena.dev.simulate import BookSimulator, book_item
 from ddb_athena.lake.table_spec import BOOKS_SPEC
 from ddb_athena.lib.settings import Settings
 from ddb_athena.resources import resources_from_settings
-from ddb_athena.streamed.assets import BooksUpkeep, books_syncer, sync_cadence
+from ddb_athena.streamed.assets import BooksUpkeep, books_syncer, books_writer_branch, sync_cadence
 from ddb_athena.streamed.check_results import cycle_check_results
 from ddb_athena.streamed.sync_run import SyncRun
 from ddb_athena_bench.freshness import OUT, _percentile, local_stack
@@ -86,13 +86,22 @@ def run(rate: float, minutes: float, warm_up_minutes: float, interval: float, in
         rng = random.Random(7)
         table.seed([book_item(f"book-{number:08d}", rng, summary_bytes) for number in range(initial_books)])
         # The memory table answers for DynamoDB and its stream; S3 is the emulator's.
-        syncer = books_syncer(MemoryClients(table, aws), spark, sync, log=lambda _: None, warn=print, before_write=lambda: None, capture_seconds=interval)
+        # Fenced as a deployment's sync is: each cycle publishes its branch (lake/writer_branch.py).
+        writer = books_writer_branch(spark, sync, "bench")
+        syncer = books_syncer(
+            MemoryClients(table, aws), spark, sync, log=lambda _: None, warn=print, before_write=lambda: None, capture_seconds=interval, writer=writer
+        )
         started = time.monotonic()
         syncer.cycle("bootstrap")
         print(f"bootstrap of {initial_books:,} items: {time.monotonic() - started:.0f} s", flush=True)
 
         # The sync run's own loop state: its checks and its upkeep between cycles, as in a Dagster run.
-        run = SyncRun(syncer, sync_cadence(sync, interval), checks=lambda *when: cycle_check_results(aws, spark, sync, *when), upkeep=BooksUpkeep(spark, sync))
+        run = SyncRun(
+            syncer,
+            sync_cadence(sync, interval),
+            checks=lambda *when: cycle_check_results(aws, spark, sync, *when),
+            upkeep=BooksUpkeep(spark, sync, writer=writer),
+        )
         simulator = BookSimulator(table, sync.books_table, rng=rng, summary_bytes=summary_bytes)
         simulator.load_existing_ids()
         load = PacedLoad(simulator, rate)

@@ -22,7 +22,7 @@ import psutil
 
 from ddb_athena.lib.settings import Settings
 from ddb_athena.resources import resources_from_settings
-from ddb_athena.streamed.assets import books_syncer
+from ddb_athena.streamed.assets import books_syncer, books_writer_branch
 from ddb_athena.streamed.check_results import cycle_check_results
 from ddb_athena.streamed.cycle import BooksSync
 from ddb_athena_bench.freshness import OUT, local_stack
@@ -71,7 +71,8 @@ def warm_sync(
     simulator)."""
     with local_stack(scratch, rate=rate, with_dagster=False, warehouse_on_s3=warehouse_on_s3) as (env, processes):
         resources = resources_from_settings(Settings.from_env(env))
-        syncer = books_syncer(resources["aws"], resources["spark"], resources["sync"], log=lambda _: None, warn=print, before_write=lambda: None)
+        writer = books_writer_branch(resources["spark"], resources["sync"], "bench")  # fenced, as a deployment's sync is
+        syncer = books_syncer(resources["aws"], resources["spark"], resources["sync"], log=lambda _: None, warn=print, before_write=lambda: None, writer=writer)
         for number in range(warm_up_cycles):
             syncer.cycle(f"warm-up-{number}")
             time.sleep(interval)

@@ -1,6 +1,7 @@
 """Orders assets: the daily DynamoDB export (orders_export) and its insert-only load into Iceberg (orders_athena)."""
 
 import time
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 
 from dagster import (
@@ -66,7 +67,7 @@ def orders_export(
     started = time.monotonic()
     # Held until the run ends: whether the table is loaded decides the export, and the load that follows changes it.
     warn_unless_writers_queue(context, ORDERS_WRITER_POOL)
-    leases.hold(context, aws.client("s3"), sync.bucket, sync.orders_iceberg_table)
+    lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.orders_iceberg_table, progress=spark.tasks_in_progress)
     window = context.partition_time_window
     session, table = spark.spark_session, sync.orders_iceberg_table
     full = config.bootstrap or not table_loaded(session, table)
@@ -74,6 +75,11 @@ def orders_export(
         reason = "requested" if config.bootstrap else f"{table} has not been loaded yet"
         context.log.info(f"Full export ({reason}); later partitions use incremental exports")
     loaded = None if full else loaded_full_export(session, table)
+
+    def log_and_progress(message: str) -> None:
+        lease.progressed()  # each poll of an export in progress (bounded by the export's own timeout)
+        context.log.info(message)
+
     record, reused = export_partition(
         aws.client("dynamodb"),
         aws.client("s3"),
@@ -86,7 +92,7 @@ def orders_export(
         coverage=FullExportCoverage(*loaded) if loaded else None,
         timeout=timedelta(minutes=sync.export_timeout_minutes),
         poll_seconds=sync.export_poll_seconds,
-        log=context.log.info,
+        log=log_and_progress,
         now=utc_now(),
     )
     return MaterializeResult(
@@ -174,7 +180,9 @@ def orders_athena(
         writer_lease={"uri": layout.uri(lease.key, spark.source_scheme), "holder": lease.holder, "ttl_seconds": lease.ttl_seconds},
         writer_token=lease.token,
     )
-    outcome, job_metadata = orders_load.load(context, request, spark, aws, before_commit=lease.check)
+    # A load that runs as a job of its own makes its progress there: its platform's timeout bounds it, not the lease's.
+    with lease.progress_elsewhere() if orders_load.mode != "in_process" else nullcontext():
+        outcome, job_metadata = orders_load.load(context, request, spark, aws, before_commit=lease.check)
     result = outcome.load
     manifest = (
         write_commit_manifest(s3, layout, context.run.run_id, record.all_files, sync.orders_iceberg_table, result.snapshot_id, files_prefix=record.s3_prefix)

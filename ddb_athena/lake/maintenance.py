@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from ddb_athena.lake.change_merge import table_properties, tombstone_table
 from ddb_athena.lake.identifiers import dotted_name, validate_identifier
 from ddb_athena.lake.table_spec import set_properties_sql, timestamp_literal
+from ddb_athena.lake.writer_branch import WriterBranch
 
 # Floors: the longest query we document (Athena's DML queries time out after 30 minutes by default), and the
 # age below which a file may belong to a commit still being written.
@@ -126,9 +127,12 @@ def maintain_table(
     tombstone_retention: timedelta | None = None,
     now: datetime | None = None,
     remove_orphans: bool = True,
+    writer: WriterBranch | None = None,
 ) -> MaintenanceResult:
     """Compaction, expiry past the retention, orphan removal past its age (unless `remove_orphans` is false), and
-    (for a table with tombstones) pruning of tombstones past theirs. Refuses retentions below their floors."""
+    (for a table with tombstones) pruning of tombstones past theirs. Refuses retentions below their floors. The
+    pruning removes rows: with a `writer`, it commits to that writer's branch and is published (writer_branch.py);
+    compaction and expiry change no row and commit to `main` (Iceberg refuses a rewrite whose files changed)."""
     check_floors(snapshot_retention, orphan_age)
     if retain_last < 1:
         raise ValueError("retain_last must be at least 1")
@@ -143,11 +147,15 @@ def maintain_table(
     pruned = 0
     if tombstone_retention is not None:
         tombstones = tombstone_table(target)
-        tombstones_sql = dotted_name(tombstones)
+        if writer is not None:
+            writer.take(tombstones)
+        tombstones_sql = writer.ref(tombstones) if writer is not None else dotted_name(tombstones)
         # A tombstone guards against replays of older changes; past the retention no such file may remain.
         count_before = spark.table(tombstones_sql).count()
         spark.sql(f"DELETE FROM {tombstones_sql} WHERE deleted_at < {timestamp_literal(now - tombstone_retention)}")
         pruned = count_before - spark.table(tombstones_sql).count()
+        if writer is not None:
+            writer.publish(tombstones)
         # Deletes append tombstones every few seconds: the tombstone table needs the same upkeep to stay bounded.
         compact(spark, catalog, tombstones)
         _expire(spark, catalog, tombstones, now - snapshot_retention, retain_last)

@@ -4,6 +4,7 @@ orders load."""
 from datetime import datetime, timedelta
 
 from ddb_athena.lake.maintenance import MaintenanceResult, maintain_table, record_maintained
+from ddb_athena.lake.writer_branch import WriterBranch
 from ddb_athena.lib.resources import IcebergSparkResource, SyncSettings
 
 
@@ -14,9 +15,10 @@ def maintain(
     with_tombstones: bool,
     now: datetime | None = None,
     remove_orphans: bool = True,
+    writer: WriterBranch | None = None,
 ) -> MaintenanceResult:
-    """Compaction, expiry, orphans unless told not to (and tombstones, for a table that has them), recorded on
-    the table."""
+    """Compaction, expiry, orphans unless told not to (and tombstones, for a table that has them, pruned on `writer`'s
+    branch), recorded on the table."""
     result = maintain_table(
         spark.spark_session,
         spark.catalog,
@@ -26,6 +28,7 @@ def maintain(
         orphan_age=sync.orphan_file_age,
         tombstone_retention=timedelta(days=sync.tombstone_retention_days) if with_tombstones else None,
         remove_orphans=remove_orphans,
+        writer=writer,
     )
     record_maintained(spark.spark_session, table, result, now)
     return result

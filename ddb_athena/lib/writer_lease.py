@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -103,6 +104,7 @@ class WriterLease:
         self._lost: str | None = None
         self._progressed_at = clock()
         self._progress_seen: object = None
+        self._elsewhere = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -210,7 +212,20 @@ class WriterLease:
         """The writer made progress (a step, a page, a cycle): renewals go on."""
         self._progressed_at = self._clock()
 
+    @contextmanager
+    def progress_elsewhere(self):
+        """While a job this writer launched does the work elsewhere (a spark-submit job, EMR Serverless: bounded by its
+        own timeout and the run's), the writer counts as making progress."""
+        self._elsewhere = True
+        try:
+            yield
+        finally:
+            self._elsewhere = False
+            self.progressed()
+
     def _stalled_for(self) -> float:
+        if self._elsewhere:
+            self.progressed()
         seen = self._progress()
         if seen != self._progress_seen:
             self._progress_seen = seen

@@ -32,7 +32,7 @@ from ddb_athena.lake.writer_branch import WriterBranch
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.settings import MAX_MERGE_INTERVAL_SECONDS, MAX_SYNC_RUN_MINUTES, MIN_MERGE_INTERVAL_SECONDS
 from ddb_athena.lib.upkeep import maintain
-from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL, WriterLease
+from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL
 from ddb_athena.lib.writer_pools import warn_unless_writers_queue
 from ddb_athena.streamed.check_results import cycle_check_results, files_compact_result
 from ddb_athena.streamed.cycle import BooksSync
@@ -134,7 +134,8 @@ class BooksUpkeep:
 
     def maintain(self, now: datetime, remove_orphans: bool) -> MaintenanceResult:
         self.before_write()
-        result = maintain(self.spark, self.sync, self.sync.books_iceberg_table, with_tombstones=True, now=now, remove_orphans=remove_orphans)
+        table = self.sync.books_iceberg_table
+        result = maintain(self.spark, self.sync, table, with_tombstones=True, now=now, remove_orphans=remove_orphans, writer=self.writer)
         self._follow_main()
         return result
 
@@ -150,10 +151,11 @@ class BooksUpkeep:
                 self.writer.follow_main(table)
 
 
-def books_writer_branch(spark: IcebergSparkResource, sync: SyncSettings, lease: WriterLease) -> WriterBranch:
-    """The branch of library.books and its tombstones that this holding of the lease writes (created by its first merge)."""
+def books_writer_branch(spark: IcebergSparkResource, sync: SyncSettings, token: str) -> WriterBranch:
+    """The branch of library.books and its tombstones that a holding of the lease (its `token`) writes (created by its
+    first merge)."""
     target = sync.books_iceberg_table
-    return WriterBranch(lambda: spark.spark_session, spark.catalog, (target, tombstone_table(target)), lease.token)
+    return WriterBranch(lambda: spark.spark_session, spark.catalog, (target, tombstone_table(target)), token)
 
 
 def maintenance_observation(result: MaintenanceResult) -> AssetObservation:
@@ -204,7 +206,7 @@ def sync_books(
     run_minutes = default_minutes if config.run_minutes is None else config.run_minutes
     interval = sync.merge_interval_seconds if config.merge_interval_seconds is None else config.merge_interval_seconds
     lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.books_iceberg_table, progress=spark.tasks_in_progress)
-    writer = books_writer_branch(spark, sync, lease)
+    writer = books_writer_branch(spark, sync, lease.token)
     # A capture reads the stream for at most one interval: behind, the table still moves every cycle.
     syncer = books_syncer(aws, spark, sync, log=context.log.info, warn=context.log.warning, before_write=lease.check, capture_seconds=interval, writer=writer)
     run = SyncRun(

@@ -68,7 +68,7 @@ class BooksSync:
         self._scheme, self._table_name, self._iceberg_table, self._layout = source_scheme, table_name, iceberg_table, layout
         self._log, self._warn, self._capture_stream = log, warn, capture_stream
         self._namer = ChangeFileNamer()
-        self._capture = StreamCapture(dynamodb, streams, s3, table_name, layout, namer=self._namer, log=log, max_seconds=capture_seconds)
+        self._capture = StreamCapture(dynamodb, streams, s3, table_name, layout, namer=self._namer, log=log, max_seconds=capture_seconds, on_page=before_write)
         self._bootstrap_checked = False
         # The tables are created (or brought up to the spec) by the run's first merge; later ones skip that.
         self._tables_ensured = False
@@ -104,6 +104,7 @@ class BooksSync:
                     self._layout,
                     self._namer,
                     stream_position=StreamCapture.newest(positions),
+                    on_progress=self._before_write,
                 )
                 self._log(f"Snapshot of {snapshot.items} items sealed in {len(snapshot.parts)} parts: {snapshot.change_file}")
                 if self._capture_stream:

@@ -46,10 +46,10 @@ def maintain_books_table(context: OpExecutionContext, spark: IcebergSparkResourc
     warn_unless_writers_queue(context, BOOKS_WRITER_POOL)
     lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.books_iceberg_table, progress=spark.tasks_in_progress)
     # Fenced first: a sync that lost its lease to this job publishes nothing after it.
-    writer = books_writer_branch(spark, sync, lease)
+    writer = books_writer_branch(spark, sync, lease.token)
     writer.take_all()
     try:
-        context.log_event(maintenance_observation(maintain(spark, sync, sync.books_iceberg_table, with_tombstones=True)))
+        context.log_event(maintenance_observation(maintain(spark, sync, sync.books_iceberg_table, with_tombstones=True, writer=writer)))
     finally:
         writer.drop()
 

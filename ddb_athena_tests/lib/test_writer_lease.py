@@ -225,3 +225,15 @@ def test_a_job_commits_only_while_its_launching_run_holds_the_lease(spark, setti
     stale._stop.set()
     with pytest.raises(WriterLeaseLost, match="has not renewed it since"):
         still_the_writer(spark, request)
+
+
+def test_a_writer_waiting_for_a_job_it_launched_keeps_its_lease_though_it_makes_no_progress_itself(settings):
+    """The orders load on EMR Serverless or by spark-submit: the job's platform bounds it, with its own timeout."""
+    waiting = lease(settings, "a run waiting for its EMR Serverless job", ttl=1.5, stall_seconds=3.0)
+    waiting.acquire()
+    try:
+        with waiting.progress_elsewhere():
+            time.sleep(6.0)  # twice the stall limit
+        waiting.check()
+    finally:
+        waiting.release()

@@ -36,12 +36,17 @@ def update_name(dynamodb, table: str, book_id: str, name: str) -> None:
     )
 
 
-def test_missing_extra_and_changed_keys_turn_the_check_red_though_the_scan_outlasts_the_settle_time(spark, settings, instance):
-    dynamodb = settings.client("dynamodb")
-    simulator = BookSimulator(dynamodb, settings.books_table)
-    for number in range(12):
+def synced_books(settings, instance, count: int):
+    """`count` books in DynamoDB, and a sync that merged them."""
+    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table)
+    for number in range(count):
         simulator.insert(f"book-{number:02d}")
     sync_books(instance)
+
+
+def test_missing_extra_and_changed_keys_turn_the_check_red_though_the_scan_outlasts_the_settle_time(spark, settings, instance):
+    dynamodb = settings.client("dynamodb")
+    synced_books(settings, instance, 12)
     # Three divergences no change will repair (no sync runs after them): a row deleted from the table by hand, and a
     # delete and an update whose stream records were lost.
     spark.sql(f"DELETE FROM {settings.namespace}.books WHERE id = 'book-01'")
@@ -58,11 +63,7 @@ def test_missing_extra_and_changed_keys_turn_the_check_red_though_the_scan_outla
 
 
 def test_a_healthy_table_passes_with_a_long_scan_every_item_reading_the_same_on_both_sides(spark, settings, instance):
-    dynamodb = settings.client("dynamodb")
-    simulator = BookSimulator(dynamodb, settings.books_table)
-    for number in range(8):
-        simulator.insert(f"book-{number:02d}")
-    sync_books(instance)
+    synced_books(settings, instance, 8)
     resources = slow_scan_resources()
     healthy = books_row_count_parity(aws=resources["aws"], spark=resources["spark"], sync=resources["sync"])
     # Every item's value, every DynamoDB type in it (sets, binary, maps, lists), reads the same from both sides.

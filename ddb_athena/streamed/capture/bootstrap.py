@@ -14,7 +14,7 @@ A scan that fails leaves parts without a seal: nothing reads them, and the next 
 
 import io
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -30,6 +30,7 @@ from ddb_athena.streamed.capture.change_files import (
 
 # A part's size bound: parts stay far below S3's 5 GB single-PUT limit, and the scan's memory is about one part.
 DEFAULT_PART_BYTES = 64 * 1024 * 1024
+PROGRESS_ITEMS = 10_000
 # The seal's S3 metadata: the stream's end before the scan (an empty table's snapshot has no row to carry it).
 STREAM_POSITION_METADATA = "stream-position"
 _PART_SUFFIX = re.compile(r"p\d{5}(?=\.jsonl$)")
@@ -93,9 +94,11 @@ def bootstrap_snapshot(
     namer: ChangeFileNamer,
     part_bytes: int = DEFAULT_PART_BYTES,
     stream_position: str = "0",
+    on_progress: Callable[[], None] = lambda: None,
 ) -> BootstrapResult:
     """Scans the table into parts, then seals the snapshot; returns the seal's key, the parts and the item count. Its
-    rows, and its seal, carry `stream_position`: the newest stream sequence number before the scan started."""
+    rows, and its seal, carry `stream_position`: the newest stream sequence number before the scan started.
+    `on_progress` is called every PROGRESS_ITEMS items (the writer's lease sees a long scan make progress)."""
     name = namer.next_name(SNAPSHOT_KIND)  # taken before the scan starts: see the module docstring
     stem = name.removesuffix(".jsonl")
     scanned_at = datetime.now(UTC)
@@ -112,6 +115,8 @@ def bootstrap_snapshot(
     for item in scan_table(dynamodb, table_name):
         buffer.write(snapshot_record(item, key_attribute, scanned_at, stream_position).to_json().encode("utf-8") + b"\n")
         items += 1
+        if items % PROGRESS_ITEMS == 0:
+            on_progress()
         if buffer.tell() >= part_bytes:
             write_part()
     if buffer.tell() or not parts:

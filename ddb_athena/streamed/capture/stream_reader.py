@@ -128,6 +128,7 @@ class StreamCapture:
         log: Callable[[str], None] = lambda message: None,
         max_seconds: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_page: Callable[[], None] = lambda: None,
     ):
         """A capture reads until it has caught up with the stream, or holds `max_records`, or has read for
         `max_seconds`: behind a stream it cannot keep up with, each capture still ends, so the cycle merges what it
@@ -141,6 +142,8 @@ class StreamCapture:
         self._max_records = max_records
         self._log = log
         self._max_seconds, self._clock = max_seconds, clock
+        # Called after each GetRecords page: a long read is progress for the writer's lease (and stops when it is lost).
+        self._on_page = on_page
         self._deadline = float("inf")
         self._bounded = True
 
@@ -157,6 +160,7 @@ class StreamCapture:
             iterator, empty_pages = self._iterator(checkpoint), 0
             while iterator is not None and (closed or empty_pages < EMPTY_PAGES_CAUGHT_UP):
                 response = self._streams.get_records(ShardIterator=iterator, Limit=1000)
+                self._on_page()
                 records = response.get("Records", [])
                 if records:
                     checkpoint = replace(checkpoint, sequence_number=records[-1]["dynamodb"]["SequenceNumber"])
@@ -268,6 +272,7 @@ class StreamCapture:
         while iterator is not None and not self._bound_reached(result.records + len(pending)):
             try:
                 response = self._streams.get_records(ShardIterator=iterator, Limit=1000)
+                self._on_page()
             except ClientError as error:
                 if _error_code(error) != "ExpiredIteratorException":
                     raise
