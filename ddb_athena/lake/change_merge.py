@@ -82,12 +82,6 @@ def tombstone_table(target: str) -> str:
     return f"{target}_tombstones"
 
 
-def row_versions(spark: SparkSession, target: str, key: str) -> dict[str, str | None]:
-    """Every key of the table, with the sequence number of the change its row was written from."""
-    rows = spark.table(dotted_name(target)).select(validate_identifier(key, "key column"), SEQUENCE_COLUMN).collect()
-    return {row[0]: row[1] for row in rows}
-
-
 def _newest_deletes_sql(target: str, key: str) -> str:
     """`key`, `_tombstone`: each deleted key's newest delete. Tombstones are appended (one row per delete applied),
     so that is its highest sequence number."""
