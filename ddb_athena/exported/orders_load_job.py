@@ -5,7 +5,6 @@ the materialization's metadata (`orders_load`). The SparkSession is the one spar
 """
 
 import json
-from datetime import UTC, datetime
 
 from dagster_pipes import open_dagster_pipes
 from pyspark.errors import AnalysisException
@@ -36,7 +35,8 @@ class WriterLeaseLost(RuntimeError):
 
 def still_the_writer(spark: SparkSession, request: OrdersLoadRequest) -> None:
     """The run that launched this job holds the table's lease while it waits (and renews it): a job whose run died,
-    and whose table another writer may have taken, does not commit. Read through the job's own file system."""
+    and whose table another writer took, stops before its MERGE. Read through the job's own file system, by no clock;
+    a takeover after this check is refused by the fence (lake/writer_branch.py)."""
     lease = request.writer_lease
     if not lease:
         return
@@ -44,7 +44,7 @@ def still_the_writer(spark: SparkSession, request: OrdersLoadRequest) -> None:
         body = json.loads("".join(row.value for row in spark.read.text(lease["uri"]).collect()))
     except AnalysisException:
         body = None  # no lease object: released, or never taken
-    reason = not_held_by(body, lease["holder"], lease["ttl_seconds"], datetime.now(UTC))
+    reason = not_held_by(body, lease["holder"], request.writer_token)
     if reason:
         raise WriterLeaseLost(f"{request.target}: {reason}; this job stops without committing")
 

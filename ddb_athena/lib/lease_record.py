@@ -32,22 +32,12 @@ def describe_holder(body: dict) -> str:
     return f"{body.get('holder', 'an unknown writer')} on {body.get('host', '?')} (pid {body.get('pid', '?')}), renewed {body.get('renewed_at', '?')}"
 
 
-def seconds_since_renewal(body: dict, now: datetime) -> float | None:
-    """By the reader's wall clock; None when the record does not say."""
-    try:
-        return (now - datetime.fromisoformat(body["renewed_at"])).total_seconds()
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def not_held_by(body: dict | None, holder: str, ttl_seconds: float, now: datetime) -> str | None:
-    """Why the lease is not (or no longer) `holder`'s, or None when it is: held by it and renewed within twice its time
-    to live (the margin absorbs clock skew between hosts)."""
+def not_held_by(body: dict | None, holder: str, token: str | None) -> str | None:
+    """Why the lease is not (or no longer) this holding's (`holder`, and `token` when known), or None when it is. No
+    clock is read: another holding's takeover shows in the record, and one whose lease merely lapsed with nobody
+    taking it over loses nothing by committing (the fence, lake/writer_branch.py, refuses a writer taken over)."""
     if body is None:
         return "nobody holds it"
-    if body.get("holder") != holder:
+    if body.get("holder") != holder or (token is not None and body.get("token") != token):
         return f"it is held by {describe_holder(body)}"
-    age = seconds_since_renewal(body, now)
-    if age is None or age > 2 * ttl_seconds:
-        return f"{holder} has not renewed it since {body.get('renewed_at')}"
     return None
