@@ -6,6 +6,7 @@ from unittest import mock
 
 from dagster import DagsterInstance, materialize
 
+from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.lib.settings import Settings
 from ddb_athena.resources import resources_from_settings
 from ddb_athena.streamed.assets import sync_books as books_sync_assets
@@ -24,6 +25,14 @@ def sync_books(instance: DagsterInstance, config: dict | None = None, raise_on_e
         run_config={"ops": {"sync_books": {"config": {"run_minutes": 0, **(config or {})}}}},
         raise_on_error=raise_on_error,
     )
+
+
+def books_synced(settings: Settings, instance: DagsterInstance, *book_ids: str) -> None:
+    """The books `book_ids` in DynamoDB, and a sync run that merged them."""
+    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table)
+    for book_id in book_ids:
+        simulator.insert(book_id)
+    sync_books(instance)
 
 
 def materializations_metadata(result, asset_name: str) -> list[dict]:

@@ -9,7 +9,7 @@ from ddb_athena.streamed.capture.change_files import change_file_name
 from ddb_athena.streamed.check_results import cycle_check_results, key_parity_readers
 from ddb_athena.streamed.checks import books_backlog, books_row_count_parity
 from ddb_athena.streamed.key_parity import EXTRA, MISSING, ParityTracker
-from ddb_athena_tests.dagster_helpers import check_results, local_resources, materialization_metadata, sync_books
+from ddb_athena_tests.dagster_helpers import books_synced, check_results, local_resources, materialization_metadata, sync_books
 from ddb_athena_tests.fake_clock import FakeClock
 from ddb_athena_tests.lake.helpers import T0
 
@@ -86,10 +86,8 @@ def test_parity_tells_a_change_in_flight_from_a_row_deleted_by_hand(spark, setti
 
 def test_a_key_changed_again_between_two_looks_is_in_flight_at_both_and_stuck_only_when_nothing_merged(spark, settings, instance):
     dynamodb = settings.client("dynamodb")
+    books_synced(settings, instance, "book-a", "book-b")
     simulator = BookSimulator(dynamodb, settings.books_table)
-    simulator.insert("book-a")
-    simulator.insert("book-b")
-    sync_books(instance)
     resources = local_resources()
     # No settle time: a key that differs the same way at two looks is stuck, unless a change was merged for it.
     tracker = ParityTracker(settle_seconds=0)

@@ -5,11 +5,10 @@ scan and the second look does not."""
 import pytest
 from dagster import DagsterInstance
 
-from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.streamed.check_results import key_parity_readers
 from ddb_athena.streamed.checks import books_row_count_parity
 from ddb_athena.streamed.key_parity import DIFFERENT, ParityTracker
-from ddb_athena_tests.dagster_helpers import local_resources, sync_books
+from ddb_athena_tests.dagster_helpers import books_synced, local_resources, sync_books
 
 SETTLE_SECONDS = 1.0
 
@@ -36,17 +35,9 @@ def update_name(dynamodb, table: str, book_id: str, name: str) -> None:
     )
 
 
-def synced_books(settings, instance, count: int):
-    """`count` books in DynamoDB, and a sync that merged them."""
-    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table)
-    for number in range(count):
-        simulator.insert(f"book-{number:02d}")
-    sync_books(instance)
-
-
 def test_missing_extra_and_changed_keys_turn_the_check_red_though_the_scan_outlasts_the_settle_time(spark, settings, instance):
     dynamodb = settings.client("dynamodb")
-    synced_books(settings, instance, 12)
+    books_synced(settings, instance, *(f"book-{number:02d}" for number in range(12)))
     # Three divergences no change will repair (no sync runs after them): a row deleted from the table by hand, and a
     # delete and an update whose stream records were lost.
     spark.sql(f"DELETE FROM {settings.namespace}.books WHERE id = 'book-01'")
@@ -63,7 +54,7 @@ def test_missing_extra_and_changed_keys_turn_the_check_red_though_the_scan_outla
 
 
 def test_a_healthy_table_passes_with_a_long_scan_every_item_reading_the_same_on_both_sides(spark, settings, instance):
-    synced_books(settings, instance, 8)
+    books_synced(settings, instance, *(f"book-{number:02d}" for number in range(8)))
     resources = slow_scan_resources()
     healthy = books_row_count_parity(aws=resources["aws"], spark=resources["spark"], sync=resources["sync"])
     # Every item's value, every DynamoDB type in it (sets, binary, maps, lists), reads the same from both sides.
@@ -72,10 +63,7 @@ def test_a_healthy_table_passes_with_a_long_scan_every_item_reading_the_same_on_
 
 def test_a_value_merged_or_changed_again_after_the_scan_is_in_flight_and_one_the_table_never_merges_is_divergence(spark, settings, instance):
     dynamodb = settings.client("dynamodb")
-    simulator = BookSimulator(dynamodb, settings.books_table)
-    simulator.insert("book-a")
-    simulator.insert("book-b")
-    sync_books(instance)
+    books_synced(settings, instance, "book-a", "book-b")
     resources = local_resources()
     read_rows, scan, read_tombstones = key_parity_readers(resources["aws"], resources["spark"], resources["sync"], [])
     # No settle time: a key the table still holds as it did before the scan is divergence at the second look.
