@@ -226,7 +226,10 @@ class WriterLease:
     def _stalled_for(self) -> float:
         if self._elsewhere:
             self.progressed()
-        seen = self._progress()
+        try:
+            seen = self._progress()
+        except Exception:  # noqa: BLE001 - a probe that cannot answer (a session stopping) tells no progress, and no hang
+            seen = self._progress_seen
         if seen != self._progress_seen:
             self._progress_seen = seen
             self.progressed()

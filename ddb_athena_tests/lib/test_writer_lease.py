@@ -241,3 +241,20 @@ def test_a_writer_waiting_for_a_job_it_launched_keeps_its_lease_though_it_makes_
         waiting.check()
     finally:
         waiting.release()
+
+
+def test_a_progress_probe_that_fails_neither_stops_the_renewals_nor_counts_as_progress(settings):
+    def stopped_session():
+        raise RuntimeError("the SparkSession is stopping")
+
+    holder = lease(settings, "a writer whose Spark is stopping", ttl=1.5, stall_seconds=3.0, progress=stopped_session)
+    holder.acquire()
+    try:
+        for _ in range(4):  # 2 s of steps of its own: renewed all along, whatever the probe says
+            time.sleep(0.5)
+            holder.check()
+        time.sleep(4.5)  # then none: stalled, though the probe only ever failed
+        with pytest.raises(LeaseLostError, match="made no progress"):
+            holder.check()
+    finally:
+        holder.release()
