@@ -313,8 +313,10 @@ def merge_change_files(
             with session_settings(spark, STREAM_BATCH_PLAN):
                 _upsert(spark, spec, tables, latest, min(row["oldest"] for row in applicable_rows), result)
         tables.publish()
-        if result.bootstrap_file:
-            # Only once the rebuild is visible: which snapshot it applied, and the floor below which no change applies.
+        # Only once the rebuild is visible: which snapshot it applied, and the floor below which no change applies.
+        # Never lowered: a writer frozen between its publication and this, resumed after a newer bootstrap, leaves the
+        # newer floor (properties commit to `main`, outside the fence).
+        if result.bootstrap_file and floor >= (table_properties(spark, target).get(STREAM_FLOOR_PROPERTY) or ""):
             spark.sql(set_properties_sql(target, {BOOTSTRAP_FILE_PROPERTY: result.bootstrap_file, STREAM_FLOOR_PROPERTY: floor}))
     finally:
         validated.unpersist()
