@@ -367,12 +367,15 @@ class _Tables:
             writer.take(tombstone_table(target))
         ref = writer.ref if writer is not None else dotted_name
         self.table, self.tombstones = ref(target), ref(tombstone_table(target))
+        # What this merge committed to: a table it left alone needs no publication (each is a metadata commit).
+        self.written: set[str] = set()
 
     def publish(self) -> None:
-        """Tombstones first: a delete is known before the rows it removed are gone (see _upsert)."""
+        """The tables this merge wrote, tombstones first: a delete is known before the rows it removed are gone."""
         if self.writer is not None:
-            self.writer.publish(tombstone_table(self.target))
-            self.writer.publish(self.target)
+            for name in (tombstone_table(self.target), self.target):
+                if name in self.written:
+                    self.writer.publish(name)
 
 
 def classification_sql(spec: TableSpec, target: str, latest_view: str, tombstones: str | None = None) -> str:
@@ -419,9 +422,11 @@ def _upsert(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: DataF
     # it again, which changes no key's newest delete). An append, not a MERGE: no join, a third of the jobs.
     if counts.get("delete", 0) + counts.get("tombstone", 0):
         _tombstones_of(applicable, key).writeTo(tables.tombstones).append()
+        tables.written.add(tombstone_table(tables.target))
     if result.inserted + result.updated + result.deleted:
         applicable.where("_action <> 'tombstone'").createOrReplaceTempView(view)
         spark.sql(upsert_merge_sql(spec, tables.table, view))
+        tables.written.add(tables.target)
 
 
 def _rebuild(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: DataFrame, result: MergeResult) -> None:
@@ -444,3 +449,4 @@ def _rebuild(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: Data
     removes = _tombstones_of(latest, key)
     removes.writeTo(tombstones_sql).overwrite(F.lit(True))
     live.writeTo(target_sql).overwrite(F.lit(True))
+    tables.written.update((tables.target, tombstone_table(tables.target)))
