@@ -59,8 +59,17 @@ def _s3_area(path: str, query: dict[str, list[str]]) -> str:
     return "".join(f"{part}/" for part in parts[:-1][:2]) or key or "(bucket)"
 
 
+def _s3_tag(path: str) -> str:
+    """What only Hadoop's file system and catalog write: a directory marker (a key ending in '/') or the version hint
+    (written to a temporary file, then renamed)."""
+    key = path.strip("/").partition("/")[2]
+    if path.endswith("/") and key:
+        return " marker"
+    return " version-hint" if key.endswith(("version-hint.text", "-version-hint.temp")) else ""
+
+
 def request_kind(environ: dict) -> str:
-    """'<service> <operation>' of one request (WSGI environ); for S3, '<service> <operation> <area>' (`_s3_area`)."""
+    """'<service> <operation>' of one request (WSGI environ); for S3, '<service> <operation> <area>[ marker| version-hint]' (`_s3_area`, `_s3_tag`)."""
     headers = {key[5:].replace("_", "-").lower(): value for key, value in environ.items() if key.startswith("HTTP_")}
     scope = _SCOPE.search(headers.get("authorization", ""))
     service = scope.group(2) if scope else "unsigned"
@@ -71,7 +80,7 @@ def request_kind(environ: dict) -> str:
     query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
     if service == "s3":
         path = environ.get("PATH_INFO", "/")
-        return f"{label} {_s3_operation(environ['REQUEST_METHOD'], path, query, headers)} {_s3_area(path, query)}"
+        return f"{label} {_s3_operation(environ['REQUEST_METHOD'], path, query, headers)} {_s3_area(path, query)}{_s3_tag(path)}"
     # The query protocol (STS, IAM, SQS's older one): the action is in the query string or the form body.
     action = query.get("Action", [""])[0]
     return f"{label} {action or environ['REQUEST_METHOD']}"

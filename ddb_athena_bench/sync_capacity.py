@@ -21,7 +21,12 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Protocol
 
 import psutil
 
@@ -77,119 +82,191 @@ def _summary(values: list[float]) -> dict:
     return {"p50": _percentile(values, 0.5), "p95": _percentile(values, 0.95), "max": max(values)}
 
 
-def run(rate: float, minutes: float, warm_up_minutes: float, interval: float, initial_books: int, summary_bytes: int, shards: int) -> dict:
-    with local_stack(OUT / "sync-capacity-stack", rate=None, with_dagster=False) as (env, processes):
-        settings = Settings.from_env(env)
-        resources = resources_from_settings(settings)
-        aws, spark, sync = resources["aws"], resources["spark"], resources["sync"]
-        table = MemoryDynamoDB(sync.books_table, BOOKS_SPEC.key.attribute, shards)
+@dataclass
+class CapacityStack:
+    """The emulator (S3 only), the settings and resources pointing at it, and the books table and stream in memory,
+    bootstrapped into library.books: what each measurement (`measure`) runs against."""
+
+    env: dict
+    settings: Settings
+    resources: dict
+    table: MemoryDynamoDB
+    rng: random.Random
+    processes: dict
+    summary_bytes: int
+
+
+@contextmanager
+def capacity_stack(
+    scratch: Path, initial_books: int, summary_bytes: int, shards: int, warehouse_on_s3: bool = False, spark_memory: str | None = None, limits=None
+) -> Iterator[CapacityStack]:
+    """`spark_memory`: the JVM's heap (`spark.driver.memory`). `limits` (task_limits.TaskLimits): the task's size,
+    entered once the emulator runs and the table is seeded, before the JVM starts."""
+    with local_stack(scratch, rate=None, with_dagster=False, warehouse_on_s3=warehouse_on_s3) as (env, processes), ExitStack() as limited:
+        table = MemoryDynamoDB(Settings.from_env(env).books_table, BOOKS_SPEC.key.attribute, shards)
         rng = random.Random(7)
         table.seed([book_item(f"book-{number:08d}", rng, summary_bytes) for number in range(initial_books)])
-        # The memory table answers for DynamoDB and its stream; S3 is the emulator's.
-        # Fenced as a deployment's sync is: each cycle publishes its branch (lake/writer_branch.py).
-        writer = books_writer_branch(spark, sync, "bench")
-        syncer = books_syncer(
-            MemoryClients(table, aws), spark, sync, log=lambda _: None, warn=print, before_write=lambda: None, capture_seconds=interval, writer=writer
-        )
+        if limits is not None:
+            limited.enter_context(limits)
+            env = {**env, "DDB_ATHENA_SPARK_MASTER": limits.spark_master}
+        settings = Settings.from_env(env)
+        resources = resources_from_settings(settings)
+        if spark_memory:
+            spark = resources["spark"]
+            fields = {name: getattr(spark, name) for name in type(spark).model_fields}
+            resources["spark"] = type(spark)(**{**fields, "extra_config": {**spark.extra_config, "spark.driver.memory": spark_memory}})
+        stack = CapacityStack(env, settings, resources, table, rng, processes, summary_bytes)
         started = time.monotonic()
-        syncer.cycle("bootstrap")
+        _syncer(stack, MemoryClients(table, resources["aws"])).cycle("bootstrap")
         print(f"bootstrap of {initial_books:,} items: {time.monotonic() - started:.0f} s", flush=True)
+        yield stack
 
-        # The sync run's own loop state: its checks and its upkeep between cycles, as in a Dagster run.
-        run = SyncRun(
-            syncer,
-            sync_cadence(sync, interval),
-            checks=lambda *when: cycle_check_results(aws, spark, sync, *when),
-            upkeep=BooksUpkeep(spark, sync, writer=writer),
-        )
-        simulator = BookSimulator(table, sync.books_table, rng=rng, summary_bytes=summary_bytes)
-        simulator.load_existing_ids()
-        load = PacedLoad(simulator, rate)
-        me, excluded = psutil.Process(), {process.pid for process in processes.values()}
-        load.start()
-        load_started = time.monotonic()
-        measuring_from = load_started + warm_up_minutes * 60
-        cycles, freshness = [], []
-        cpu_at_start, peak_python, peak_jvm, peak_heap = None, 0.0, 0.0, 0.0
-        minute_at, minute_freshness = time.monotonic(), []
-        number = 0
-        while time.monotonic() < measuring_from + minutes * 60:
-            number += 1
-            cycle_started = time.monotonic()
-            measuring = cycle_started >= measuring_from
-            if measuring and cpu_at_start is None:
-                cpu_at_start = (_cpu(me) - load.cpu_seconds, _children_cpu(me, excluded), load.writes, cycle_started)
-            outcome = run.cycle(f"cycle-{number}").outcome
-            # When the commit was done (the merge's lag is measured then), not after the checks and upkeep that follow.
-            merged = outcome.merged
-            committed_at = (
-                datetime.fromisoformat(merged["newest_change_at"]) + timedelta(seconds=merged["lag_seconds"])
-                if merged.get("newest_change_at")
-                else datetime.now(UTC)
+
+def _writer(stack: CapacityStack):
+    """Fenced as a deployment's sync is: each cycle publishes its branch (lake/writer_branch.py)."""
+    return books_writer_branch(stack.resources["spark"], stack.resources["sync"], "bench")
+
+
+def _syncer(stack: CapacityStack, clients, before_write: Callable[[], None] = lambda: None, interval: float | None = None, writer=None):
+    """A sync run's cycle state, on the memory table and stream (`clients`)."""
+    spark, sync = stack.resources["spark"], stack.resources["sync"]
+    writer = writer or _writer(stack)
+    return books_syncer(clients, spark, sync, log=lambda _: None, warn=print, before_write=before_write, capture_seconds=interval, writer=writer)
+
+
+class Instruments(Protocol):
+    """What a measurement reports to, beside its own figures: each step of the loop by name (`capture`, `merge`,
+    `checks`, `compaction`, `maintenance`) around its call, the memory table's calls, and the load generator's thread."""
+
+    def step(self, name: str, call: Callable) -> Callable: ...
+
+    def clients(self, clients: "MemoryClients") -> object: ...
+
+    def load_started(self, thread: threading.Thread) -> None: ...
+
+
+def measure(
+    stack: CapacityStack,
+    rate: float,
+    interval: float,
+    minutes: float,
+    warm_up_minutes: float,
+    before_write: Callable[[], None] = lambda: None,
+    instruments: Instruments | None = None,
+) -> dict:
+    """A sync run's loop (its checks and upkeep between cycles, as in a Dagster run) for `warm_up_minutes`, then
+    `minutes` measured, under the simulator's writes at `rate` a second."""
+    aws, spark, sync = stack.resources["aws"], stack.resources["spark"], stack.resources["sync"]
+    table = stack.table
+    clients = MemoryClients(table, aws)
+    writer = _writer(stack)
+    syncer = _syncer(stack, instruments.clients(clients) if instruments else clients, before_write, interval, writer)
+    checks = lambda *when: cycle_check_results(aws, spark, sync, *when)  # noqa: E731
+    upkeep = BooksUpkeep(spark, sync, before_write=before_write, writer=writer)
+    if instruments:
+        syncer.capture, syncer.merge = instruments.step("capture", syncer.capture), instruments.step("merge", syncer.merge)
+        checks = instruments.step("checks", checks)
+        upkeep.compact, upkeep.maintain = instruments.step("compaction", upkeep.compact), instruments.step("maintenance", upkeep.maintain)
+    run = SyncRun(syncer, sync_cadence(sync, interval), checks=checks, upkeep=upkeep)
+    simulator = BookSimulator(table, sync.books_table, rng=stack.rng, summary_bytes=stack.summary_bytes)
+    simulator.load_existing_ids()
+    load = PacedLoad(simulator, rate)
+    me, excluded = psutil.Process(), {process.pid for process in stack.processes.values()}
+    table.take_served()
+    load.start()
+    if instruments:
+        instruments.load_started(load)
+    load_started = time.monotonic()
+    measuring_from = load_started + warm_up_minutes * 60
+    cycles, freshness = [], []
+    cpu_at_start, peak_python, peak_jvm, peak_heap = None, 0.0, 0.0, 0.0
+    minute_at, minute_freshness = time.monotonic(), []
+    number, upkeep_passes = 0, {"compaction": 0, "maintenance": 0}
+    while time.monotonic() < measuring_from + minutes * 60:
+        number += 1
+        cycle_started = time.monotonic()
+        measuring = cycle_started >= measuring_from
+        if measuring and cpu_at_start is None:
+            cpu_at_start = (_cpu(me) - load.cpu_seconds, _children_cpu(me, excluded), load.writes, cycle_started)
+        report = run.cycle(f"cycle-{number}")
+        outcome = report.outcome
+        # When the commit was done (the merge's lag is measured then), not after the checks and upkeep that follow.
+        merged = outcome.merged
+        newest = merged.get("newest_change_at")
+        committed_at = datetime.fromisoformat(newest) + timedelta(seconds=merged["lag_seconds"]) if newest else datetime.now(UTC)
+        ages = [(committed_at - written).total_seconds() for written in table.take_served()]
+        python_memory, _ = _memory({me.pid})
+        jvm_memory, heap = _memory({child.pid for child in me.children(recursive=True)} - excluded)
+        if measuring:
+            freshness.extend(ages)
+            minute_freshness.extend(ages)
+            peak_python, peak_jvm, peak_heap = max(peak_python, python_memory), max(peak_jvm, jvm_memory), max(peak_heap, heap or 0.0)
+            upkeep_passes["maintenance"] += report.maintenance is not None
+            upkeep_passes["compaction"] += any(message.startswith("Compaction") for message in report.messages)
+            cycles.append(
+                {
+                    "seconds": time.monotonic() - cycle_started,
+                    "capture_seconds": outcome.source.get("duration_seconds", 0.0),
+                    "merge_seconds": outcome.merged.get("duration_seconds", 0.0),
+                    "records": outcome.source.get("records_captured", 0),
+                    "behind": not outcome.source.get("stream_caught_up", True),
+                }
             )
-            ages = [(committed_at - written).total_seconds() for written in table.take_served()]
-            python_memory, _ = _memory({me.pid})
-            jvm_memory, heap = _memory({child.pid for child in me.children(recursive=True)} - excluded)
-            if measuring:
-                freshness.extend(ages)
-                minute_freshness.extend(ages)
-                peak_python, peak_jvm, peak_heap = max(peak_python, python_memory), max(peak_jvm, jvm_memory), max(peak_heap, heap or 0.0)
-                cycles.append(
-                    {
-                        "seconds": time.monotonic() - cycle_started,
-                        "capture_seconds": outcome.source.get("duration_seconds", 0.0),
-                        "merge_seconds": outcome.merged.get("duration_seconds", 0.0),
-                        "records": outcome.source.get("records_captured", 0),
-                        "behind": not outcome.source.get("stream_caught_up", True),
-                    }
-                )
-            if time.monotonic() - minute_at >= 60:
-                shown = _summary(minute_freshness)
-                print(
-                    f"minute {(time.monotonic() - load_started) / 60:4.1f}{' (warm-up)' if not measuring else ''}: {load.writes:,} writes, "
-                    f"freshness p50/p95/max {shown['p50'] or 0:.1f}/{shown['p95'] or 0:.1f}/{shown['max'] or 0:.1f} s, "
-                    f"last cycle {time.monotonic() - cycle_started:.1f} s, waiting {table.records_waiting():,}, "
-                    f"PSS JVM and workers {jvm_memory:,.0f} MiB, this process {python_memory:,.0f} MiB",
-                    flush=True,
-                )
-                minute_at, minute_freshness = time.monotonic(), []
-            time.sleep(max(0.0, cycle_started + interval - time.monotonic()))
-        elapsed_minutes = (time.monotonic() - cpu_at_start[3]) / 60
-        load.stop()
-        python_cpu = _cpu(me) - load.cpu_seconds - cpu_at_start[0]
-        jvm_cpu = _children_cpu(me, excluded) - cpu_at_start[1]
-        waiting_at_end = table.records_waiting()
-        # Drained, the table holds exactly the items: nothing lost, nothing resurrected at this rate.
-        while table.records_waiting():
-            syncer.cycle(f"drain-{number}")
-            number += 1
-        # Read back as Athena reads it: PyIceberg, from the table's newest metadata, not the Spark session that wrote it.
-        keys = set(_books_table(settings, env["AWS_ENDPOINT_URL"]).scan(selected_fields=(BOOKS_SPEC.key.name,)).to_arrow().column(0).to_pylist())
-        return {
-            "rate": rate,
-            "achieved_writes_per_second": (load.writes - cpu_at_start[2]) / (elapsed_minutes * 60),
-            "minutes": elapsed_minutes,
-            "interval_seconds": interval,
-            "shards": shards,
-            "summary_bytes": summary_bytes,
-            "initial_books": initial_books,
-            "freshness_seconds": _summary(freshness),
-            "records_measured": len(freshness),
-            "records_waiting_at_end": waiting_at_end,
-            "cycles": len(cycles),
-            "cycles_behind": sum(cycle["behind"] for cycle in cycles),
-            "cycle_seconds": _summary([cycle["seconds"] for cycle in cycles]),
-            "capture_seconds_median": statistics.median(cycle["capture_seconds"] for cycle in cycles),
-            "merge_seconds": _summary([cycle["merge_seconds"] for cycle in cycles]),
-            "records_per_cycle_median": statistics.median(cycle["records"] for cycle in cycles),
-            "sync_cpu_seconds_per_minute": {"python": python_cpu / elapsed_minutes, "jvm_and_workers": jvm_cpu / elapsed_minutes},
-            "load_cpu_seconds_per_minute": load.cpu_seconds / ((time.monotonic() - load_started) / 60),
-            "peak_pss_mib": {"jvm_and_workers": peak_jvm, "python_with_memory_table": peak_python},
-            "peak_jvm_heap_mib": peak_heap,
-            "rows_at_end": len(keys),
-            "items_at_end": len(table.items),
-            "table_equals_items": keys == set(table.items),
-        }
+        if time.monotonic() - minute_at >= 60:
+            shown = _summary(minute_freshness)
+            print(
+                f"minute {(time.monotonic() - load_started) / 60:4.1f}{' (warm-up)' if not measuring else ''}: {load.writes:,} writes, "
+                f"freshness p50/p95/max {shown['p50'] or 0:.1f}/{shown['p95'] or 0:.1f}/{shown['max'] or 0:.1f} s, "
+                f"last cycle {time.monotonic() - cycle_started:.1f} s, waiting {table.records_waiting():,}, "
+                f"PSS JVM and workers {jvm_memory:,.0f} MiB, this process {python_memory:,.0f} MiB",
+                flush=True,
+            )
+            minute_at, minute_freshness = time.monotonic(), []
+        time.sleep(max(0.0, cycle_started + interval - time.monotonic()))
+    elapsed_minutes = (time.monotonic() - cpu_at_start[3]) / 60
+    load.stop()
+    python_cpu = _cpu(me) - load.cpu_seconds - cpu_at_start[0]
+    jvm_cpu = _children_cpu(me, excluded) - cpu_at_start[1]
+    return {
+        "rate": rate,
+        "achieved_writes_per_second": (load.writes - cpu_at_start[2]) / (elapsed_minutes * 60),
+        "minutes": elapsed_minutes,
+        "interval_seconds": interval,
+        "shards": len(table.describe_stream(table.stream_arn)["StreamDescription"]["Shards"]),
+        "summary_bytes": stack.summary_bytes,
+        "freshness_seconds": _summary(freshness),
+        "records_measured": len(freshness),
+        "records_waiting_at_end": table.records_waiting(),
+        "cycles": len(cycles),
+        "cycles_behind": sum(cycle["behind"] for cycle in cycles),
+        "cycle_seconds": _summary([cycle["seconds"] for cycle in cycles]),
+        "capture_seconds_median": statistics.median(cycle["capture_seconds"] for cycle in cycles),
+        "merge_seconds": _summary([cycle["merge_seconds"] for cycle in cycles]),
+        "records_per_cycle_median": statistics.median(cycle["records"] for cycle in cycles),
+        "upkeep_passes": upkeep_passes,
+        "sync_cpu_seconds_per_minute": {"python": python_cpu / elapsed_minutes, "jvm_and_workers": jvm_cpu / elapsed_minutes},
+        "load_cpu_seconds_per_minute": load.cpu_seconds / ((time.monotonic() - load_started) / 60),
+        "peak_pss_mib": {"jvm_and_workers": peak_jvm, "python_with_memory_table": peak_python},
+        "peak_jvm_heap_mib": peak_heap,
+    }
+
+
+def drained_and_compared(stack: CapacityStack) -> dict:
+    """Drains the stream, then compares the table's keys, read as Athena reads them (PyIceberg, from the table's
+    newest metadata, not the Spark session that wrote it), with the items': nothing lost, nothing resurrected."""
+    syncer = _syncer(stack, MemoryClients(stack.table, stack.resources["aws"]))
+    number = 0
+    while stack.table.records_waiting():
+        number += 1
+        syncer.cycle(f"drain-{number}")
+    keys = set(_books_table(stack.settings, stack.env["AWS_ENDPOINT_URL"]).scan(selected_fields=(BOOKS_SPEC.key.name,)).to_arrow().column(0).to_pylist())
+    return {"rows_at_end": len(keys), "items_at_end": len(stack.table.items), "table_equals_items": keys == set(stack.table.items)}
+
+
+def run(rate: float, minutes: float, warm_up_minutes: float, interval: float, initial_books: int, summary_bytes: int, shards: int) -> dict:
+    with capacity_stack(OUT / "sync-capacity-stack", initial_books, summary_bytes, shards) as stack:
+        result = measure(stack, rate, interval, minutes, warm_up_minutes)
+        return {**result, "initial_books": initial_books, **drained_and_compared(stack)}
 
 
 def report(result: dict) -> str:

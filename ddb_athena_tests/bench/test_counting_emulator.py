@@ -58,4 +58,19 @@ def test_requests_are_counted_by_service_operation_and_files_and_a_reset_starts_
         "probe GetObject books_source/changes/": 1,
     }
     time.sleep(0.1)
+
+
+def test_what_only_hadoops_file_system_and_catalog_write_is_tagged(counting_endpoint):
+    """A directory marker and the version hint: the bill keeps them apart, as a deployment (Glue, S3FileIO) makes neither."""
+    s3 = _client("s3", counting_endpoint)
+    s3.create_bucket(Bucket="tagged")
+    request_counts(counting_endpoint, reset=True)
+    s3.put_object(Bucket="tagged", Key="warehouse/library/books/data/", Body=b"")
+    s3.put_object(Bucket="tagged", Key="warehouse/library/books/metadata/0f2c-version-hint.temp", Body=b"3")
+    s3.put_object(Bucket="tagged", Key="warehouse/library/books/metadata/version-hint.text", Body=b"3")
+
+    assert request_counts(counting_endpoint, reset=True) == {
+        "s3 PutObject warehouse/library/ marker": 1,
+        "s3 PutObject books/metadata version-hint": 2,
+    }
     assert request_counts(counting_endpoint) == {}

@@ -1,0 +1,345 @@
+"""`make bench-cost`: the books sync's monthly bill on AWS, computed from what it does here.
+
+The sync run's own loop (capture, MERGE, commit manifest, checks, compaction and maintenance between cycles, its
+writer lease renewed) against a table and stream served from memory (`bench-sync-capacity`), with the warehouse and
+the staging on the emulator's S3, so that every S3 request is counted, by the step that made it and the files it
+touched. For each rate (writes a second of ~1 KB) and each interval: freshness record by record, CPU, peak memory,
+the requests, the Iceberg commits, the bytes stored; then `bill.py` prices them with `prices.py`. Each cell ends
+with a maintenance pass if none fell in it, priced at its cadence.
+
+The sync runs within the task's size (`--vcpu`, `--memory-gb`: a CPU quota and a memory limit, `task_limits.py`); the
+emulator and the load generator outside it. `--spark-memory` sets the JVM's heap. `--write-docs` writes docs/cost.md from the results
+(.ddb_athena/bench/cost.json keeps every cell measured; a run adds to it, replacing cells measured again).
+
+    .venv/bin/python -m ddb_athena_bench.cost --rates 230 --intervals 10,20,30,60,120 --minutes 5 --vcpu 0.5 --memory-gb 3
+"""
+
+import argparse
+import collections
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import boto3
+
+from ddb_athena.lib.settings import REPO_ROOT
+from ddb_athena.lib.writer_lease import WriterLease
+from ddb_athena_bench import bill as billing
+from ddb_athena_bench.counting_emulator import PROBE_ACCESS_KEY
+from ddb_athena_bench.freshness import OUT, request_counts
+from ddb_athena_bench.prices import FIREHOSE_QUOTE_USD_A_MONTH, FREE_ALLOWANCES, PRICES
+from ddb_athena_bench.sync_capacity import CapacityStack, MemoryClients, capacity_stack, drained_and_compared, measure
+from ddb_athena_bench.task_limits import TaskLimits
+from ddb_athena_bench.volume import _books_table
+
+RESULTS = OUT / "cost.json"
+DOCS = REPO_ROOT / "docs" / "cost.md"
+
+
+class RequestMeter:
+    """Counts the emulator's requests by the step of the loop that was running (`between` for none: the lease's
+    renewals while the loop sleeps) and the memory stream's calls, with its empty pages."""
+
+    def __init__(self, endpoint: str):
+        self.endpoint = endpoint
+        self.by_step: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        self._step = "between"
+        self._lock = threading.Lock()
+        request_counts(endpoint, reset=True)
+
+    def _flush(self) -> None:
+        self.by_step[self._step].update(request_counts(self.endpoint, reset=True))
+
+    def step(self, name: str, call: Callable) -> Callable:
+        def counted(*args, **kwargs):
+            with self._lock:
+                self._flush()
+                previous, self._step = self._step, name
+            try:
+                return call(*args, **kwargs)
+            finally:
+                with self._lock:
+                    self._flush()
+                    self._step = previous
+
+        return counted
+
+    def clients(self, clients: MemoryClients) -> object:
+        meter = self
+
+        class Counted:
+            def __init__(self, service: str, client):
+                self._service, self._client = service, client
+
+            def __getattr__(self, name: str):
+                attribute = getattr(self._client, name)
+                if not callable(attribute) or self._service not in ("dynamodb", "dynamodbstreams"):
+                    return attribute
+
+                def call(*args, **kwargs):
+                    response = attribute(*args, **kwargs)
+                    operation = "".join(part.title() for part in name.split("_"))
+                    with meter._lock:
+                        meter.by_step[meter._step][f"{self._service} {operation}"] += 1
+                        if name == "get_records" and not response.get("Records"):
+                            meter.by_step[meter._step][billing.EMPTY_PAGES] += 1
+                    return response
+
+                return call
+
+        class CountedClients:
+            def client(self, service: str):
+                return Counted(service, clients.client(service))
+
+        return CountedClients()
+
+    def take(self) -> dict[str, dict[str, int]]:
+        with self._lock:
+            self._flush()
+            taken = {step: dict(counts) for step, counts in self.by_step.items()}
+            self.by_step.clear()
+        return taken
+
+
+def _stored_bytes(stack: CapacityStack) -> int:
+    """Every object in the bucket: the table's live files, those its retained snapshots keep, metadata, staging."""
+    s3 = boto3.client(
+        "s3", endpoint_url=stack.env["AWS_ENDPOINT_URL"], aws_access_key_id=PROBE_ACCESS_KEY, aws_secret_access_key="probe", region_name=stack.settings.region
+    )
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=stack.settings.bucket)
+    return sum(item["Size"] for page in pages for item in page.get("Contents", []))
+
+
+def _commits_between(stack: CapacityStack, since_ms: int, until_ms: int) -> int:
+    endpoint = stack.env["AWS_ENDPOINT_URL"]
+    return sum(
+        sum(1 for snapshot in _books_table(stack.settings, endpoint, name).metadata.snapshots if since_ms <= snapshot.timestamp_ms < until_ms)
+        for name in ("books", "books_tombstones")
+    )
+
+
+def measure_cell(stack: CapacityStack, limits: TaskLimits, rate: float, interval: float, minutes: float, warm_up_minutes: float) -> dict:
+    """One rate and interval: the measurement `bill.bill` prices."""
+    sync, aws = stack.resources["sync"], stack.resources["aws"]
+    meter = RequestMeter(stack.env["AWS_ENDPOINT_URL"])
+    lease = WriterLease(aws.client("s3"), sync.books_layout.bucket, sync.books_iceberg_table, "bench-cost", stack.settings.writer_lease_seconds)
+    lease.acquire()
+    try:
+        warm_until = time.time() + warm_up_minutes * 60
+        throttled = limits.throttled_seconds()
+        result = measure(stack, rate, interval, minutes, warm_up_minutes, before_write=lease.check, instruments=_after(warm_until, meter, limits))
+        result["cpu_throttled_seconds"] = limits.throttled_seconds() - throttled
+        result["peak_task_memory_mib"] = limits.peak_memory_mib()
+        requests = meter.take()
+        measured_ms = (int(warm_until * 1000), int(time.time() * 1000))
+        if not result["upkeep_passes"]["maintenance"]:
+            # No maintenance in the window: one pass now, counted apart and priced at the cadence.
+            result["maintenance_pass"] = _maintenance_pass(stack, meter)
+    finally:
+        lease.release()
+    item_bytes = sum(len(json.dumps(item, default=str)) for item in list(stack.table.items.values())[:1000]) / min(len(stack.table.items), 1000)
+    return {
+        **result,
+        "measured_seconds": result["minutes"] * 60,
+        "requests_by_step": requests,
+        "iceberg_commits": _commits_between(stack, *measured_ms),
+        "recorded_cycles": result["cycles"],
+        "stored_bytes": _stored_bytes(stack),
+        "table_bytes": item_bytes * len(stack.table.items),
+        "items": len(stack.table.items),
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _after(moment: float, meter: RequestMeter, limits: TaskLimits):
+    """The meter, counting only from `moment` (the end of the warm-up): what came before is dropped. The load
+    generator's thread runs outside the task's CPU quota."""
+
+    class Measured:
+        def step(self, name, call):
+            counted = meter.step(name, call)
+
+            def run(*args, **kwargs):
+                if time.time() < moment:
+                    meter.take()
+                return counted(*args, **kwargs)
+
+            return run
+
+        def clients(self, clients):
+            return meter.clients(clients)
+
+        def load_started(self, thread):
+            limits.exempt_thread(thread.native_id)
+
+    return Measured()
+
+
+def _maintenance_pass(stack: CapacityStack, meter: RequestMeter) -> dict:
+    from ddb_athena.streamed.assets import BooksUpkeep
+
+    meter.take()
+    started = time.monotonic()
+    upkeep = BooksUpkeep(stack.resources["spark"], stack.resources["sync"], writer=None)
+    meter.step("maintenance", upkeep.maintain)(datetime.now(UTC), False)
+    return {"seconds": time.monotonic() - started, "requests_by_step": meter.take()}
+
+
+def cell_bill(cell: dict, capture: str = "run") -> billing.Bill:
+    task = billing.Task(cell["vcpu"], cell["memory_gb"])
+    measurement = dict(cell)
+    maintenance = cell.get("maintenance_pass")
+    if maintenance:
+        # A pass every maintenance interval: its requests, scaled to the window's length.
+        per_window = cell["measured_seconds"] / (cell["maintenance_interval_minutes"] * 60)
+        steps = {step: dict(counts) for step, counts in cell["requests_by_step"].items()}
+        for step, counts in maintenance["requests_by_step"].items():
+            for kind, count in counts.items():
+                steps.setdefault(step, {})[kind] = steps.get(step, {}).get(kind, 0) + count * per_window
+        measurement["requests_by_step"] = steps
+    result = billing.bill(measurement, task, capture=capture)
+    result.task = task
+    return result
+
+
+def report(cells: list[dict]) -> str:
+    lines = [
+        "| writes/s | interval s | p95 freshness s (max) | cycles behind | CPU-s a minute (throttled s) | peak MiB, JVM and workers | task "
+        "| S3 PUT / GET a cycle "
+        "| USD a month: on demand x86 / Graviton / Spot Graviton | target |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | --- | --- | --- | --- |",
+    ]
+    for cell in cells:
+        result = cell_bill(cell)
+        billed, _ = billing.price_requests(cell["requests_by_step"])
+        cycles = max(cell["cycles"], 1)
+        put = sum(count for (_, kind), count in billed.items() if kind == "PUT") / cycles
+        get = sum(count for (_, kind), count in billed.items() if kind == "GET") / cycles
+        cpu = cell["sync_cpu_seconds_per_minute"]
+        totals = [result.total(option) for option in result.task_options]
+        fresh = cell["freshness_seconds"]
+        lines.append(
+            f"| {cell['rate']:g} | {cell['interval_seconds']:g} | {fresh['p95']:.1f} ({fresh['max']:.1f}) | {cell['cycles_behind']} of {cell['cycles']} "
+            f"| {cpu['python'] + cpu['jvm_and_workers']:.1f} ({cell['cpu_throttled_seconds']:.0f}) | {cell['peak_task_memory_mib']:,.0f} "
+            f"| {result.task.label} | {put:.1f} / {get:.1f} "
+            f"| {' / '.join(f'{usd:.2f}' for usd in totals)} | {billing.within_target(totals[1], fresh['p95'])} |"
+        )
+    return "\n".join(lines)
+
+
+def line_items(cell: dict) -> str:
+    result = cell_bill(cell)
+    lambda_bill = cell_bill(cell, capture="lambda")
+    rows = ["| line | USD a month | made of |", "| --- | ---: | --- |"]
+    rows += [f"| task {result.task.label}, {option} | {usd:.2f} | 730 hours |" for option, usd in result.task_options.items()]
+    rows += [f"| {name} | {usd:.2f} | {how} |" for name, usd, how in result.lines]
+    rows.append(f"| **all but the task** | **{result.without_task:.2f}** | |")
+    lambda_how = "the Lambda's invocations and files; no Streams reads, no checkpoints"
+    rows.append(f"| with the capture Lambda instead, all but the task | {lambda_bill.without_task:.2f} | {lambda_how} |")
+    differs = ", ".join(f"{line} {count:,.0f}" for line, count in sorted(result.not_on_aws.items()))
+    rows.append(f"| requests made here and not on AWS, a month (not billed) | | {differs or 'none'} |")
+    return "\n".join(rows)
+
+
+def _price_table() -> str:
+    rows = ["| price | USD | unit | source | as of |", "| --- | ---: | --- | --- | --- |"]
+    rows += [f"| `{name}` | {item.usd:.10g} | {item.unit} | {item.source} | {item.as_of} |" for name, item in PRICES.items()]
+    return "\n".join(rows)
+
+
+def docs(cells: list[dict]) -> str:
+    by_rate = sorted(cells, key=lambda cell: (cell["rate"], cell["interval_seconds"]))
+    detailed = max(by_rate, key=lambda cell: (cell["rate"], -cell["interval_seconds"]))
+    return "\n".join(
+        [
+            "# What the books sync costs on AWS",
+            "",
+            "<!-- Generated by `make bench-cost WRITE_DOCS=1` (ddb_athena_bench/cost.py) from .ddb_athena/bench/cost.json; do not edit. -->",
+            "",
+            "Every figure below is computed by `ddb_athena_bench/bill.py` from a measurement of the sync run's own loop "
+            "(`make bench-cost`: the books table and stream served from memory, the warehouse and the staging on the "
+            "emulator's S3, every request counted by the step that made it) and the price table `ddb_athena_bench/prices.py`. "
+            "us-east-1, 730 hours a month; free tiers left out.",
+            "",
+            "## The dial: writes a second, interval, freshness, dollars",
+            "",
+            report(by_rate),
+            "",
+            "Task: the size the cell ran within (a CPU quota and a memory limit, as ECS sets them; the JVM and Spark's workers "
+            "within the task's memory less 0.5 GB for the run worker's Python). Target: books' own line on Graviton on demand against "
+            f"{FIREHOSE_QUOTE_USD_A_MONTH} USD at p95 <= 30 s and 20 USD at p95 <= 120 s.",
+            "",
+            f"## Line by line: {detailed['rate']:g} writes a second, a cycle every {detailed['interval_seconds']:g} s",
+            "",
+            line_items(detailed),
+            "",
+            "## Prices",
+            "",
+            _price_table(),
+            "",
+            "Free allowances not applied: " + "; ".join(FREE_ALLOWANCES) + ".",
+            "",
+        ]
+    )
+
+
+def _load() -> list[dict]:
+    return json.loads(RESULTS.read_text()) if RESULTS.exists() else []
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rates", default="1,10,100,230", help="writes a second, comma-separated")
+    parser.add_argument("--intervals", default="10,20,30,60,120", help="seconds between cycles, comma-separated")
+    parser.add_argument("--minutes", type=float, default=5.0, help="measured per cell, after its warm-up; at least 10 cycles")
+    parser.add_argument("--warm-up-minutes", type=float, default=1.0)
+    parser.add_argument("--initial-books", type=int, default=1_000_000, help="1 GB of ~1 KB items")
+    parser.add_argument("--summary-bytes", type=int, default=700)
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--vcpu", type=float, default=0.5, help="the task's vCPU: the sync's CPU quota")
+    parser.add_argument("--memory-gb", type=float, default=3, help="the task's memory")
+    parser.add_argument("--spark-memory", default="1536m", help="the JVM's heap (spark.driver.memory)")
+    parser.add_argument("--write-docs", action="store_true", help="write docs/cost.md from every cell measured so far")
+    parser.add_argument("--docs-only", action="store_true", help="measure nothing: write docs/cost.md from the saved cells")
+    arguments = parser.parse_args(argv)
+    cells = _load()
+    if not arguments.docs_only:
+        rates = [float(rate) for rate in arguments.rates.split(",")]
+        intervals = [float(interval) for interval in arguments.intervals.split(",")]
+        scratch = OUT / "cost-stack"
+        billing.Task(arguments.vcpu, arguments.memory_gb)  # a size Fargate offers, before an hour is spent on it
+        limits = TaskLimits("ddb_athena_bench", arguments.vcpu, arguments.memory_gb)
+        stack_options = {"warehouse_on_s3": True, "spark_memory": arguments.spark_memory, "limits": limits}
+        with capacity_stack(scratch, arguments.initial_books, arguments.summary_bytes, arguments.shards, **stack_options) as stack:
+            limits.release_this_process_memory()
+            for rate in rates:
+                for interval in intervals:
+                    minutes = max(arguments.minutes, 10 * interval / 60)
+                    print(f"--- {rate:g} writes/s, a cycle every {interval:g} s, {minutes:g} minutes measured", flush=True)
+                    cell = measure_cell(stack, limits, rate, interval, minutes, arguments.warm_up_minutes)
+                    cell.update(
+                        vcpu=arguments.vcpu,
+                        memory_gb=arguments.memory_gb,
+                        spark_memory=arguments.spark_memory,
+                        maintenance_interval_minutes=stack.resources["sync"].maintenance_interval_minutes,
+                    )
+                    cells = [old for old in cells if (old["rate"], old["interval_seconds"]) != (rate, interval)] + [cell]
+                    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+                    RESULTS.write_text(json.dumps(cells, indent=2))
+                    print(report([cell]), flush=True)
+            cells[-1].update(drained_and_compared(stack))
+            RESULTS.write_text(json.dumps(cells, indent=2))
+            print(f"drained: {cells[-1]['rows_at_end']:,} rows, {cells[-1]['items_at_end']:,} items, same keys: {cells[-1]['table_equals_items']}")
+    print(report(cells))
+    if arguments.write_docs or arguments.docs_only:
+        DOCS.write_text(docs(cells))
+        print(f"wrote {DOCS.relative_to(Path.cwd()) if DOCS.is_relative_to(Path.cwd()) else DOCS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
