@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
+from ddb_athena.lake.commit_properties import committed_with, empty_commit
 from ddb_athena.lake.dynamodb_json import item_problem
 from ddb_athena.lake.identifiers import dotted_name, qualified_name, string_literal, validate_identifier
 from ddb_athena.lake.plan_settings import session_settings
@@ -43,6 +44,9 @@ BOOTSTRAP_FILE_PROPERTY = "ddb_athena.bootstrap-file"
 # The newest stream sequence number before the last bootstrap's scan: every change at or below it is older than the
 # scan, which has seen its effect, so it is never applied again (a late file, a replayed batch, another host's file).
 STREAM_FLOOR_PROPERTY = "ddb_athena.stream-floor"
+# Where the in-process capture's stream positions are committed with the data: in the summary of each books commit
+# that applies them (capture/checkpoints.py, CommittedCheckpoints).
+STREAM_POSITIONS_PROPERTY = "ddb_athena.stream-positions"
 # Sorts after every change file name: no snapshot row is applicable.
 _NO_SNAPSHOT = "~"
 # A stream batch is a few rows to a few thousand: one shuffle partition and a static plan (adaptive execution
@@ -244,6 +248,7 @@ def merge_change_files(
     ensure: bool = True,
     writer: WriterBranch | None = None,
     snapshot_position: str | None = None,
+    commit_properties: dict[str, str] | None = None,
 ) -> MergeResult:
     """Applies exactly the given change files to `target` (a `namespace.table` in the default catalog).
 
@@ -252,13 +257,15 @@ def merge_change_files(
     branch and published at the end (writer_branch.py): a writer whose lease was taken publishes nothing. Without
     one, they are written on `main` (a single writer that no other can take over: tests, benchmarks).
     `snapshot_position` is the stream's end before the newest snapshot's scan, when the batch holds one (from its
-    seal: an empty table's snapshot has no row to carry it); without it, its rows' own sequence number."""
+    seal: an empty table's snapshot has no row to carry it); without it, its rows' own sequence number.
+    `commit_properties` are committed with the merge, in the summary of the commit that publishes it (the stream
+    positions it covers): a merge that changes no row commits them in a snapshot of their own."""
     if ensure:
         ensure_tables(spark, spec, target)
     tables = _Tables(target, writer)
     result = MergeResult(change_files=list(change_file_uris))
     if not change_file_uris:
-        return _with_snapshot(spark, target, result)
+        return _with_snapshot(spark, target, tables.carry(spark, commit_properties, result))
 
     _with_item_problem_function(spark)
     lines_view, validated_view = validate_identifier(f"{spec.table}_change_lines"), validate_identifier(f"{spec.table}_validated_changes")
@@ -303,16 +310,17 @@ def merge_change_files(
             )
             result.keys_held = held.collect()[0]["held"]
         if not applicable and not result.bootstrap_file:
-            return _with_snapshot(spark, target, result)
+            return _with_snapshot(spark, target, tables.carry(spark, commit_properties, result))
 
         synced_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
         latest = spark.sql(_latest_changes_sql(spec, validated_view), args={**selection, "synced_at": synced_at})
-        if result.bootstrap_file:
-            _rebuild(spark, spec, tables, latest, result)
-        else:
-            with session_settings(spark, STREAM_BATCH_PLAN):
-                _upsert(spark, spec, tables, latest, min(row["oldest"] for row in applicable_rows), result)
-        tables.publish()
+        with committed_with(spark, commit_properties):
+            if result.bootstrap_file:
+                _rebuild(spark, spec, tables, latest, result)
+            else:
+                with session_settings(spark, STREAM_BATCH_PLAN):
+                    _upsert(spark, spec, tables, latest, min(row["oldest"] for row in applicable_rows), result)
+        tables.carry(spark, commit_properties, result)
         # Only once the rebuild is visible: which snapshot it applied, and the floor below which no change applies.
         # Never lowered: a writer frozen between its publication and this, resumed after a newer bootstrap, leaves the
         # newer floor (properties commit to `main`, outside the fence).
@@ -369,6 +377,15 @@ class _Tables:
         self.table, self.tombstones = ref(target), ref(tombstone_table(target))
         # What this merge committed to: a table it left alone needs no publication (each is a metadata commit).
         self.written: set[str] = set()
+
+    def carry(self, spark: SparkSession, commit_properties: dict[str, str] | None, result: MergeResult) -> MergeResult:
+        """Publishes what this merge wrote, with `commit_properties` in the table's commit: a merge that did not write
+        the table (nothing applicable, or deletes of keys it does not hold) commits them in an empty snapshot."""
+        if commit_properties and self.target not in self.written:
+            empty_commit(spark, self.target, commit_properties, branch=self.writer.name if self.writer is not None else "main")
+            self.written.add(self.target)
+        self.publish()
+        return result
 
     def publish(self) -> None:
         """The tables this merge wrote, tombstones first: a delete is known before the rows it removed are gone."""

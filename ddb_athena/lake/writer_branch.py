@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 from pyspark.sql import SparkSession
 
+from ddb_athena.lake.commit_properties import empty_commit, newest_published
 from ddb_athena.lake.identifiers import dotted_name, string_literal, validate_identifier
 
 BRANCH_PREFIX = "writer_"
@@ -36,8 +37,10 @@ class WriterFencedError(RuntimeError):
 class WriterBranch:
     """One writer's branch of each of `tables` (namespace.table names), taken on first use."""
 
-    def __init__(self, spark: Callable[[], SparkSession], catalog: str, tables: Sequence[str], token: str):
-        self._spark = spark
+    def __init__(self, spark: Callable[[], SparkSession], catalog: str, tables: Sequence[str], token: str, carried: Sequence[str] = ()):
+        """`carried`: summary properties the fence commit repeats from the newest published snapshot that has them
+        (the stream positions: snapshot expiry counts the fence among the newer snapshots, never a reason to lose them)."""
+        self._spark, self._carried = spark, tuple(carried)
         self.catalog = validate_identifier(catalog, "catalog name")
         self.tables = tuple(dotted_name(table) for table in tables)
         self.name = validate_identifier(f"{BRANCH_PREFIX}{token}", "writer branch")
@@ -56,8 +59,8 @@ class WriterBranch:
         if table not in self.tables:
             raise ValueError(f"{table} is not among this writer's tables {self.tables}")
         spark = self._spark()
-        iceberg_table = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
-        iceberg_table.newAppend().set(FENCE_SUMMARY_PROPERTY, self.name).commit()
+        carried = {name: value for name in self._carried if (value := newest_published(spark, table, name)) is not None}
+        empty_commit(spark, table, {**carried, FENCE_SUMMARY_PROPERTY: self.name})
         spark.sql(f"ALTER TABLE {table} CREATE OR REPLACE BRANCH {self.name} RETAIN {BRANCH_RETENTION_DAYS} DAYS")
         self._taken.add(table)
 

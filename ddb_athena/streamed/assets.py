@@ -26,8 +26,9 @@ from dagster import (
 )
 from pydantic import Field
 
-from ddb_athena.lake.change_merge import tombstone_table
+from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY, tombstone_table
 from ddb_athena.lake.maintenance import CompactionResult, MaintenanceResult, MaintenanceState, compact_with_tombstones, maintenance_state
+from ddb_athena.lake.session_config import runs_in_this_process
 from ddb_athena.lake.writer_branch import WriterBranch
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.settings import MAX_MERGE_INTERVAL_SECONDS, MAX_SYNC_RUN_MINUTES, MIN_MERGE_INTERVAL_SECONDS
@@ -105,6 +106,8 @@ def books_syncer(
         before_write=before_write,
         capture_seconds=capture_seconds,
         writer=writer,
+        # Spark reads the driver's local files only when its tasks run in this process.
+        hold_changes=runs_in_this_process(spark.master),
     )
 
 
@@ -155,7 +158,7 @@ def books_writer_branch(spark: IcebergSparkResource, sync: SyncSettings, token: 
     """The branch of library.books and its tombstones that a holding of the lease (its `token`) writes (created by its
     first merge)."""
     target = sync.books_iceberg_table
-    return WriterBranch(lambda: spark.spark_session, spark.catalog, (target, tombstone_table(target)), token)
+    return WriterBranch(lambda: spark.spark_session, spark.catalog, (target, tombstone_table(target)), token, carried=(STREAM_POSITIONS_PROPERTY,))
 
 
 def maintenance_observation(result: MaintenanceResult) -> AssetObservation:

@@ -1,6 +1,11 @@
-"""One cycle of the books sync: capture the stream into change files, then MERGE the change files present
-into Iceberg and write the commit manifest. No Dagster: the same object runs in a Dagster run or anywhere
-else a SparkSession can be had.
+"""One cycle of the books sync: capture the stream into change files, then MERGE them into Iceberg. No Dagster: the
+same object runs in a Dagster run or anywhere else a SparkSession can be had.
+
+The run's own capture, with Spark in this process, keeps its change files on local disk and its stream positions in
+the Iceberg commit that applies them (`hold_changes`): no S3 request for either, and a crash anywhere before the
+commit reads the same records again from the stream (exactly once: the positions move with the data). Files in S3
+(the capture Lambda's, a bootstrap's snapshot) are merged as they come and recorded in a commit manifest for their
+cleanup.
 
 Capture is the run's own (it reads the stream) or, deployed on AWS, the capture Lambda's (it writes the change
 files; the run only merges them and, to bootstrap, scans the table). A cycle that captured nothing and finds no
@@ -15,13 +20,16 @@ from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
 
-from ddb_athena.lake.change_merge import merge_change_files, table_exists
+from ddb_athena.lake.change_merge import BOOTSTRAP_FILE_PROPERTY, STREAM_POSITIONS_PROPERTY, merge_change_files, table_exists, table_properties
+from ddb_athena.lake.commit_properties import newest_published
 from ddb_athena.lake.table_spec import BOOKS_SPEC
 from ddb_athena.lake.writer_branch import WriterBranch
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.bootstrap import bootstrap_snapshot, delete_unsealed_parts, pending_snapshot, snapshot_position, with_snapshot_parts
 from ddb_athena.streamed.capture.change_files import SNAPSHOT_KIND, ChangeFileNamer, change_file_keys, list_keys, parse_change_file_name
+from ddb_athena.streamed.capture.checkpoints import CheckpointStore, CommittedCheckpoints
 from ddb_athena.streamed.capture.commit_manifests import committed_files, write_commit_manifest
+from ddb_athena.streamed.capture.held_changes import HeldChanges
 from ddb_athena.streamed.capture.quarantine import quarantine_foreign_files
 from ddb_athena.streamed.capture.stream_reader import StreamCapture
 
@@ -58,26 +66,55 @@ class BooksSync:
         before_write: Callable[[], None] = lambda: None,
         capture_seconds: float | None = None,
         writer: WriterBranch | None = None,
+        hold_changes: bool = False,
     ):
         """`before_write` is called before each step that writes (checkpoints, change files, the table, the manifest):
         it raises when this writer may no longer write (its lease was lost). `writer` is this writer's branch of the
         table and its tombstones: a commit that outlived the lease is never published (lake/writer_branch.py). A capture
-        reads the stream for at most `capture_seconds` (the cycle's interval): behind, the table still moves every cycle."""
+        reads the stream for at most `capture_seconds` (the cycle's interval): behind, the table still moves every cycle.
+        `hold_changes` (the run's own capture, Spark in this process): change files on local disk, positions committed
+        with the data."""
         self._dynamodb, self._s3, self._spark = dynamodb, s3, spark
         self._before_write, self._writer = before_write, writer
         self._scheme, self._table_name, self._iceberg_table, self._layout = source_scheme, table_name, iceberg_table, layout
         self._log, self._warn, self._capture_stream = log, warn, capture_stream
         self._namer = ChangeFileNamer()
-        self._capture = StreamCapture(dynamodb, streams, s3, table_name, layout, namer=self._namer, log=log, max_seconds=capture_seconds, on_page=before_write)
+        self._held: HeldChanges | None = None
+        store = {}
+        if hold_changes and capture_stream:
+            self._held = HeldChanges(CommittedCheckpoints(self._published_positions, CheckpointStore(s3, layout)))
+            store = {"checkpoints": self._held.positions, "write_changes": self._held.write}
+        self._capture = StreamCapture(
+            dynamodb, streams, s3, table_name, layout, namer=self._namer, log=log, max_seconds=capture_seconds, on_page=before_write, **store
+        )
+        # Files in S3 are listed by each cycle, but with changes held only by a run's first and a bootstrap's: none
+        # other arrives (a file that does waits for the next run; the backlog check sees it meanwhile).
+        self._list_staged = True
         self._bootstrap_checked = False
         # The tables are created (or brought up to the spec) by the run's first merge; later ones skip that.
         self._tables_ensured = False
 
     def cycle(self, batch: str, bootstrap: bool = False) -> CycleOutcome:
         """Captures, then merges what is present; `batch` names this cycle's manifest and quarantine."""
-        source = self.capture(bootstrap)
-        merged = self.merge(batch)
+        try:
+            source = self.capture(bootstrap)
+            merged = self.merge(batch)
+        except BaseException:
+            if self._held is not None:
+                self._held.rollback()  # read again from the stream by the next capture
+            raise
         return CycleOutcome(source, merged or self._idle_metadata(), idle=merged is None)
+
+    def _published_positions(self) -> str | None:
+        """The positions the table's commits carry; None (start from the checkpoints in S3) while a bootstrap's sealed
+        snapshot waits to be merged: its positions, the stream's end before its scan, were saved there."""
+        spark = self._spark()
+        if not table_exists(spark, self._iceberg_table):
+            return None
+        sealed = pending_snapshot(self._s3, self._layout)
+        if sealed and sealed.rsplit("/", 1)[-1] > (table_properties(spark, self._iceberg_table).get(BOOTSTRAP_FILE_PROPERTY) or ""):
+            return None
+        return newest_published(spark, self._iceberg_table, STREAM_POSITIONS_PROPERTY)
 
     def capture(self, bootstrap: bool) -> dict:
         self._before_write()
@@ -112,7 +149,11 @@ class BooksSync:
                     # A bootstrap that failed before this left the old positions, and with them the gap that the next
                     # capture reports. A scan longer than the stream's 24 hours finds those positions trimmed: a gap too.
                     self._capture.restart_from(positions)
+                    if self._held is not None:
+                        # Durable until the snapshot's merge commits them: a merge that fails resumes from there.
+                        self._held.restart_durably(positions)
                 metadata.update(bootstrap_items=snapshot.items, bootstrap_file=snapshot.change_file, bootstrap_parts=len(snapshot.parts))
+                self._list_staged = True
         if not self._capture_stream:
             # The capture Lambda (reading the stream from its start) names its files after the snapshot's.
             metadata.update(capture="lambda", duration_seconds=time.monotonic() - started, source=self._layout.uri(self._layout.changes_prefix))
@@ -141,22 +182,13 @@ class BooksSync:
         """Merges exactly the change files present now; None (and no Spark at all) when there is nothing to do."""
         self._before_write()
         started = time.monotonic()
-        # The manifests before the listing: a cleanup that runs in between deletes a manifest's files before its
-        # manifest, so a file listed is either still there or known as committed (listed first, a file the cleanup
-        # deleted would be read by the merge and fail the cycle).
-        committed = committed_files(self._s3, self._layout)
-        # One listing of the change prefix for both: what is not a change file, and the change files to merge.
-        present = list(list_keys(self._s3, self._layout.bucket, self._layout.changes_prefix))
-        # A file the merge cannot take would otherwise sit in the prefix forever, its changes lost in silence.
-        foreign = quarantine_foreign_files(self._s3, self._layout, batch, present)
-        if foreign:
-            self._warn(f"Quarantined {len(foreign)} files that are not change files: {', '.join(r.source_file for r in foreign)}")
-        # Exactly the files present now: later arrivals wait for the next cycle, none is skipped. Files an earlier
-        # cycle committed wait only for their cleanup: merging them again would change nothing and cost a Spark job.
-        files = with_snapshot_parts(self._s3, self._layout, [key for key in change_file_keys(present) if key not in committed])
-        if not files:
+        staged, foreign = self._staged_files(batch) if self._list_staged else ([], [])
+        held = list(self._held.files) if self._held else []
+        positions = self._held.to_commit() if self._held else None
+        if not staged and not held and not positions:
             return {**self._idle_metadata(), "idle": False, "foreign_files_quarantined": len(foreign)} if foreign else None
-        seals = [key for key in files if parse_change_file_name(key)[1] == SNAPSHOT_KIND]
+        files = [self._layout.uri(key, self._scheme) for key in staged] + held
+        seals = [key for key in staged if parse_change_file_name(key)[1] == SNAPSHOT_KIND]
         position = snapshot_position(self._s3, self._layout, max(seals)) if seals else None
         self._log(f"Merging {len(files)} change files into {self._iceberg_table}")
         self._before_write()
@@ -164,16 +196,22 @@ class BooksSync:
             self._spark(),
             BOOKS_SPEC,
             self._iceberg_table,
-            [self._layout.uri(key, self._scheme) for key in files],
+            files,
             self._layout.uri(f"{self._layout.quarantine_prefix}{batch}", self._scheme),
             ensure=not self._tables_ensured,
             writer=self._writer,
             snapshot_position=position,
+            commit_properties={STREAM_POSITIONS_PROPERTY: positions} if positions else None,
         )
         self._tables_ensured = True
-        # A bootstrap's manifest also lists its snapshot parts, which lie beside the change prefix.
-        files_prefix = f"{self._layout.prefix}/" if result.bootstrap_file else None
-        manifest = write_commit_manifest(self._s3, self._layout, batch, files, self._iceberg_table, result.snapshot_id, files_prefix=files_prefix)
+        if self._held is not None:
+            self._held.committed()
+            self._list_staged = False
+        manifest = None
+        if staged:
+            # A bootstrap's manifest also lists its snapshot parts, which lie beside the change prefix.
+            files_prefix = f"{self._layout.prefix}/" if result.bootstrap_file else None
+            manifest = write_commit_manifest(self._s3, self._layout, batch, staged, self._iceberg_table, result.snapshot_id, files_prefix=files_prefix)
         if result.records_quarantined:
             self._warn(
                 f"Quarantined {result.records_quarantined} records: {result.quarantine_reasons}; {result.keys_held} keys dropped from the "
@@ -199,6 +237,23 @@ class BooksSync:
             "bootstrap_file": result.bootstrap_file,
             "commit_manifest": manifest,
         }
+
+    def _staged_files(self, batch: str) -> tuple[list[str], list]:
+        """The change files in S3 to merge (not yet committed), and the files quarantined as not change files."""
+        # The manifests before the listing: a cleanup that runs in between deletes a manifest's files before its
+        # manifest, so a file listed is either still there or known as committed (listed first, a file the cleanup
+        # deleted would be read by the merge and fail the cycle).
+        committed = committed_files(self._s3, self._layout)
+        # One listing of the change prefix for both: what is not a change file, and the change files to merge.
+        present = list(list_keys(self._s3, self._layout.bucket, self._layout.changes_prefix))
+        # A file the merge cannot take would otherwise sit in the prefix forever, its changes lost in silence.
+        foreign = quarantine_foreign_files(self._s3, self._layout, batch, present)
+        if foreign:
+            self._warn(f"Quarantined {len(foreign)} files that are not change files: {', '.join(r.source_file for r in foreign)}")
+        # Exactly the files present now: later arrivals wait for the next cycle, none is skipped. Files an earlier
+        # cycle committed wait only for their cleanup: merging them again would change nothing and cost a Spark job.
+        staged = with_snapshot_parts(self._s3, self._layout, [key for key in change_file_keys(present) if key not in committed])
+        return staged, foreign
 
     @staticmethod
     def _idle_metadata() -> dict:

@@ -10,8 +10,11 @@ from ddb_athena.cleanup.sensors import cleanup_after_materialization
 from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import list_change_files
+from ddb_athena.streamed.capture.lambda_handler import handle_stream_event
 from ddb_athena_tests.dagster_helpers import local_resources, materialization_metadata, sync_books
 from ddb_athena_tests.lake.helpers import ChangeFiles, change
+from ddb_athena_tests.streamed.test_assets import lambda_event
+from ddb_athena_tests.streamed.test_cycle import stream_records
 
 
 @pytest.fixture
@@ -28,11 +31,14 @@ def evaluate(instance, cursor=None):
 
 
 def test_each_materialization_gets_one_cleanup_that_deletes_only_what_it_committed(spark, settings, instance):
-    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table)
-    simulator.insert()
-    first = materialization_metadata(sync_books(instance), "books_iceberg")
-    simulator.insert()
-    second = materialization_metadata(sync_books(instance), "books_iceberg")
+    """The files in S3: a bootstrap's snapshot, and the capture Lambda's change files (the run's own capture keeps its
+    files on local disk: a commit of those alone has no manifest, nothing to clean up)."""
+    s3, layout = settings.client("s3"), SourceLayout(settings.bucket, "books_source")
+    BookSimulator(settings.client("dynamodb"), settings.books_table).insert("scanned")
+    newest = int(stream_records(settings)[-1]["dynamodb"]["SequenceNumber"])
+    first = materialization_metadata(sync_books(instance, books_capture="lambda"), "books_iceberg")
+    handle_stream_event(lambda_event("after-scan", str(newest + 200), "captured by the Lambda"), s3, layout)
+    second = materialization_metadata(sync_books(instance, books_capture="lambda"), "books_iceberg")
     # A file that lands after the last merge: not committed, so no cleanup may touch it.
     late = ChangeFiles(spark, settings).write(change(10**30, "late", "INSERT"))
 

@@ -13,12 +13,14 @@ import pytest
 from dagster import AssetKey, DagsterInstance
 
 from ddb_athena.dev.simulate import BookSimulator
+from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY
+from ddb_athena.lake.commit_properties import empty_commit, newest_published
 from ddb_athena.lake.table_spec import BOOKS_SPEC
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed import cycle as books_cycle
 from ddb_athena.streamed.capture import bootstrap
 from ddb_athena.streamed.capture.change_files import list_change_files, list_keys
-from ddb_athena.streamed.capture.checkpoints import CheckpointStore
+from ddb_athena.streamed.capture.checkpoints import positions_from_json, positions_json
 from ddb_athena.streamed.capture.commit_manifests import committed_files
 from ddb_athena.streamed.capture.lambda_handler import handle_stream_event
 from ddb_athena_tests import aws_calls
@@ -88,7 +90,7 @@ def test_a_requested_bootstrap_recovers_from_a_stream_gap(spark, settings, insta
     simulator = BookSimulator(dynamodb, settings.books_table)
     simulator.insert()
     sync_books(instance)
-    break_checkpoints(settings)
+    break_checkpoints(spark, settings)
     simulator.insert()
     with pytest.raises(Exception, match="bootstrap"):
         sync_books(instance)
@@ -130,7 +132,8 @@ def test_one_run_cycles_with_its_warm_session_and_records_every_cycle_with_its_c
     assert_same_keys(spark, settings, dynamodb)
 
 
-def test_a_cycle_lists_the_change_prefix_once_to_merge_and_a_run_reads_its_checkpoints_once(spark, settings, instance):
+def test_the_runs_own_capture_writes_nothing_to_s3_but_its_lease_and_lists_the_change_prefix_once_a_run(spark, settings, instance):
+    """Its change files on local disk, its positions in the commit: no change file, checkpoint or manifest in S3."""
     dynamodb = settings.client("dynamodb")
     simulator = BookSimulator(dynamodb, settings.books_table)
     simulator.insert()
@@ -141,12 +144,16 @@ def test_a_cycle_lists_the_change_prefix_once_to_merge_and_a_run_reads_its_check
         result = sync_books(instance, config={"run_minutes": 0.4, "merge_interval_seconds": 1})
     runs = [call for call in aws_calls.recorded[calls_before:] if call.principal == aws_calls.DAGSTER_RUNS]
     cycles = int(next(e.user_message for e in instance.all_logs(result.run_id) if e.user_message.startswith("Sync run done after")).split()[4])
+    merges = len(materializations_metadata(result, "books_iceberg"))
+    assert cycles >= 2 and merges >= 2
+    written = [call.param("Key") for call in runs if call.operation == "PutObject"]
+    assert written and all(key.startswith("_writer_leases/") for key in written), written
     listings = [call.param("Prefix") for call in runs if call.operation == "ListObjectsV2"]
-    assert cycles >= 2
-    # The merge's one listing serves the quarantine and the files to merge; the backlog check makes the other.
-    assert listings.count(layout.changes_prefix) <= 2 * cycles, (cycles, listings)
-    # Read once by the run's first capture; after that it keeps what it writes.
-    assert listings.count(layout.checkpoints_prefix) == 1, listings
+    # The run's first merge lists the change prefix (a file the capture Lambda or a bootstrap left); the backlog check
+    # lists it every few merges.
+    assert listings.count(layout.changes_prefix) <= 1 + -(-cycles // 6) + 1, (cycles, listings)
+    sync_books(instance)  # the writes made after its last cycle: from where its commits left the stream
+    assert_same_keys(spark, settings, dynamodb)
 
 
 def test_a_quiet_table_backs_off_to_the_longest_interval_and_a_busy_one_keeps_the_interval(spark, settings, instance):
@@ -215,6 +222,31 @@ def test_a_stop_during_a_run_ends_it_after_the_cycle_in_progress(spark, settings
 
 
 def test_a_run_killed_after_its_commit_before_its_manifest_is_made_good_by_the_next_run(spark, settings, instance, monkeypatch):
+    """Files in S3 (the capture Lambda's): committed, then the run dies before their manifest is written."""
+    s3, layout = settings.client("s3"), SourceLayout(settings.bucket, "books_source")
+    BookSimulator(settings.client("dynamodb"), settings.books_table).insert("scanned")
+    newest = int(stream_records(settings)[-1]["dynamodb"]["SequenceNumber"])
+    sync_books(instance, books_capture="lambda")
+    handle_stream_event(lambda_event("after-scan", str(newest + 200), "captured by the Lambda"), s3, layout)
+
+    def killed(*args, **kwargs):
+        raise SystemExit("killed after the commit, before the manifest")
+
+    with monkeypatch.context() as patched:
+        patched.setattr("ddb_athena.streamed.cycle.write_commit_manifest", killed)
+        with pytest.raises(BaseException, match="killed after the commit"):
+            sync_books(instance, books_capture="lambda")
+    left = set(list_change_files(s3, layout)) - committed_files(s3, layout)
+    assert left  # committed, but in no manifest: nothing cleans them up yet
+
+    next_run = materialization_metadata(sync_books(instance, books_capture="lambda"), "books_iceberg")
+    assert next_run["files_consumed"] == len(left) and next_run["rows_inserted"] + next_run["rows_updated"] + next_run["rows_deleted"] == 0
+    assert next_run["commit_manifest"]  # the next cleanup takes them
+    assert {row["id"] for row in spark.table(f"{settings.namespace}.books").collect()} == {"scanned", "after-scan"}
+
+
+def test_a_run_killed_after_its_commit_before_it_moves_its_positions_resumes_from_the_commits_own(spark, settings, instance, monkeypatch):
+    """The run's own capture: the positions are in the commit, so a run that dies right after it has nothing to redo."""
     dynamodb = settings.client("dynamodb")
     simulator = BookSimulator(dynamodb, settings.books_table)
     simulator.insert()
@@ -223,20 +255,16 @@ def test_a_run_killed_after_its_commit_before_its_manifest_is_made_good_by_the_n
         simulator.step()
 
     def killed(*args, **kwargs):
-        raise SystemExit("killed after the commit, before the manifest")
+        raise SystemExit("killed after the commit, before the run moved its positions")
 
     with monkeypatch.context() as patched:
-        patched.setattr("ddb_athena.streamed.cycle.write_commit_manifest", killed)
+        patched.setattr("ddb_athena.streamed.capture.held_changes.HeldChanges.committed", killed)
         with pytest.raises(BaseException, match="killed after the commit"):
             sync_books(instance)
-    layout = SourceLayout(settings.bucket, "books_source")
-    s3 = settings.client("s3")
-    left = set(list_change_files(s3, layout)) - committed_files(s3, layout)
-    assert left  # committed, but in no manifest: nothing cleans them up yet
+    assert_same_keys(spark, settings, dynamodb)  # the commit is published
 
-    next_run = materialization_metadata(sync_books(instance), "books_iceberg")
-    assert next_run["files_consumed"] == len(left) and next_run["rows_inserted"] + next_run["rows_updated"] + next_run["rows_deleted"] == 0
-    assert next_run["commit_manifest"]  # the next cleanup takes them
+    next_run = sync_books(instance)
+    assert materialization_metadata(next_run, "books_source")["records_captured"] == 0  # from the committed positions
     assert_same_keys(spark, settings, dynamodb)
 
 
@@ -428,25 +456,25 @@ class FailingS3:
         return failing
 
 
-def books_behind_a_stream_gap(settings, instance) -> tuple:
+def books_behind_a_stream_gap(spark, settings, instance) -> tuple:
     """Three books synced, then a gap in the stream (positions it no longer holds), then a fourth book."""
     dynamodb = settings.client("dynamodb")
     simulator = BookSimulator(dynamodb, settings.books_table)
     for _ in range(3):
         simulator.insert()
     sync_books(instance)
-    break_checkpoints(settings)
+    break_checkpoints(spark, settings)
     simulator.insert()
     return dynamodb, simulator
 
 
-def break_checkpoints(settings) -> None:
-    """Positions that no longer match the stream (as after a 24-hour trim or a re-created stream)."""
-    store = CheckpointStore(settings.client("s3"), SourceLayout(settings.bucket, "books_source"))
-    checkpoints = store.load_all()
-    store.delete_all()
-    for checkpoint in checkpoints:
-        store.save(replace(checkpoint, stream_arn=checkpoint.stream_arn + "-before-recreation"))
+def break_checkpoints(spark, settings) -> None:
+    """Positions that no longer match the stream (as after a 24-hour trim or a re-created stream), committed as the
+    sync commits them: with the table's data."""
+    table = f"{settings.namespace}.books"
+    checkpoints = positions_from_json(newest_published(spark, table, STREAM_POSITIONS_PROPERTY))
+    broken = [replace(checkpoint, stream_arn=checkpoint.stream_arn + "-before-recreation") for checkpoint in checkpoints]
+    empty_commit(spark, table, {STREAM_POSITIONS_PROPERTY: positions_json(broken)})
 
 
 def scan_failing_midway(monkeypatch) -> None:
@@ -466,28 +494,46 @@ BOOTSTRAP_STEPS = {
     "scan": scan_failing_midway,
     "snapshot part": ("put_object", lambda key: "/_snapshots/" in key),
     "seal": ("put_object", lambda key: "/changes/" in key and "-snapshot-" in key),
-    "checkpoint reset": ("delete_object", lambda key: "/_checkpoints/" in key),
 }
 
 
-@pytest.mark.parametrize("step", BOOTSTRAP_STEPS)
-def test_a_bootstrap_that_fails_at_any_step_leaves_the_gap_for_the_next_sync_to_report(spark, settings, instance, monkeypatch, step):
+def merge_failing(monkeypatch) -> None:
+    def failing_merge(*args, **kwargs):
+        raise RuntimeError("injected failure: the merge")
+
+    monkeypatch.setattr(books_cycle, "merge_change_files", failing_merge)
+
+
+# A bootstrap's steps once its snapshot is sealed: the next sync merges it, without a second scan.
+SEALED_BOOTSTRAP_STEPS = {
+    # Saved until the merge commits them; without them the capture reads the stream from its oldest record, and the
+    # changes older than the scan are not applied on top of it.
+    "positions saved": ("put_object", lambda key: "/_checkpoints/" in key),
+    "merge": merge_failing,
+}
+
+
+def failing_at(patch, injected) -> None:
     from ddb_athena.lib.resources import AwsClientsResource
 
-    dynamodb, simulator = books_behind_a_stream_gap(settings, instance)
+    if callable(injected):
+        injected(patch)
+        return
+    operation, matches = injected
+    new_client = AwsClientsResource._new_client
 
-    injected = BOOTSTRAP_STEPS[step]
+    def client(self, service):
+        return FailingS3(new_client(self, service), operation, matches) if service == "s3" else new_client(self, service)
+
+    patch.setattr(AwsClientsResource, "_new_client", client)
+
+
+@pytest.mark.parametrize("step", BOOTSTRAP_STEPS)
+def test_a_bootstrap_that_fails_before_its_snapshot_is_sealed_leaves_the_gap_for_the_next_sync_to_report(spark, settings, instance, monkeypatch, step):
+    dynamodb, simulator = books_behind_a_stream_gap(spark, settings, instance)
+
     with monkeypatch.context() as patch:
-        if callable(injected):
-            injected(patch)
-        else:
-            operation, matches = injected
-            new_client = AwsClientsResource._new_client
-
-            def client(self, service):
-                return FailingS3(new_client(self, service), operation, matches) if service == "s3" else new_client(self, service)
-
-            patch.setattr(AwsClientsResource, "_new_client", client)
+        failing_at(patch, BOOTSTRAP_STEPS[step])
         failed = sync_books(instance, config={"bootstrap": True}, raise_on_error=False)
     assert not failed.success and "injected failure" in str(failed.failure_data_for_node("sync_books").error)
 
@@ -499,14 +545,12 @@ def test_a_bootstrap_that_fails_at_any_step_leaves_the_gap_for_the_next_sync_to_
     assert_same_keys(spark, settings, dynamodb)
 
 
-def test_a_bootstrap_whose_merge_fails_is_merged_by_the_next_sync_without_a_second_scan(spark, settings, instance, monkeypatch):
-    dynamodb, simulator = books_behind_a_stream_gap(settings, instance)
-
-    def failing_merge(*args, **kwargs):
-        raise RuntimeError("injected failure: the merge")
+@pytest.mark.parametrize("step", SEALED_BOOTSTRAP_STEPS)
+def test_a_bootstrap_that_fails_once_its_snapshot_is_sealed_is_merged_by_the_next_sync_without_a_second_scan(spark, settings, instance, monkeypatch, step):
+    dynamodb, simulator = books_behind_a_stream_gap(spark, settings, instance)
 
     with monkeypatch.context() as patch:
-        patch.setattr(books_cycle, "merge_change_files", failing_merge)
+        failing_at(patch, SEALED_BOOTSTRAP_STEPS[step])
         assert not sync_books(instance, config={"bootstrap": True}, raise_on_error=False).success
     simulator.step()
     resumed = sync_books(instance)

@@ -114,9 +114,13 @@ def is_change_file(key: str) -> bool:
 def write_change_file(s3, layout: SourceLayout, name: str, records: Iterable[ChangeRecord]) -> str:
     """Writes the file once (never overwrites an existing one) and returns its key."""
     key = layout.changes_prefix + name
-    body = "".join(record.to_json() + "\n" for record in records).encode("utf-8")
-    s3.put_object(Bucket=layout.bucket, Key=key, Body=body, IfNoneMatch="*", ContentType="application/x-ndjson")
+    s3.put_object(Bucket=layout.bucket, Key=key, Body=change_file_body(records), IfNoneMatch="*", ContentType="application/x-ndjson")
     return key
+
+
+def change_file_body(records: Iterable[ChangeRecord]) -> bytes:
+    """A change file's content: one JSON object per line."""
+    return "".join(record.to_json() + "\n" for record in records).encode("utf-8")
 
 
 def list_keys(s3, bucket: str, prefix: str) -> Iterator[dict]:

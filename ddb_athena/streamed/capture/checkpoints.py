@@ -72,3 +72,81 @@ class CheckpointStore:
             self._s3.delete_object(Bucket=self._layout.bucket, Key=key)
         self._known = {}
         return len(keys)
+
+
+class CommittedCheckpoints:
+    """The checkpoints committed with the data (the in-process capture's): read from the table's published snapshots
+    (`load`: `positions_json`'s text, or None when the table holds none), moved by the capture in
+    memory only, and made durable by the merge's commit, which carries `positions_json()`. A cycle that fails puts
+    them back (`rollback`): its records are read again from the stream by the next capture.
+
+    A table that holds no positions yet (created by a version that kept them in S3, or by a bootstrap still to
+    commit) starts from `fallback`: the checkpoints in S3, if any."""
+
+    def __init__(self, load, fallback: CheckpointStore):
+        self._load, self.fallback = load, fallback
+        self._committed: dict[str, ShardCheckpoint] | None = None
+        self._pending: dict[str, ShardCheckpoint] = {}
+
+    def load_all(self) -> list[ShardCheckpoint]:
+        self._loaded()
+        return [self._pending[key] for key in sorted(self._pending)]
+
+    def _loaded(self) -> None:
+        if self._committed is None:
+            stored = self._load()
+            found = positions_from_json(stored) if stored else self.fallback.load_all()
+            self._committed = {self._key(checkpoint): checkpoint for checkpoint in found}
+            self._pending = dict(self._committed)
+
+    @staticmethod
+    def _key(checkpoint: ShardCheckpoint) -> str:
+        return f"{stream_label(checkpoint.stream_arn)}/{checkpoint.shard_id}"
+
+    def save(self, checkpoint: ShardCheckpoint) -> ShardCheckpoint:
+        self._loaded()
+        stamped = replace(checkpoint, updated_at=datetime.now(UTC).isoformat())
+        self._pending[self._key(stamped)] = stamped
+        return stamped
+
+    def delete(self, checkpoint: ShardCheckpoint) -> None:
+        self._loaded()
+        self._pending.pop(self._key(checkpoint), None)
+
+    def delete_all(self) -> int:
+        self._loaded()
+        count, self._pending = len(self._pending), {}
+        return count
+
+    @property
+    def changed(self) -> bool:
+        """Whether the capture moved a position since the last commit (a shard read to a new record, one seen
+        empty, a new or finished shard)."""
+        return self._committed is not None and self._pending != self._committed
+
+    def positions_json(self) -> str:
+        return positions_json([self._pending[key] for key in sorted(self._pending)])
+
+    def commit(self) -> None:
+        """The merge carrying `positions_json()` was published."""
+        self._committed = dict(self._pending)
+
+    def rollback(self) -> None:
+        self._pending = dict(self._committed or {})
+
+
+# What a position needs in a snapshot's summary (every snapshot kept lists its summary in each metadata file written).
+_POSITION_FIELDS = ("shard_id", "parent_shard_id", "sequence_number", "seen_empty_at", "finished", "updated_at")
+
+
+def positions_json(checkpoints: list[ShardCheckpoint]) -> str:
+    """Compact JSON of `checkpoints` by stream: {stream ARN: [shard fields, unset ones left out]}."""
+    streams: dict[str, list[dict]] = {}
+    for checkpoint in checkpoints:
+        fields = {name: getattr(checkpoint, name) for name in _POSITION_FIELDS if getattr(checkpoint, name) not in (None, False)}
+        streams.setdefault(checkpoint.stream_arn, []).append(fields)
+    return json.dumps(streams, sort_keys=True, separators=(",", ":"))
+
+
+def positions_from_json(text: str) -> list[ShardCheckpoint]:
+    return [ShardCheckpoint(stream_arn=stream, **fields) for stream, shards in json.loads(text).items() for fields in shards]

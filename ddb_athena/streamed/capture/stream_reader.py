@@ -22,7 +22,7 @@ from botocore.exceptions import ClientError
 
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import ChangeFileNamer, ChangeRecord, change_record, write_change_file
-from ddb_athena.streamed.capture.checkpoints import CheckpointStore, ShardCheckpoint
+from ddb_athena.streamed.capture.checkpoints import CheckpointStore, CommittedCheckpoints, ShardCheckpoint
 
 BOOTSTRAP_HINT = (
     "Recover with a bootstrap (a full scan ordered before the stream's remaining changes): `ddb-athena bootstrap books`, "
@@ -129,14 +129,19 @@ class StreamCapture:
         max_seconds: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         on_page: Callable[[], None] = lambda: None,
+        checkpoints: CheckpointStore | CommittedCheckpoints | None = None,
+        write_changes: Callable[[str, list[ChangeRecord]], str] | None = None,
     ):
-        """A capture reads until it has caught up with the stream, or holds `max_records`, or has read for
+        """`checkpoints`: where the positions are kept (default: in S3, each saved once its change file is durable);
+        `write_changes(name, records)`: where change files go (default: the layout's change prefix in S3).
+
+        A capture reads until it has caught up with the stream, or holds `max_records`, or has read for
         `max_seconds`: behind a stream it cannot keep up with, each capture still ends, so the cycle merges what it
         has and the table keeps moving; the next capture goes on from the checkpoints."""
-        self._dynamodb, self._streams, self._s3 = dynamodb, streams, s3
+        self._dynamodb, self._streams = dynamodb, streams
         self._table_name = table_name
-        self._layout = layout
-        self._checkpoints = CheckpointStore(s3, layout)
+        self._checkpoints = checkpoints or CheckpointStore(s3, layout)
+        self._write_changes = write_changes or (lambda name, records: write_change_file(s3, layout, name, records))
         self._namer = namer or ChangeFileNamer()
         self._records_per_file = records_per_file
         self._max_records = max_records
@@ -318,7 +323,7 @@ class StreamCapture:
         if seen_empty_at is not None:
             checkpoint = replace(checkpoint, seen_empty_at=seen_empty_at.isoformat())
         if records:
-            key = write_change_file(self._s3, self._layout, self._namer.next_name("stream"), records)
+            key = self._write_changes(self._namer.next_name("stream"), records)
             result.change_files.append(key)
             result.records += len(records)
             result.events.update(record.event_name for record in records)

@@ -1,0 +1,65 @@
+"""Properties a commit carries in its snapshot's summary, and the newest of them as the table is published.
+
+A sync cycle's stream positions are committed with its data (as Iceberg's own Kafka Connect and Flink sinks keep
+their offsets): the positions move exactly when the changes they cover become visible, with no file of their own.
+Iceberg's Spark writes (SQL MERGE included) add to their snapshot's summary the properties of
+`org.apache.iceberg.spark.CommitMetadata`, which holds them for the thread that commits; its public setter takes a Java
+`Callable`, so from Python the thread's value is set through its field, on the JVM thread that PySpark pins to this
+Python thread (PySpark's default): the commit of a SQL statement runs on the thread that issued it.
+"""
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from pyspark.sql import SparkSession
+
+from ddb_athena.lake.identifiers import dotted_name
+
+
+def _commit_properties_of_this_thread(spark: SparkSession):
+    holder = spark._jvm.org.apache.iceberg.spark.CommitMetadata._java_lang_class.getDeclaredField("COMMIT_PROPERTIES")
+    holder.setAccessible(True)
+    return holder.get(None)
+
+
+@contextmanager
+def committed_with(spark: SparkSession, properties: Mapping[str, str] | None) -> Iterator[None]:
+    """Every Iceberg commit this thread makes in the block carries `properties` in its snapshot's summary."""
+    if not properties:
+        yield
+        return
+    local = _commit_properties_of_this_thread(spark)
+    values = spark._jvm.java.util.HashMap()
+    for name, value in properties.items():
+        values.put(name, value)
+    local.set(values)
+    try:
+        yield
+    finally:
+        local.remove()
+
+
+def empty_commit(spark: SparkSession, table: str, properties: Mapping[str, str], branch: str = "main") -> None:
+    """A snapshot that changes no row and carries `properties` (on `branch`)."""
+    append = _iceberg_table(spark, table).newAppend().toBranch(branch)
+    for name, value in properties.items():
+        append = append.set(name, value)
+    append.commit()
+
+
+def newest_published(spark: SparkSession, table: str, name: str) -> str | None:
+    """The value of summary property `name` in the newest snapshot of `main`'s ancestry that carries it (what readers
+    see: a writer's unpublished branch commits are not in it); None if none does (or it has expired)."""
+    iceberg_table = _iceberg_table(spark, table)
+    snapshot = iceberg_table.currentSnapshot()
+    while snapshot is not None:
+        value = snapshot.summary().get(name)
+        if value is not None:
+            return value
+        parent = snapshot.parentId()
+        snapshot = iceberg_table.snapshot(parent) if parent is not None else None
+    return None
+
+
+def _iceberg_table(spark: SparkSession, table: str):
+    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, dotted_name(table))
