@@ -133,7 +133,6 @@ def measure_cell(stack: CapacityStack, limits: TaskLimits, rate: float, interval
         throttled = limits.throttled_seconds()
         result = measure(stack, rate, interval, minutes, warm_up_minutes, before_write=lease.check, instruments=_after(warm_until, meter, limits))
         result["cpu_throttled_seconds"] = limits.throttled_seconds() - throttled
-        result["peak_task_memory_mib"] = limits.peak_memory_mib()
         requests = meter.take()
         measured_ms = (int(warm_until * 1000), int(time.time() * 1000))
         if not result["upkeep_passes"]["maintenance"]:
@@ -208,7 +207,7 @@ def cell_bill(cell: dict, capture: str = "run") -> billing.Bill:
 
 def report(cells: list[dict]) -> str:
     lines = [
-        "| writes/s | interval s | p95 freshness s (max) | cycles behind | CPU-s a minute (throttled s) | peak MiB, JVM and workers | task "
+        "| writes/s | interval s | p95 freshness s (max) | cycles behind | CPU-s a minute (throttled s) | peak PSS MiB, JVM and workers | task "
         "| S3 PUT / GET a cycle "
         "| USD a month: on demand x86 / Graviton / Spot Graviton | target |",
         "| ---: | ---: | --- | ---: | ---: | ---: | --- | --- | --- | --- |",
@@ -224,7 +223,7 @@ def report(cells: list[dict]) -> str:
         fresh = cell["freshness_seconds"]
         lines.append(
             f"| {cell['rate']:g} | {cell['interval_seconds']:g} | {fresh['p95']:.1f} ({fresh['max']:.1f}) | {cell['cycles_behind']} of {cell['cycles']} "
-            f"| {cpu['python'] + cpu['jvm_and_workers']:.1f} ({cell['cpu_throttled_seconds']:.0f}) | {cell['peak_task_memory_mib']:,.0f} "
+            f"| {cpu['python'] + cpu['jvm_and_workers']:.1f} ({cell['cpu_throttled_seconds']:.0f}) | {cell['peak_pss_mib']['jvm_and_workers']:,.0f} "
             f"| {result.task.label} | {put:.1f} / {get:.1f} "
             f"| {' / '.join(f'{usd:.2f}' for usd in totals)} | {billing.within_target(totals[1], fresh['p95'])} |"
         )

@@ -53,9 +53,6 @@ class TaskLimits:
         stays with the group until freed (cgroup v1 does not move it)."""
         (MEMORY_ROOT / "cgroup.procs").write_text(str(os.getpid()))
 
-    def peak_memory_mib(self) -> float:
-        return int((self.memory / "memory.max_usage_in_bytes").read_text()) / 2**20
-
     def throttled_seconds(self) -> float:
         stats = dict(line.split() for line in (self.cpu / "cpu.stat").read_text().splitlines())
         return int(stats["throttled_time"]) / 1e9

@@ -74,24 +74,45 @@ def table_files(spark: SparkSession, target: str) -> TableFiles:
 class CompactionResult:
     rewritten_data_files: int
     added_data_files: int
+    # Position delete files merged into fewer (without rewriting the data files they apply to).
+    rewritten_delete_files: int = 0
+
+
+# A reader pays for each delete file (every data file's scan reads the deletes that may apply to it: a sync commit's
+# one file spans the whole table) and for the rows those hide; compaction pays for what it rewrites. So delete files
+# are merged into one (their own rows only: small), and data files are rewritten only when they are small or the rows
+# deleted from them reach this share of the table: a busy 1 GB table was otherwise rewritten whole at every pass.
+DELETED_SHARE_REWRITE = 0.2
+_NEVER = str(2**31 - 1)
 
 
 def compact(spark: SparkSession, catalog: str, target: str) -> CompactionResult:
-    """Rewrites small files (and data files carrying delete files) into files of about TARGET_FILE_BYTES."""
+    """Small data files into files of about TARGET_FILE_BYTES; the position delete files into one, or, once the rows
+    they delete reach DELETED_SHARE_REWRITE of the table, the data files they apply to rewritten without them."""
     catalog = validate_identifier(catalog, "catalog name")
+    table = dotted_name(target)
+    counts = spark.sql(
+        f"SELECT coalesce(sum(if(content = 0, record_count, 0)), 0) AS data_rows, coalesce(sum(if(content = 1, record_count, 0)), 0) AS deleted_rows, "
+        f"count_if(content = 1) AS delete_files FROM {table}.files"
+    ).collect()[0]
+    rewrite_deleted = counts["deleted_rows"] >= DELETED_SHARE_REWRITE * max(counts["data_rows"], 1)
     rewrite = spark.sql(
-        f"CALL {catalog}.system.rewrite_data_files(table => '{dotted_name(target)}', options => map("
-        f"'min-input-files', '2', 'delete-file-threshold', '1', 'remove-dangling-deletes', 'true', "
+        f"CALL {catalog}.system.rewrite_data_files(table => '{table}', options => map("
+        f"'min-input-files', '2', 'delete-file-threshold', '{1 if rewrite_deleted else _NEVER}', 'remove-dangling-deletes', 'true', "
         f"'target-file-size-bytes', '{TARGET_FILE_BYTES}'))"
     ).collect()[0]
-    return CompactionResult(rewrite["rewritten_data_files_count"], rewrite["added_data_files_count"])
+    merged_deletes = 0
+    if not rewrite_deleted and counts["delete_files"] > 1:
+        deletes = spark.sql(f"CALL {catalog}.system.rewrite_position_delete_files(table => '{table}', options => map('rewrite-all', 'true'))").collect()[0]
+        merged_deletes = deletes["rewritten_delete_files_count"]
+    return CompactionResult(rewrite["rewritten_data_files_count"], rewrite["added_data_files_count"], merged_deletes)
 
 
 def compact_with_tombstones(spark: SparkSession, catalog: str, target: str) -> CompactionResult:
     """Compaction only (no expiry, no orphan listing) of a table and its tombstones: the cheap upkeep a sync run
     does every few minutes between maintenances, so its cycles read few files."""
     results = [compact(spark, catalog, name) for name in (target, tombstone_table(target))]
-    return CompactionResult(sum(r.rewritten_data_files for r in results), sum(r.added_data_files for r in results))
+    return CompactionResult(*(sum(getattr(r, name) for r in results) for name in ("rewritten_data_files", "added_data_files", "rewritten_delete_files")))
 
 
 @dataclass

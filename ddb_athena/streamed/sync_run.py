@@ -117,4 +117,7 @@ class SyncRun:
         elif now - self._compacted_at >= self._cadence.compaction_interval:
             compaction = self._upkeep.compact()
             self._compacted_at = now
-            report.messages.append(f"Compaction: {compaction.rewritten_data_files} files rewritten into {compaction.added_data_files}")
+            report.messages.append(
+                f"Compaction: {compaction.rewritten_data_files} data files rewritten into {compaction.added_data_files}, "
+                f"{compaction.rewritten_delete_files} delete files merged"
+            )

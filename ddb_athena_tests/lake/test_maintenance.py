@@ -3,7 +3,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ddb_athena.lake.change_merge import tombstone_table
-from ddb_athena.lake.maintenance import MaintenanceState, maintain_table, maintenance_state, record_maintained
+from ddb_athena.lake.maintenance import MaintenanceState, compact, maintain_table, maintenance_state, record_maintained
 from ddb_athena.streamed.jobs import books_maintenance
 from ddb_athena_tests.dagster_helpers import local_resources
 from ddb_athena_tests.lake.helpers import ChangeFiles, change, plant_file
@@ -25,6 +25,32 @@ def test_maintenance_compacts_keeps_recent_snapshots_and_prunes_only_old_tombsto
     later = maintain_table(spark, "lake", files.table, timedelta(hours=6), 1, timedelta(days=3), timedelta(days=7), now=now + timedelta(days=8))
     assert later.expired_snapshots >= snapshots and later.pruned_tombstones == 1
     assert spark.table(tombstone_table(files.table)).count() == 0 and len(files.names()) == 8
+
+
+def _files(spark, table: str) -> dict[int, int]:
+    """Live files by content: 0 data, 1 position deletes."""
+    return {row["content"]: row["count"] for row in spark.sql(f"SELECT content, count(*) AS count FROM {table}.files GROUP BY content").collect()}
+
+
+def test_compaction_merges_delete_files_and_rewrites_the_data_they_apply_to_only_once_they_delete_a_large_share(spark, settings):
+    files = ChangeFiles(spark, settings)
+    files.merge([files.write(*[change(i, f"k{i:03}", "INSERT") for i in range(100)])])
+    compact(spark, "lake", files.table)  # one data file of 100 rows
+    for number in range(3):  # three commits, each with its own position delete file: 3 of 100 rows deleted
+        files.merge([files.write(change(200 + number, f"k{number:03}", "REMOVE"))])
+    data_file = spark.sql(f"SELECT file_path FROM {files.table}.files WHERE content = 0").collect()
+    assert _files(spark, files.table) == {0: 1, 1: 3}
+
+    few = compact(spark, "lake", files.table)
+    # Readers now read one delete file; the data file, 97 of its 100 rows live, is not rewritten.
+    assert (few.rewritten_data_files, few.rewritten_delete_files) == (0, 3) and _files(spark, files.table) == {0: 1, 1: 1}
+    assert spark.sql(f"SELECT file_path FROM {files.table}.files WHERE content = 0").collect() == data_file
+
+    files.merge([files.write(*[change(300 + i, f"k{i:03}", "REMOVE") for i in range(3, 25)])])  # 25 of 100 deleted
+    many = compact(spark, "lake", files.table)
+    # Rewritten without them: the delete files that remain are older than the new data file, so apply to nothing.
+    assert many.rewritten_data_files == 1 and _files(spark, files.table)[0] == 1
+    assert spark.table(files.table).count() == 75
 
 
 def test_the_tombstone_table_is_compacted_and_expired_with_its_table(spark, settings):

@@ -111,4 +111,4 @@ def test_upkeep_reads_the_tables_state_once_compacts_every_few_minutes_and_maint
     wall[0] = T0 + timedelta(minutes=30)
     run.cycle("b5")  # idle: no upkeep
     assert script.upkeep == ["state", "compact", "maintain sweep=True"]
-    assert compacted.messages == ["Compaction: 4 files rewritten into 1"] and maintained.maintenance is not None
+    assert compacted.messages == ["Compaction: 4 data files rewritten into 1, 0 delete files merged"] and maintained.maintenance is not None
