@@ -187,3 +187,17 @@ def within_target(total_usd: float, p95_seconds: float) -> str:
     if p95_seconds <= 120:
         return "meets" if total_usd <= 20 else "misses"
     return "too slow"
+
+
+# Dagster itself (webserver and daemon in one task, its PostgreSQL), shared by every table: its smallest honest shape.
+PLATFORM_TASK = Task(0.5, 1)
+PLATFORM_DATABASE_GB = 20
+
+
+def platform_bill() -> list[tuple[str, float, str]]:
+    return [
+        (f"Dagster webserver and daemon, {PLATFORM_TASK.label} Graviton task", PLATFORM_TASK.usd("arm"), "730 hours, on demand"),
+        ("its public IPv4 address", price("public_ipv4_hour") * HOURS_A_MONTH, "730 hours"),
+        ("PostgreSQL: RDS db.t4g.micro, single-AZ", price("rds_postgres_t4g_micro_hour") * HOURS_A_MONTH, "730 hours"),
+        (f"its storage, {PLATFORM_DATABASE_GB} GB gp3", PLATFORM_DATABASE_GB * price("rds_gp3_gb_month"), "a month"),
+    ]

@@ -244,6 +244,14 @@ def line_items(cell: dict) -> str:
     return "\n".join(rows)
 
 
+def _platform_table() -> str:
+    lines = billing.platform_bill()
+    rows = ["| line | USD a month | made of |", "| --- | ---: | --- |"]
+    rows += [f"| {name} | {usd:.2f} | {how} |" for name, usd, how in lines]
+    rows.append(f"| **platform** | **{sum(usd for _, usd, _ in lines):.2f}** | |")
+    return "\n".join(rows)
+
+
 def _price_table() -> str:
     rows = ["| price | USD | unit | source | as of |", "| --- | ---: | --- | --- | --- |"]
     rows += [f"| `{name}` | {item.usd:.10g} | {item.unit} | {item.source} | {item.as_of} |" for name, item in PRICES.items()]
@@ -275,6 +283,18 @@ def docs(cells: list[dict]) -> str:
             f"## Line by line: {detailed['rate']:g} writes a second, a cycle every {detailed['interval_seconds']:g} s",
             "",
             line_items(detailed),
+            "",
+            "Requests made here and not on AWS are those of Hadoop's catalog and S3A on the warehouse (directory markers, the "
+            "version hint, a commit's metadata renamed, probes and listings): a deployment's Glue catalog and S3FileIO make "
+            "none of them. Glue's requests are priced from the commits counted (the emulator's warehouse has no Glue catalog). "
+            "The capture Lambda's line is modelled from the template (one invocation per shard per batching window).",
+            "",
+            "## The platform, shared by every table",
+            "",
+            _platform_table(),
+            "",
+            "Orders (the daily export and its load) and the alternatives (Firehose, Glue zero-ETL, Athena's own MERGE): "
+            "[cost-orders-and-alternatives.md](cost-orders-and-alternatives.md).",
             "",
             "## Prices",
             "",

@@ -102,6 +102,7 @@ class BooksSync:
         except BaseException:
             if self._held is not None:
                 self._held.rollback()  # read again from the stream by the next capture
+                self._list_staged = True  # and the files in S3 it listed, by the next merge
             raise
         return CycleOutcome(source, merged or self._idle_metadata(), idle=merged is None)
 
@@ -183,6 +184,8 @@ class BooksSync:
         self._before_write()
         started = time.monotonic()
         staged, foreign = self._staged_files(batch) if self._list_staged else ([], [])
+        if self._held is not None:
+            self._list_staged = False
         held = list(self._held.files) if self._held else []
         positions = self._held.to_commit() if self._held else None
         if not staged and not held and not positions:
@@ -206,7 +209,6 @@ class BooksSync:
         self._tables_ensured = True
         if self._held is not None:
             self._held.committed()
-            self._list_staged = False
         manifest = None
         if staged:
             # A bootstrap's manifest also lists its snapshot parts, which lie beside the change prefix.
