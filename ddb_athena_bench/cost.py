@@ -122,24 +122,18 @@ def _commits_between(stack: CapacityStack, since_ms: int, until_ms: int) -> int:
     )
 
 
-def measure_cell(stack: CapacityStack, limits: TaskLimits, rate: float, interval: float, minutes: float, warm_up_minutes: float) -> dict:
-    """One rate and interval: the measurement `bill.bill` prices."""
-    sync, aws = stack.resources["sync"], stack.resources["aws"]
+def measure_cell(stack: CapacityStack, limits: TaskLimits, lease: WriterLease, rate: float, interval: float, minutes: float, warm_up_minutes: float) -> dict:
+    """One rate and interval: the measurement `bill.bill` prices. The writer's `lease` held throughout, as a run holds it."""
     meter = RequestMeter(stack.env["AWS_ENDPOINT_URL"])
-    lease = WriterLease(aws.client("s3"), sync.books_layout.bucket, sync.books_iceberg_table, "bench-cost", stack.settings.writer_lease_seconds)
-    lease.acquire()
-    try:
-        warm_until = time.time() + warm_up_minutes * 60
-        throttled = limits.throttled_seconds()
-        result = measure(stack, rate, interval, minutes, warm_up_minutes, before_write=lease.check, instruments=_after(warm_until, meter, limits))
-        result["cpu_throttled_seconds"] = limits.throttled_seconds() - throttled
-        requests = meter.take()
-        measured_ms = (int(warm_until * 1000), int(time.time() * 1000))
-        if not result["upkeep_passes"]["maintenance"]:
-            # No maintenance in the window: one pass now, counted apart and priced at the cadence.
-            result["maintenance_pass"] = _maintenance_pass(stack, meter)
-    finally:
-        lease.release()
+    warm_until = time.time() + warm_up_minutes * 60
+    throttled = limits.throttled_seconds()
+    result = measure(stack, rate, interval, minutes, warm_up_minutes, before_write=lease.check, instruments=_after(warm_until, meter, limits))
+    result["cpu_throttled_seconds"] = limits.throttled_seconds() - throttled
+    requests = meter.take()
+    measured_ms = (int(warm_until * 1000), int(time.time() * 1000))
+    if not result["upkeep_passes"]["maintenance"]:
+        # No maintenance in the window: one pass now, counted apart and priced at the cadence.
+        result["maintenance_pass"] = _maintenance_pass(stack, meter)
     item_bytes = sum(len(json.dumps(item, default=str)) for item in list(stack.table.items.values())[:1000]) / min(len(stack.table.items), 1000)
     return {
         **result,
@@ -335,11 +329,16 @@ def main(argv: list[str] | None = None) -> int:
         stack_options = {"warehouse_on_s3": True, "spark_memory": arguments.spark_memory, "limits": limits}
         with capacity_stack(scratch, arguments.initial_books, arguments.summary_bytes, arguments.shards, **stack_options) as stack:
             limits.release_this_process_memory()
+            sync = stack.resources["sync"]
+            lease = WriterLease(
+                stack.resources["aws"].client("s3"), sync.books_layout.bucket, sync.books_iceberg_table, "bench-cost", stack.settings.writer_lease_seconds
+            )
+            lease.acquire()
             for rate in rates:
                 for interval in intervals:
                     minutes = max(arguments.minutes, 10 * interval / 60)
                     print(f"--- {rate:g} writes/s, a cycle every {interval:g} s, {minutes:g} minutes measured", flush=True)
-                    cell = measure_cell(stack, limits, rate, interval, minutes, arguments.warm_up_minutes)
+                    cell = measure_cell(stack, limits, lease, rate, interval, minutes, arguments.warm_up_minutes)
                     cell.update(
                         vcpu=arguments.vcpu,
                         memory_gb=arguments.memory_gb,
@@ -350,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                     RESULTS.parent.mkdir(parents=True, exist_ok=True)
                     RESULTS.write_text(json.dumps(cells, indent=2))
                     print(report([cell]), flush=True)
+            lease.release()
             cells[-1].update(drained_and_compared(stack))
             RESULTS.write_text(json.dumps(cells, indent=2))
             print(f"drained: {cells[-1]['rows_at_end']:,} rows, {cells[-1]['items_at_end']:,} items, same keys: {cells[-1]['table_equals_items']}")

@@ -105,6 +105,8 @@ class WriterLease:
         self._progressed_at = clock()
         self._progress_seen: object = None
         self._elsewhere = False
+        # Why the last renewal failed, if it did: said when the lease has gone unrenewed too long.
+        self._renewal_error: str | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -246,7 +248,8 @@ class WriterLease:
         if renewed_at is None or self._clock() - renewed_at > self.ttl_seconds * (1 - 1 / RENEWALS_PER_TTL):
             raise LeaseLostError(
                 f"{self.table}: the writer lease has not been renewed for {self._clock() - (renewed_at or 0):.0f} s "
-                f"(time to live {self.ttl_seconds:g} s); this writer stops without committing"
+                f"(time to live {self.ttl_seconds:g} s{'; last renewal: ' + self._renewal_error if self._renewal_error else ''}); "
+                "this writer stops without committing"
             )
 
     def _start_renewing(self) -> None:
@@ -266,8 +269,10 @@ class WriterLease:
                 self.renew()
             except LeaseLostError:
                 return
-            except Exception:  # noqa: BLE001 - a failed request: the next one may pass; check() tells if none does
+            except Exception as error:  # noqa: BLE001 - a failed request: the next one may pass; check() tells if none does
+                self._renewal_error = f"{type(error).__name__}: {error}"
                 continue
+            self._renewal_error = None
 
     def release(self) -> None:
         """Stops renewing and deletes the lease if it is still this writer's."""

@@ -258,3 +258,32 @@ def test_a_progress_probe_that_fails_neither_stops_the_renewals_nor_counts_as_pr
             holder.check()
     finally:
         holder.release()
+
+
+class RenewalsFailing:
+    """An S3 client whose writes fail once the lease is taken (an endpoint that stopped answering)."""
+
+    def __init__(self, s3):
+        self._s3, self.failing = s3, False
+
+    def put_object(self, **kwargs):
+        if self.failing:
+            raise ConnectionError("S3 did not answer within the read timeout")
+        return self._s3.put_object(**kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._s3, name)
+
+
+def test_a_lease_left_unrenewed_says_why_its_last_renewal_failed(settings):
+    s3 = RenewalsFailing(settings.client("s3"))
+    holder = WriterLease(s3, settings.bucket, "library.books", "a writer cut off from S3", ttl_seconds=1.5)
+    holder.acquire()
+    s3.failing = True
+    try:
+        time.sleep(1.5)  # renewals every 0.5 s, all failing
+        with pytest.raises(LeaseLostError, match="last renewal: ConnectionError: S3 did not answer within the read timeout"):
+            holder.check()
+    finally:
+        s3.failing = False
+        holder.release()
