@@ -300,6 +300,10 @@ def docs(cells: list[dict]) -> str:
     )
 
 
+def _cell_key(cell: dict) -> tuple:
+    return cell["rate"], cell["interval_seconds"], cell["vcpu"], cell["memory_gb"]
+
+
 def _load() -> list[dict]:
     return json.loads(RESULTS.read_text()) if RESULTS.exists() else []
 
@@ -345,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                         spark_memory=arguments.spark_memory,
                         maintenance_interval_minutes=stack.resources["sync"].maintenance_interval_minutes,
                     )
-                    cells = [old for old in cells if (old["rate"], old["interval_seconds"]) != (rate, interval)] + [cell]
+                    cells = [old for old in cells if _cell_key(old) != _cell_key(cell)] + [cell]
                     RESULTS.parent.mkdir(parents=True, exist_ok=True)
                     RESULTS.write_text(json.dumps(cells, indent=2))
                     print(report([cell]), flush=True)

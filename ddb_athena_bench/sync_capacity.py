@@ -15,6 +15,7 @@ compares the table's keys, read with PyIceberg from its metadata as Athena reads
 """
 
 import argparse
+import gc
 import json
 import random
 import statistics
@@ -106,6 +107,9 @@ def capacity_stack(
         table = MemoryDynamoDB(Settings.from_env(env).books_table, BOOKS_SPEC.key.attribute, shards)
         rng = random.Random(7)
         table.seed([book_item(f"book-{number:08d}", rng, summary_bytes) for number in range(initial_books)])
+        # The table served from memory is millions of objects in this process, which a run worker would not hold:
+        # kept out of the garbage collector's passes, which otherwise stopped the sync's threads for tens of seconds.
+        gc.freeze()
         if limits is not None:
             limited.enter_context(limits)
             env = {**env, "DDB_ATHENA_SPARK_MASTER": limits.spark_master}
@@ -170,6 +174,7 @@ def measure(
     run = SyncRun(syncer, sync_cadence(sync, interval), checks=checks, upkeep=upkeep)
     simulator = BookSimulator(table, sync.books_table, rng=stack.rng, summary_bytes=stack.summary_bytes)
     simulator.load_existing_ids()
+    gc.freeze()
     load = PacedLoad(simulator, rate)
     me, excluded = psutil.Process(), {process.pid for process in stack.processes.values()}
     table.take_served()
