@@ -203,8 +203,8 @@ def report(cells: list[dict]) -> str:
     lines = [
         "| writes/s | interval s | p95 freshness s (max) | cycles behind | CPU-s a minute (throttled s) | peak PSS MiB, JVM and workers | task "
         "| S3 PUT / GET a cycle "
-        "| USD a month: on demand x86 / Graviton / Spot Graviton | target |",
-        "| ---: | ---: | --- | ---: | ---: | ---: | --- | --- | --- | --- |",
+        "| USD a month: on demand x86 / Graviton / Spot Graviton | target | measured |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | --- | --- | --- | --- | --- |",
     ]
     for cell in cells:
         result = cell_bill(cell)
@@ -219,7 +219,8 @@ def report(cells: list[dict]) -> str:
             f"| {cell['rate']:g} | {cell['interval_seconds']:g} | {fresh['p95']:.1f} ({fresh['max']:.1f}) | {cell['cycles_behind']} of {cell['cycles']} "
             f"| {cpu['python'] + cpu['jvm_and_workers']:.1f} ({cell['cpu_throttled_seconds']:.0f}) | {cell['peak_pss_mib']['jvm_and_workers']:,.0f} "
             f"| {result.task.label} | {put:.1f} / {get:.1f} "
-            f"| {' / '.join(f'{usd:.2f}' for usd in totals)} | {billing.within_target(totals[1], fresh['p95'])} |"
+            f"| {' / '.join(f'{usd:.2f}' for usd in totals)} | {billing.within_target(totals[1], fresh['p95'])} "
+            f"| {cell['minutes']:.0f} min, {cell['measured_at'][:10]}{'; ' + cell['note'] if cell.get('note') else ''} |"
         )
     return "\n".join(lines)
 
@@ -254,7 +255,7 @@ def _price_table() -> str:
 
 def docs(cells: list[dict]) -> str:
     by_rate = sorted(cells, key=lambda cell: (cell["rate"], cell["interval_seconds"]))
-    detailed = max(by_rate, key=lambda cell: (cell["rate"], -cell["interval_seconds"]))
+    detailed = max(by_rate, key=lambda cell: cell["measured_at"])
     return "\n".join(
         [
             "# What the books sync costs on AWS",
