@@ -102,7 +102,9 @@ def compact(spark: SparkSession, catalog: str, target: str) -> CompactionResult:
         f"'target-file-size-bytes', '{TARGET_FILE_BYTES}'))"
     ).collect()[0]
     merged_deletes = 0
-    if not rewrite_deleted and counts["delete_files"] > 1:
+    # Merged when there are several; after the data they applied to was rewritten, rewritten to drop them (Iceberg's
+    # dangling-delete removal left a partition-wide delete file behind, read by nobody but listed forever).
+    if counts["delete_files"] > 1 or (rewrite_deleted and counts["delete_files"]):
         deletes = spark.sql(f"CALL {catalog}.system.rewrite_position_delete_files(table => '{table}', options => map('rewrite-all', 'true'))").collect()[0]
         merged_deletes = deletes["rewritten_delete_files_count"]
     return CompactionResult(rewrite["rewritten_data_files_count"], rewrite["added_data_files_count"], merged_deletes)
