@@ -30,12 +30,12 @@ def test_a_second_writer_stops_with_a_message_naming_the_holder(settings):
 
 
 def test_a_live_holder_keeps_its_lease_past_its_time_to_live(settings):
-    holder = lease(settings, "the sync", ttl=1.5)
+    holder = lease(settings, "the sync", ttl=3.0)
     holder.acquire()
     try:
-        # Waits twice the time to live while the holder renews (every 0.5 s): never judged expired.
+        # Waits twice the time to live while the holder renews (every 1 s): never judged expired.
         with pytest.raises(LeaseHeldError):
-            lease(settings, "a contender", ttl=1.5).acquire(wait_seconds=3.0)
+            lease(settings, "a contender", ttl=3.0).acquire(wait_seconds=6.0)
         holder.check()
     finally:
         holder.release()
@@ -172,19 +172,19 @@ def test_a_write_whose_response_was_lost_is_not_mistaken_for_a_takeover(settings
 def test_a_writer_that_makes_no_progress_lets_its_lease_expire(settings):
     """A sync whose main thread hangs used to keep its lease forever (the renewer thread renewed regardless)."""
     steps = {"completed_tasks": 0}
-    working = lease(settings, "a writer whose Spark tasks complete", ttl=1.5, stall_seconds=3.0, progress=lambda: steps["completed_tasks"])
-    hung = WriterLease(settings.client("s3"), settings.bucket, "library.orders", "a hung writer", ttl_seconds=1.5, stall_seconds=3.0)
+    working = lease(settings, "a writer whose Spark tasks complete", ttl=3.0, stall_seconds=4.0, progress=lambda: steps["completed_tasks"])
+    hung = WriterLease(settings.client("s3"), settings.bucket, "library.orders", "a hung writer", ttl_seconds=3.0, stall_seconds=4.0)
     working.acquire()
     hung.acquire()
     try:
-        for _ in range(12):  # 6 s: twice the stall limit
+        for _ in range(16):  # 8 s: twice the stall limit
             steps["completed_tasks"] += 1
             time.sleep(0.5)
         working.check()  # its progress (a changing probe, no step of its own) kept it renewed
         with pytest.raises(LeaseLostError, match="made no progress for"):
             hung.check()
-        successor = WriterLease(settings.client("s3"), settings.bucket, "library.orders", "the next writer", ttl_seconds=1.5)
-        successor.acquire(wait_seconds=5.0)
+        successor = WriterLease(settings.client("s3"), settings.bucket, "library.orders", "the next writer", ttl_seconds=3.0)
+        successor.acquire(wait_seconds=8.0)
         successor.release()
     finally:
         working.release()
@@ -233,11 +233,11 @@ def test_a_job_commits_only_while_its_launching_run_holds_the_lease(spark, setti
 
 def test_a_writer_waiting_for_a_job_it_launched_keeps_its_lease_though_it_makes_no_progress_itself(settings):
     """The orders load on EMR Serverless or by spark-submit: the job's platform bounds it, with its own timeout."""
-    waiting = lease(settings, "a run waiting for its EMR Serverless job", ttl=1.5, stall_seconds=3.0)
+    waiting = lease(settings, "a run waiting for its EMR Serverless job", ttl=3.0, stall_seconds=4.0)
     waiting.acquire()
     try:
         with waiting.progress_elsewhere():
-            time.sleep(6.0)  # twice the stall limit
+            time.sleep(8.0)  # twice the stall limit
         waiting.check()
     finally:
         waiting.release()
@@ -247,13 +247,14 @@ def test_a_progress_probe_that_fails_neither_stops_the_renewals_nor_counts_as_pr
     def stopped_session():
         raise RuntimeError("the SparkSession is stopping")
 
-    holder = lease(settings, "a writer whose Spark is stopping", ttl=1.5, stall_seconds=3.0, progress=stopped_session)
+    # A time to live of 3 s: renewed every second, judged late after 2, so a renewal slowed by a busy machine passes.
+    holder = lease(settings, "a writer whose Spark is stopping", ttl=3.0, stall_seconds=4.0, progress=stopped_session)
     holder.acquire()
     try:
-        for _ in range(4):  # 2 s of steps of its own: renewed all along, whatever the probe says
-            time.sleep(0.5)
+        for _ in range(5):  # 5 s of steps of its own, past the stall limit: renewed all along, whatever the probe says
+            time.sleep(1.0)
             holder.check()
-        time.sleep(4.5)  # then none: stalled, though the probe only ever failed
+        time.sleep(6.0)  # then none: stalled, though the probe only ever failed
         with pytest.raises(LeaseLostError, match="made no progress"):
             holder.check()
     finally:
