@@ -61,5 +61,12 @@ def newest_published(spark: SparkSession, table: str, name: str) -> str | None:
     return None
 
 
+def current_summary(spark: SparkSession, table: str) -> dict[str, str]:
+    """The summary of the current snapshot of `main` ({} for a table without one), from the table as the session's
+    catalog holds it: after this session's own commit, no request."""
+    snapshot = _iceberg_table(spark, table).currentSnapshot()
+    return dict(snapshot.summary()) if snapshot is not None else {}
+
+
 def _iceberg_table(spark: SparkSession, table: str):
     return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, dotted_name(table))

@@ -6,12 +6,14 @@ that no snapshot references are removed only once older than a day, so a write s
 taken for an orphan. Old metadata files go at each commit (the tables' `write.metadata.*` properties).
 """
 
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import SparkSession
 
 from ddb_athena.lake.change_merge import table_properties, tombstone_table
+from ddb_athena.lake.commit_properties import current_summary
 from ddb_athena.lake.identifiers import dotted_name, validate_identifier
 from ddb_athena.lake.table_spec import set_properties_sql, timestamp_literal
 from ddb_athena.lake.writer_branch import WriterBranch
@@ -78,6 +80,35 @@ class CompactionResult:
     rewritten_delete_files: int = 0
 
 
+@dataclass(frozen=True)
+class TableTotals:
+    """A table's live files and rows, as Iceberg counts them in every snapshot's summary: reading them costs nothing."""
+
+    data_files: int
+    delete_files: int
+    records: int
+    position_deletes: int
+    files_bytes: int
+
+    @classmethod
+    def of(cls, summary: dict[str, str]) -> "TableTotals":
+        names = ("total-data-files", "total-delete-files", "total-records", "total-position-deletes", "total-files-size")
+        return cls(*(int(summary.get(name, 0)) for name in names))
+
+    @property
+    def surplus_data_files(self) -> int:
+        """Data files beyond what the table's size needs at TARGET_FILE_BYTES each: every sync commit adds a small one."""
+        return self.data_files - max(1, math.ceil(self.files_bytes / TARGET_FILE_BYTES))
+
+    def compaction_due(self, file_threshold: int) -> bool:
+        """Whether a reader now opens `file_threshold` delete files, or as many data files more than it needs."""
+        return self.delete_files >= file_threshold or self.surplus_data_files >= file_threshold
+
+
+def table_totals(spark: SparkSession, target: str) -> TableTotals:
+    return TableTotals.of(current_summary(spark, target))
+
+
 # A reader pays for each delete file (every data file's scan reads the deletes that may apply to it: a sync commit's
 # one file spans the whole table) and for the rows those hide; compaction pays for what it rewrites. So delete files
 # are merged into one (their own rows only: small), and data files are rewritten only when they are small or the rows
@@ -91,11 +122,8 @@ def compact(spark: SparkSession, catalog: str, target: str) -> CompactionResult:
     they delete reach DELETED_SHARE_REWRITE of the table, the data files they apply to rewritten without them."""
     catalog = validate_identifier(catalog, "catalog name")
     table = dotted_name(target)
-    counts = spark.sql(
-        f"SELECT coalesce(sum(if(content = 0, record_count, 0)), 0) AS data_rows, coalesce(sum(if(content = 1, record_count, 0)), 0) AS deleted_rows, "
-        f"count_if(content = 1) AS delete_files FROM {table}.files"
-    ).collect()[0]
-    rewrite_deleted = counts["deleted_rows"] >= DELETED_SHARE_REWRITE * max(counts["data_rows"], 1)
+    totals = table_totals(spark, target)
+    rewrite_deleted = totals.position_deletes >= DELETED_SHARE_REWRITE * max(totals.records, 1)
     rewrite = spark.sql(
         f"CALL {catalog}.system.rewrite_data_files(table => '{table}', options => map("
         f"'min-input-files', '2', 'delete-file-threshold', '{1 if rewrite_deleted else _NEVER}', 'remove-dangling-deletes', 'true', "
@@ -104,16 +132,20 @@ def compact(spark: SparkSession, catalog: str, target: str) -> CompactionResult:
     merged_deletes = 0
     # Merged when there are several; after the data they applied to was rewritten, rewritten to drop them (Iceberg's
     # dangling-delete removal left a partition-wide delete file behind, read by nobody but listed forever).
-    if counts["delete_files"] > 1 or (rewrite_deleted and counts["delete_files"]):
+    if totals.delete_files > 1 or (rewrite_deleted and totals.delete_files):
         deletes = spark.sql(f"CALL {catalog}.system.rewrite_position_delete_files(table => '{table}', options => map('rewrite-all', 'true'))").collect()[0]
         merged_deletes = deletes["rewritten_delete_files_count"]
     return CompactionResult(rewrite["rewritten_data_files_count"], rewrite["added_data_files_count"], merged_deletes)
 
 
-def compact_with_tombstones(spark: SparkSession, catalog: str, target: str) -> CompactionResult:
-    """Compaction only (no expiry, no orphan listing) of a table and its tombstones: the cheap upkeep a sync run
-    does every few minutes between maintenances, so its cycles read few files."""
-    results = [compact(spark, catalog, name) for name in (target, tombstone_table(target))]
+def compact_with_tombstones(spark: SparkSession, catalog: str, target: str, file_threshold: int) -> CompactionResult | None:
+    """Compaction only (no expiry, no orphan listing) of a table and of its tombstones, each once its readers open
+    `file_threshold` files more than they need (TableTotals.compaction_due); None when neither is due. The sync run
+    asks after every merge: between maintenances, a busy table is compacted often, a quiet one not at all."""
+    due = [name for name in (target, tombstone_table(target)) if table_totals(spark, name).compaction_due(file_threshold)]
+    if not due:
+        return None
+    results = [compact(spark, catalog, name) for name in due]
     return CompactionResult(*(sum(getattr(r, name) for r in results) for name in ("rewritten_data_files", "added_data_files", "rewritten_delete_files")))
 
 

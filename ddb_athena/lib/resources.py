@@ -258,11 +258,13 @@ class SyncSettings(ConfigurableResource):
         description="the sync run's maintenance lists library.books's files for orphans this often: the listing reads "
         "every retained snapshot's manifests, the costliest step of a maintenance, and finds only files days old",
     )
-    compaction_interval_minutes: float = Field(
-        default=2.0,
-        gt=0,
-        description="between maintenances, the sync run compacts library.books and its tombstones this often: every cycle "
-        "reads the table, and its cost grows with each commit's small files",
+    compaction_file_threshold: int = Field(
+        default=16,
+        ge=2,
+        le=1000,
+        description="between maintenances, the sync run compacts library.books (or its tombstones) once a reader opens this "
+        "many delete files, or this many data files more than the table's size needs: each sync commit adds one of each, "
+        "every reader (Athena, and each cycle's own scan) pays for them, and a compaction holds one cycle back",
     )
     tombstone_retention_days: float = Field(
         default=7.0,

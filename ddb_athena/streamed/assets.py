@@ -118,7 +118,6 @@ def sync_cadence(sync: SyncSettings, interval_seconds: float) -> SyncCadence:
         table_checks_every_cycles=sync.table_checks_every_cycles,
         maintenance_interval=timedelta(minutes=sync.maintenance_interval_minutes),
         orphan_sweep_interval=timedelta(hours=sync.orphan_sweep_interval_hours),
-        compaction_interval=timedelta(minutes=sync.compaction_interval_minutes),
     )
 
 
@@ -142,10 +141,11 @@ class BooksUpkeep:
         self._follow_main()
         return result
 
-    def compact(self) -> CompactionResult:
+    def compact(self) -> CompactionResult | None:
         self.before_write()
-        result = compact_with_tombstones(self.spark.spark_session, self.spark.catalog, self.sync.books_iceberg_table)
-        self._follow_main()
+        result = compact_with_tombstones(self.spark.spark_session, self.spark.catalog, self.sync.books_iceberg_table, self.sync.compaction_file_threshold)
+        if result is not None:
+            self._follow_main()
         return result
 
     def _follow_main(self) -> None:

@@ -1,6 +1,6 @@
 """One sync run's state across its cycles, no Dagster: the pace (an idle cycle is recorded at most once a minute; the
-log says when cycles back off), the cadence of the checks, and the table's upkeep between merges (compaction every
-few minutes, maintenance less often; never beside a merge). The books asset turns each CycleReport into Dagster
+log says when cycles back off), the cadence of the checks, and the table's upkeep between merges (compaction once its
+files call for it, maintenance every few minutes; never beside a merge). The books asset turns each CycleReport into Dagster
 events; a benchmark runs the same object.
 
 What a run needs from its predecessor is read from one place, the table: when it was last maintained and swept for
@@ -29,7 +29,6 @@ class SyncCadence:
     table_checks_every_cycles: int
     maintenance_interval: timedelta
     orphan_sweep_interval: timedelta
-    compaction_interval: timedelta
 
 
 class TableUpkeep(Protocol):
@@ -37,7 +36,8 @@ class TableUpkeep(Protocol):
 
     def maintain(self, now: datetime, remove_orphans: bool) -> MaintenanceResult: ...
 
-    def compact(self) -> CompactionResult: ...
+    def compact(self) -> CompactionResult | None:
+        """Compacts the table if its files call for it (None if they do not)."""
 
 
 # The checks a cycle evaluates: (with_table, stream_lag_seconds, list_s3, quarantined) -> results by check name.
@@ -73,8 +73,6 @@ class SyncRun:
         self._backing_off = False
         # Read from the table at the run's first upkeep, then kept: no catalog read or Spark job per cycle.
         self._maintenance: MaintenanceState | None = None
-        # Compaction alone, more often than maintenance: counted from the run's start.
-        self._compacted_at = now()
 
     def cycle(self, batch: str, bootstrap: bool = False) -> CycleReport:
         started, previous = self._clock(), self._previous_start
@@ -112,11 +110,8 @@ class SyncRun:
             sweep = state.orphan_sweep_due(self._cadence.orphan_sweep_interval, now)
             report.maintenance = self._upkeep.maintain(now, sweep)
             self._maintenance = MaintenanceState(now, now if sweep else state.orphans_removed_at)
-            self._compacted_at = now
             report.messages.append(f"Maintenance: {report.maintenance.before} -> {report.maintenance.after}")
-        elif now - self._compacted_at >= self._cadence.compaction_interval:
-            compaction = self._upkeep.compact()
-            self._compacted_at = now
+        elif compaction := self._upkeep.compact():
             report.messages.append(
                 f"Compaction: {compaction.rewritten_data_files} data files rewritten into {compaction.added_data_files}, "
                 f"{compaction.rewritten_delete_files} delete files merged"

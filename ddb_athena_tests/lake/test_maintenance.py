@@ -3,7 +3,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ddb_athena.lake.change_merge import tombstone_table
-from ddb_athena.lake.maintenance import MaintenanceState, compact, maintain_table, maintenance_state, record_maintained
+from ddb_athena.lake.maintenance import (
+    MaintenanceState,
+    TableTotals,
+    compact,
+    compact_with_tombstones,
+    maintain_table,
+    maintenance_state,
+    record_maintained,
+    table_totals,
+)
 from ddb_athena.streamed.jobs import books_maintenance
 from ddb_athena_tests.dagster_helpers import local_resources
 from ddb_athena_tests.lake.helpers import ChangeFiles, change, plant_file
@@ -52,6 +61,30 @@ def test_compaction_merges_delete_files_and_rewrites_the_data_they_apply_to_only
     assert spark.table(files.table).count() == 75
     # Done once: no delete left to count against the new file, so the next pass rewrites nothing again.
     assert compact(spark, "lake", files.table).rewritten_data_files == 0
+
+
+def test_the_sync_compacts_once_readers_open_the_threshold_of_files_counted_from_the_commits_own_summary(spark, settings):
+    files = ChangeFiles(spark, settings)
+    files.merge([files.write(*[change(i, f"k{i:03}", "INSERT") for i in range(10)])])
+    for number in range(3):  # each a commit with a data file and a delete file: an update, as a sync cycle makes
+        files.merge([files.write(change(100 + number, f"k{number:03}", "MODIFY"))])
+    totals = table_totals(spark, files.table)
+    counted = _files(spark, files.table)
+    # The summary says what the table's files say, without reading a manifest.
+    assert (totals.data_files, totals.delete_files, totals.records, totals.position_deletes) == (counted[0], counted[1], 13, 3)
+    assert totals.surplus_data_files == 3 and totals.compaction_due(3) and not totals.compaction_due(4)
+
+    assert compact_with_tombstones(spark, "lake", files.table, file_threshold=4) is None  # neither table calls for it
+    assert _files(spark, files.table) == counted
+    done = compact_with_tombstones(spark, "lake", files.table, file_threshold=3)
+    assert done is not None and done.rewritten_data_files == 4
+    after = table_totals(spark, files.table)
+    assert (after.data_files, after.delete_files, after.records) == (1, 0, 10) and not after.compaction_due(2)
+    assert spark.table(files.table).count() == 10
+
+
+def test_table_totals_of_a_summary_without_them_call_for_no_compaction():
+    assert not TableTotals.of({}).compaction_due(2)
 
 
 def test_the_tombstone_table_is_compacted_and_expired_with_its_table(spark, settings):

@@ -14,7 +14,6 @@ CADENCE = SyncCadence(
     table_checks_every_cycles=3,
     maintenance_interval=timedelta(minutes=15),
     orphan_sweep_interval=timedelta(hours=24),
-    compaction_interval=timedelta(minutes=2),
 )
 FILES = TableFiles(data_files=1, delete_files=0, data_bytes=1, metadata_files=1, snapshots=1)
 
@@ -27,6 +26,8 @@ class Script:
         self.next: list[CycleOutcome] = []
         self.checks: list[tuple] = []
         self.upkeep: list[str] = []
+        # Whether the table's files call for compaction, at each of the next asks (after those: no).
+        self.compaction_due: list[bool] = []
 
     def cycle(self, batch: str, bootstrap: bool = False) -> CycleOutcome:
         self.clock.sleep(3)
@@ -44,9 +45,9 @@ class Script:
         self.upkeep.append(f"maintain sweep={remove_orphans}")
         return MaintenanceResult(FILES, FILES, 0, 0, 0, 0, None, 0)
 
-    def compact(self) -> CompactionResult:
-        self.upkeep.append("compact")
-        return CompactionResult(4, 1)
+    def compact(self) -> CompactionResult | None:
+        self.upkeep.append("asked to compact")
+        return CompactionResult(4, 1) if self.compaction_due and self.compaction_due.pop(0) else None
 
 
 def merged(**source) -> CycleOutcome:
@@ -95,20 +96,22 @@ def test_the_checks_read_the_table_every_few_merges_and_s3_at_once_when_behind_o
     ]
 
 
-def test_upkeep_reads_the_tables_state_once_compacts_every_few_minutes_and_maintains_when_due():
+def test_upkeep_reads_the_tables_state_once_compacts_when_its_files_call_for_it_and_maintains_when_due():
     script, wall = Script(FakeClock(), maintained_at=T0 - timedelta(minutes=10)), [T0]
     run = a_run(script, wall)
     script.next = [merged() for _ in range(5)] + [IDLE]
-    run.cycle("b0")  # nothing due
-    wall[0] = T0 + timedelta(minutes=2)
+    script.compaction_due = [False, True, False, False]
+    quiet = run.cycle("b0")  # the files do not call for it
+    wall[0] = T0 + timedelta(minutes=1)
     compacted = run.cycle("b1")
     wall[0] = T0 + timedelta(minutes=3)
-    run.cycle("b2")  # compacted a minute ago
+    run.cycle("b2")
     wall[0] = T0 + timedelta(minutes=5)
-    maintained = run.cycle("b3")  # 15 minutes since the table was last maintained; never swept for orphans
+    maintained = run.cycle("b3")  # 15 minutes since the table was last maintained (it compacts too); never swept for orphans
     wall[0] = T0 + timedelta(minutes=6)
-    run.cycle("b4")  # maintenance compacts too: the next compaction counts from it
+    run.cycle("b4")
     wall[0] = T0 + timedelta(minutes=30)
     run.cycle("b5")  # idle: no upkeep
-    assert script.upkeep == ["state", "compact", "maintain sweep=True"]
+    assert script.upkeep == ["state", "asked to compact", "asked to compact", "asked to compact", "maintain sweep=True", "asked to compact"]
     assert compacted.messages == ["Compaction: 4 data files rewritten into 1, 0 delete files merged"] and maintained.maintenance is not None
+    assert quiet.messages == [] and not script.compaction_due
