@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         started = time.monotonic()
         result = merge_change_files(spark, BOOKS_SPEC, table, [layout.uri(key, "s3a")], layout.uri(layout.quarantine_prefix, "s3a"))
         timings.append(time.monotonic() - started)
-        print(f"  merge {number + 1}: {timings[-1]:.2f} s (+{result.inserted} ~{result.updated} -{result.deleted})")
+        print(f"  merge {number + 1}: {timings[-1]:.2f} s ({result.rows_written} rows written, {result.rows_removed} removed)")
     warm = timings[1:]
     print(f"MERGE of {changes_per_merge:,} changes into {table_rows // 1000}k rows: median {statistics.median(warm):.2f} s warm, first {timings[0]:.2f} s")
     rows = spark.table(table).count()

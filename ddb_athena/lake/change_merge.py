@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
-from ddb_athena.lake.commit_properties import committed_with, empty_commit
+from ddb_athena.lake.commit_properties import branch_summary, committed_with, empty_commit
 from ddb_athena.lake.dynamodb_json import item_problem
 from ddb_athena.lake.identifiers import dotted_name, qualified_name, string_literal, validate_identifier
 from ddb_athena.lake.plan_settings import session_settings
@@ -70,9 +70,10 @@ class MergeResult:
     records_quarantined: int = 0
     records_superseded: int = 0
     changes: int = 0
-    inserted: int = 0
-    updated: int = 0
-    deleted: int = 0
+    # Rows inserted or updated; rows deleted or replaced by an update (Iceberg's added records and position deletes).
+    rows_written: int = 0
+    rows_removed: int = 0
+    # Changes not applied: older than a recorded delete of their key, or (an insert or update) than the row it holds.
     stale_skipped: int = 0
     # Keys whose newest change in the batch was quarantined: none of their changes was applied.
     keys_held: int = 0
@@ -142,10 +143,6 @@ def snapshot_id_of(properties: dict[str, str]) -> int | None:
 
 def table_properties(spark: SparkSession, target: str) -> dict[str, str]:
     return {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {dotted_name(target)}").collect()}
-
-
-def _count_where(condition: str):
-    return F.sum(F.when(F.expr(condition), 1).otherwise(0))
 
 
 def _tombstones_of(changes: DataFrame, key: str) -> DataFrame:
@@ -395,55 +392,59 @@ class _Tables:
                     self.writer.publish(name)
 
 
-def classification_sql(spec: TableSpec, target: str, latest_view: str, tombstones: str | None = None) -> str:
-    """Each change of `latest_view` (newer than `:oldest` or as old) with its `_action` against the table as it is
-    now (runs never overlap, so it stays so): insert, update, delete, tombstone (a delete of a key the table does not
-    hold) or stale. `target` and `tombstones` as a writer reads them (its branch); the tombstones default to target's."""
+def unburied_sql(spec: TableSpec, latest_view: str, tombstones: str) -> str:
+    """Each change of `latest_view` (none older than `:oldest`) with `_buried`: whether a recorded delete of its key is
+    as new as it or newer (it was applied already, or is older than that delete). The lookup is on the batch's side:
+    only deletes as new as the batch's oldest change can bury one, and the bound lets Iceberg skip the files of older
+    ones (a semi join, not the newest delete per key: that aggregate put a shuffle in every cycle)."""
     key = validate_identifier(spec.key.name, "key column")
-    tombstones = tombstones or tombstone_table(target)
     return (
-        f"SELECT l.*, CASE "
-        f"WHEN _current IS NOT NULL AND l.{SEQUENCE_COLUMN} <= _current THEN 'stale' "
-        "WHEN event_name = 'REMOVE' AND _current IS NOT NULL THEN 'delete' "
-        # A dropped key the table does not hold: nothing to remove, and no tombstone (see _latest_changes_sql).
-        "WHEN _held THEN 'stale' "
-        # Not newer than a delete of the key: already applied, or older than it. A semi join, not the newest
-        # delete per key: that aggregate put a shuffle in every cycle. Only deletes as new as the batch's oldest
-        # change can be, and the bound lets Iceberg skip the files of older ones: the lookup reads the recent
-        # tombstones, not a day's retention of them.
-        f"WHEN EXISTS (SELECT 1 FROM {dotted_name(tombstones)} d WHERE d.{key} = l.key "
-        f"AND d.{SEQUENCE_COLUMN} >= l.{SEQUENCE_COLUMN} AND d.{SEQUENCE_COLUMN} >= :oldest) THEN 'stale' "
-        "WHEN event_name = 'REMOVE' THEN 'tombstone' "
-        "WHEN _current IS NOT NULL THEN 'update' ELSE 'insert' END AS _action "
-        f"FROM {validate_identifier(latest_view)} l "
-        f"LEFT JOIN (SELECT {key} AS key, {SEQUENCE_COLUMN} AS _current FROM {dotted_name(target)}) c ON l.key = c.key"
+        f"SELECT l.*, EXISTS (SELECT 1 FROM {dotted_name(tombstones)} d WHERE d.{key} = l.key "
+        f"AND d.{SEQUENCE_COLUMN} >= l.{SEQUENCE_COLUMN} AND d.{SEQUENCE_COLUMN} >= :oldest) AS _buried "
+        f"FROM {validate_identifier(latest_view)} l"
     )
 
 
 def _upsert(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: DataFrame, oldest_sequence: str, result: MergeResult) -> None:
-    """Applies `latest` (one change per key, none older than `oldest_sequence`) to the table and its tombstones."""
+    """Applies `latest` (one change per key, none older than `oldest_sequence`) to the table and its tombstones.
+
+    One scan of the table per cycle, the MERGE's: its conditions decide against the row it finds (a change not newer
+    than the row is skipped), so the batch is not first classified against the table. Every delete not recorded yet is
+    recorded as a tombstone, also one of a key the table no longer holds or holds newer: such a tombstone is older than
+    the row, so it buries only changes the row's own sequence number already refuses. The counts are Iceberg's own,
+    from the commit's summary: rows written (inserted or updated) and rows removed (deleted, or replaced by an update)."""
     key = validate_identifier(spec.key.name, "key column")
     latest_view = validate_identifier(f"{spec.table}_latest_changes")
     latest.createOrReplaceTempView(latest_view)
-    classified = spark.sql(classification_sql(spec, tables.table, latest_view, tables.tombstones), args={"oldest": oldest_sequence}).localCheckpoint()
-    summary = classified.groupBy("_action").agg(F.count("*").alias("count"), F.max(CHANGED_AT_COLUMN).alias("newest")).collect()
-    counts = {row["_action"]: row["count"] for row in summary}
+    changes = spark.sql(unburied_sql(spec, latest_view, tables.tombstones), args={"oldest": oldest_sequence}).localCheckpoint()
+    summary = changes.groupBy("_buried", "event_name", "_held").agg(F.count("*").alias("count"), F.max(CHANGED_AT_COLUMN).alias("newest")).collect()
+    result.changes = sum(row["count"] for row in summary)
     result.newest_change_at = _utc(max((row["newest"] for row in summary if row["newest"]), default=None))
-    result.changes = sum(counts.values())
-    result.inserted, result.updated, result.deleted = counts.get("insert", 0), counts.get("update", 0), counts.get("delete", 0)
-    result.stale_skipped = counts.get("stale", 0)
+    unburied = [row for row in summary if not row["_buried"]]
+    deletes = sum(row["count"] for row in unburied if row["event_name"] == "REMOVE" and not row["_held"])
+    upserts = sum(row["count"] for row in unburied if row["event_name"] != "REMOVE")
 
-    applicable = classified.where("_action <> 'stale'")
     view = validate_identifier(f"{spec.table}_changes")
     # Tombstones first: if the run dies between the two commits, the retry still knows the delete (and appends
     # it again, which changes no key's newest delete). An append, not a MERGE: no join, a third of the jobs.
-    if counts.get("delete", 0) + counts.get("tombstone", 0):
-        _tombstones_of(applicable, key).writeTo(tables.tombstones).append()
+    if deletes:
+        _tombstones_of(changes.where("NOT _buried"), key).writeTo(tables.tombstones).append()
         tables.written.add(tombstone_table(tables.target))
-    if result.inserted + result.updated + result.deleted:
-        applicable.where("_action <> 'tombstone'").createOrReplaceTempView(view)
+    # A delete goes to the MERGE even when recorded already: the run that recorded it may have died before its MERGE,
+    # and removing a row older than a delete is always right.
+    if upserts or any(row["event_name"] == "REMOVE" for row in summary):
+        changes.where("NOT _buried OR event_name = 'REMOVE'").createOrReplaceTempView(view)
         spark.sql(upsert_merge_sql(spec, tables.table, view))
         tables.written.add(tables.target)
+        written = _summary_of(spark, tables)
+        result.rows_written, result.rows_removed = int(written.get("added-records", 0)), int(written.get("added-position-deletes", 0))
+    # Inserts and updates older than a recorded delete or the row, and deletes recorded already.
+    result.stale_skipped = result.changes - sum(row["count"] for row in unburied) + upserts - result.rows_written
+
+
+def _summary_of(spark: SparkSession, tables: _Tables) -> dict[str, str]:
+    """The summary of the commit this merge just made to the table (on the writer's branch, or `main`)."""
+    return branch_summary(spark, tables.target, tables.writer.name if tables.writer is not None else "main")
 
 
 def _rebuild(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: DataFrame, result: MergeResult) -> None:
@@ -454,13 +455,8 @@ def _rebuild(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: Data
         raise ValueError(f"{result.bootstrap_file!r} is not a change file name")
     latest = latest.localCheckpoint()
     live = latest.where("event_name <> 'REMOVE'").select(*spec.table_column_names)
-    before = spark.table(target_sql).select(F.col(key).alias("_old"))
-    compared = before.join(live.select(F.col(key).alias("_new")), F.col("_old") == F.col("_new"), "full_outer")
-    # Rows gained, kept and lost against the table being replaced, in one pass.
-    inserted, updated, deleted = compared.agg(
-        _count_where("_old IS NULL"), _count_where("_old IS NOT NULL AND _new IS NOT NULL"), _count_where("_new IS NULL")
-    ).collect()[0]
-    result.inserted, result.updated, result.deleted = inserted or 0, updated or 0, deleted or 0
+    # Every row of the snapshot written, every row of the table it replaces removed.
+    result.rows_written, result.rows_removed = live.count(), spark.table(target_sql).count()
     result.changes, newest = latest.agg(F.count("*"), F.max(CHANGED_AT_COLUMN)).collect()[0]
     result.newest_change_at = _utc(newest)
     removes = _tombstones_of(latest, key)

@@ -68,5 +68,12 @@ def current_summary(spark: SparkSession, table: str) -> dict[str, str]:
     return dict(snapshot.summary()) if snapshot is not None else {}
 
 
+def branch_summary(spark: SparkSession, table: str, branch: str) -> dict[str, str]:
+    """The summary of the head of `branch` ({} without one), as the session's catalog holds the table (after this
+    session's own commit, no request)."""
+    snapshot = _iceberg_table(spark, table).snapshot(branch)
+    return dict(snapshot.summary()) if snapshot is not None else {}
+
+
 def _iceberg_table(spark: SparkSession, table: str):
     return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, dotted_name(table))

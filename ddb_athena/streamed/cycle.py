@@ -221,9 +221,8 @@ class BooksSync:
             )
         now = datetime.now(UTC)
         return {
-            "rows_inserted": result.inserted,
-            "rows_updated": result.updated,
-            "rows_deleted": result.deleted,
+            "rows_written": result.rows_written,
+            "rows_removed": result.rows_removed,
             "keys_changed": result.changes,
             "changes_stale_skipped": result.stale_skipped,
             "files_consumed": len(files),
@@ -261,9 +260,8 @@ class BooksSync:
     def _idle_metadata() -> dict:
         """An idle cycle's books_iceberg metadata: the same numbers as a merge's (so the plots stay continuous), all zero."""
         zero = (
-            "rows_inserted",
-            "rows_updated",
-            "rows_deleted",
+            "rows_written",
+            "rows_removed",
             "keys_changed",
             "files_consumed",
             "records_consumed",

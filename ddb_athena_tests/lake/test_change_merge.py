@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 
 from ddb_athena.lake import change_merge
-from ddb_athena.lake.change_merge import BOOTSTRAP_FILE_PROPERTY, STREAM_BATCH_PLAN, STREAM_FLOOR_PROPERTY, classification_sql, current_snapshot_id
+from ddb_athena.lake.change_merge import BOOTSTRAP_FILE_PROPERTY, STREAM_BATCH_PLAN, STREAM_FLOOR_PROPERTY, unburied_sql
 from ddb_athena.lake.plan_settings import session_settings
 from ddb_athena.lake.table_spec import BOOKS_SPEC, SEQUENCE_COLUMN
 from ddb_athena_tests.lake.helpers import T0, ChangeFiles, change
@@ -22,24 +22,26 @@ def test_latest_change_per_key_wins_whatever_the_file_order(files):
     files.write(change(1, "a", "INSERT", name="first"), change(2, "a", name="second"))  # captured later, older changes
     result = files.merge()
     assert files.names() == {"a": "third", "b": "b@1"}
-    assert (result.inserted, result.updated, result.deleted, result.records_read) == (2, 0, 0, 4)
+    assert (result.rows_written, result.rows_removed, result.records_read) == (2, 0, 4)
     assert files.rows()["a"]["_sequence_number"] == "3".zfill(40)
 
 
 def test_an_older_change_never_overwrites_a_newer_one(files):
     files.merge([files.write(change(5, "a", name="new"))])
     result = files.merge([files.write(change(4, "a", name="old"))])
-    assert files.names() == {"a": "new"} and result.stale_skipped == 1 and result.updated == 0
+    assert files.names() == {"a": "new"} and result.stale_skipped == 1 and result.rows_written == 0
 
 
 def test_rerunning_a_merge_over_the_same_files_changes_nothing(files):
     keys = [files.write(change(1, "a", "INSERT"), change(2, "b", "INSERT")), files.write(change(3, "a"), change(4, "b", "REMOVE"))]
     files.merge(keys)
-    rows, snapshot = files.rows(), current_snapshot_id(files.spark, files.table)
+    rows = files.rows()
     retry = files.merge(keys)
-    assert retry.stale_skipped == 2
+    assert (retry.stale_skipped, retry.rows_written, retry.rows_removed) == (2, 0, 0)
     assert files.rows() == rows
-    assert current_snapshot_id(files.spark, files.table) == snapshot  # not even an empty commit
+    # The MERGE decided against the rows it found (the cycle's one scan): its commit adds no file.
+    summary = files.spark.sql(f"SELECT summary FROM {files.table}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()[0][0]
+    assert (summary.get("added-data-files", "0"), summary.get("added-delete-files", "0")) == ("0", "0"), summary
 
 
 def test_a_deleted_item_is_never_resurrected_by_replaying_an_older_insert(files):
@@ -82,7 +84,7 @@ def test_a_crash_between_commit_and_cleanup_then_a_retry_leaves_the_table_right(
     expected = files.rows()
     files.write(change(4, "c", "INSERT"))  # new changes arrive meanwhile
     retry = files.merge()  # the next run sees the old files and the new one
-    assert set(files.names()) == {"b", "c"} and retry.inserted == 1 and retry.stale_skipped == 2
+    assert set(files.names()) == {"b", "c"} and retry.rows_written == 1 and retry.stale_skipped == 2
     assert {k: v for k, v in files.rows().items() if k != "c"} == expected
 
 
@@ -180,7 +182,7 @@ def test_a_bootstrap_snapshot_replaces_what_came_before_and_later_changes_apply_
     result = files.merge()
     assert files.names() == {"a": "scanned", "c": "after-scan"}
     assert result.bootstrap_file == snapshot.rsplit("/", 1)[-1] and result.records_superseded == 3
-    assert (result.inserted, result.updated, result.deleted) == (1, 1, 1)  # c new; a kept; "gone" dropped
+    assert (result.rows_written, result.rows_removed) == (2, 2)  # a and c written; the replaced table's a and "gone" removed
     properties = {row["key"]: row["value"] for row in files.spark.sql(f"SHOW TBLPROPERTIES {files.table}").collect()}
     assert properties[BOOTSTRAP_FILE_PROPERTY] == result.bootstrap_file
     assert properties[STREAM_FLOOR_PROPERTY] == "3".zfill(40)
@@ -201,7 +203,7 @@ def test_a_stream_batch_is_merged_with_its_plan_settings_and_the_session_keeps_i
     sessions_own = {name: files.spark.conf.get(name) for name in STREAM_BATCH_PLAN}
     assert sessions_own != STREAM_BATCH_PLAN
     files.write(change(1, "a", "INSERT"), change(2, "b", "INSERT"))
-    assert files.merge().inserted == 2
+    assert files.merge().rows_written == 2
     assert at_merge == [STREAM_BATCH_PLAN]
     assert {name: files.spark.conf.get(name) for name in STREAM_BATCH_PLAN} == sessions_own
 
@@ -253,9 +255,9 @@ def test_a_run_that_dies_between_the_tombstone_and_the_merge_never_applies_a_cha
     assert files.names() == {"a": "a@1"}
     # With a change that does apply, so that the MERGE runs.
     late = files.merge([files.write(change(2, "a", "MODIFY", name="before the delete"), change(4, "b", "INSERT"))])
-    assert files.names() == {"a": "a@1", "b": "b@4"} and (late.stale_skipped, late.updated, late.inserted) == (1, 0, 1)
+    assert files.names() == {"a": "a@1", "b": "b@4"} and (late.stale_skipped, late.rows_written) == (1, 1)
     retry = files.merge([delete])
-    assert files.names() == {"b": "b@4"} and retry.deleted == 1
+    assert files.names() == {"b": "b@4"} and retry.rows_removed == 1
 
 
 def test_a_warm_session_merges_without_generating_code_again(files):
@@ -326,8 +328,8 @@ def test_the_lookup_of_deletes_reads_only_the_tombstone_files_as_new_as_the_batc
     latest = files.spark.createDataFrame([("e", "MODIFY", "13".zfill(40), False)], f"key string, event_name string, {SEQUENCE_COLUMN} string, _held boolean")
     latest.createOrReplaceTempView("replayed_changes")
     with session_settings(files.spark, STREAM_BATCH_PLAN):
-        classified = files.spark.sql(classification_sql(BOOKS_SPEC, files.table, "replayed_changes"), args={"oldest": "13".zfill(40)})
-        assert [row["_action"] for row in classified.collect()] == ["stale"]
+        classified = files.spark.sql(unburied_sql(BOOKS_SPEC, "replayed_changes", f"{files.table}_tombstones"), args={"oldest": "13".zfill(40)})
+        assert [row["_buried"] for row in classified.collect()] == [True]
     scan = _scan_metrics(classified, f"{files.table}_tombstones")
     # The deletes at 13 and 14 could be newer than the change; the three older files are not read at all.
     assert (scan["resultDataFiles"], scan["skippedDataFiles"]) == (2, 3), scan

@@ -71,9 +71,9 @@ def test_first_sync_bootstraps_then_minute_syncs_apply_changes(spark, settings, 
     assert source["bootstrap_items"] == 12 and source["records_captured"] == 0
     merged = materialization_metadata(first, "books_iceberg")
     # The snapshot's seal and its one part.
-    assert merged["rows_inserted"] == 12 and merged["files_consumed"] == 2 and merged["bootstrap_file"]
+    assert merged["rows_written"] == 12 and merged["files_consumed"] == 2 and merged["bootstrap_file"]
     assert merged["snapshot_id"] and merged["commit_manifest"].startswith("books_source/_manifests/")
-    for number in ("lag_seconds", "duration_seconds", "rows_updated", "rows_deleted", "records_consumed"):
+    for number in ("lag_seconds", "duration_seconds", "rows_removed", "records_consumed"):
         assert isinstance(merged[number], (int, float))  # numbers, so the UI plots them
 
     for _ in range(30):
@@ -81,7 +81,7 @@ def test_first_sync_bootstraps_then_minute_syncs_apply_changes(spark, settings, 
     second = sync_books(instance)
     assert materialization_metadata(second, "books_source")["bootstrap_items"] == 0
     merged = materialization_metadata(second, "books_iceberg")
-    assert merged["bootstrap_file"] is None and merged["rows_inserted"] + merged["rows_updated"] + merged["rows_deleted"] > 0
+    assert merged["bootstrap_file"] is None and merged["rows_written"] + merged["rows_removed"] > 0
     assert_same_keys(spark, settings, dynamodb)
 
 
@@ -215,7 +215,7 @@ def test_a_stop_during_a_run_ends_it_after_the_cycle_in_progress(spark, settings
     # A failed run's result holds no materializations; the instance has every cycle's, recorded as it ended.
     records = instance.fetch_materializations(AssetKey("books_iceberg"), limit=100).records
     cycles = [{k: v.value for k, v in r.asset_materialization.metadata.items()} for r in records if r.run_id == result.run_id]
-    assert cycles and cycles[-1]["rows_inserted"] == 1  # the cycle in progress finished and committed
+    assert cycles and cycles[-1]["rows_written"] == 1  # the cycle in progress finished and committed
     s3 = settings.client("s3")
     for cycle in cycles:  # and wrote its manifest
         assert cycle["commit_manifest"] is None or s3.head_object(Bucket=settings.bucket, Key=cycle["commit_manifest"])
@@ -240,7 +240,7 @@ def test_a_run_killed_after_its_commit_before_its_manifest_is_made_good_by_the_n
     assert left  # committed, but in no manifest: nothing cleans them up yet
 
     next_run = materialization_metadata(sync_books(instance, books_capture="lambda"), "books_iceberg")
-    assert next_run["files_consumed"] == len(left) and next_run["rows_inserted"] + next_run["rows_updated"] + next_run["rows_deleted"] == 0
+    assert next_run["files_consumed"] == len(left) and next_run["rows_written"] + next_run["rows_removed"] == 0
     assert next_run["commit_manifest"]  # the next cleanup takes them
     assert {row["id"] for row in spark.table(f"{settings.namespace}.books").collect()} == {"scanned", "after-scan"}
 
@@ -283,7 +283,7 @@ def test_the_sync_run_maintains_its_table_between_merges_and_checks_the_files_st
     # Recorded on the table: the next merge does not maintain it again.
     simulator.insert()
     again = sync_books(instance, maintenance_interval_minutes=15)
-    assert materialization_metadata(again, "books_iceberg")["rows_inserted"] == 1
+    assert materialization_metadata(again, "books_iceberg")["rows_written"] == 1
     assert not [e for e in again.all_events if e.event_type_value == "ASSET_OBSERVATION"]
 
 
@@ -373,7 +373,7 @@ def test_with_the_capture_lambda_the_run_merges_its_files_and_never_reads_the_st
     assert first["capture"] == "lambda" and first["bootstrap_items"] == 1
     handle_stream_event(lambda_event("after-scan", str(newest + 200), "captured by the Lambda"), s3, layout)
     merged = materialization_metadata(sync_books(instance, books_capture="lambda"), "books_iceberg")
-    assert merged["rows_inserted"] == 1
+    assert merged["rows_written"] == 1
     rows = {row["id"]: row["name"] for row in spark.table(f"{settings.namespace}.books").collect()}
     assert set(rows) == {"scanned", "after-scan"} and rows["after-scan"] == "captured by the Lambda"
     assert list(list_keys(s3, settings.bucket, layout.checkpoints_prefix)) == []  # the runs never read the stream
