@@ -93,6 +93,12 @@ def test_a_partition_loaded_by_a_spark_submit_job_is_the_in_process_load(days, s
     assert "Loading 1 export files into" in logs and "Inserted 12 rows" in logs
 
 
+def failure_of(stderr: str) -> str:
+    """What a failed job said: each exception's own line (a trace's cause is far from its end), then its last lines."""
+    raised = [line for line in stderr.splitlines() if ("Exception" in line or "Error" in line) and not line.lstrip().startswith("at ")]
+    return "\n".join(raised[:40]) + "\n...\n" + stderr[-1500:]
+
+
 class EmrServerless:
     """A stubbed EMR Serverless client (botocore's Stubber). Its job run is a local spark-submit of the same entry
     point with the driver environment the request carries (what EMR Serverless gives the driver), whose stdout goes
@@ -179,7 +185,7 @@ class EmrServerless:
         config = {**self.local_spark.spark_config(with_credentials=False), "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem"}
         environment = {**os.environ, **spark_home_environment(), **self.local_spark.credential_environment(), **driver_env}
         job = subprocess.run(spark_submit_command(config, ENTRY_POINT), env=environment, capture_output=True, text=True)
-        assert job.returncode == 0, job.stderr[-3000:]
+        assert job.returncode == 0, failure_of(job.stderr)
         logs = self.settings.client("logs")
         stream = f"/applications/{EMR_APPLICATION_ID}/jobs/{JOB_RUN_ID}/SPARK_DRIVER/stdout"
         logs.create_log_stream(logGroupName=EMR_LOG_GROUP, logStreamName=stream)
