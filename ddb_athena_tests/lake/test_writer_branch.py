@@ -9,6 +9,8 @@ import textwrap
 
 import pytest
 
+from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY
+from ddb_athena.lake.commit_properties import newest_published
 from ddb_athena.lake.writer_branch import WriterBranch, WriterFencedError
 from ddb_athena.lib.writer_lease import WriterLease
 from ddb_athena_tests.lake.helpers import ChangeFiles, change
@@ -22,7 +24,7 @@ FROZEN_WRITER = textwrap.dedent(
     import sys
     import boto3
     from ddb_athena.lake import change_merge, writer_branch
-    from ddb_athena.lake.change_merge import merge_change_files, tombstone_table
+    from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY, merge_change_files, tombstone_table
     from ddb_athena.lake.table_spec import BOOKS_SPEC
     from ddb_athena.lib.resources import IcebergSparkResource
     from ddb_athena.lib.writer_lease import WriterLease
@@ -46,7 +48,8 @@ FROZEN_WRITER = textwrap.dedent(
     module = writer_branch.WriterBranch if pause_at == "publish" else change_merge
     pausing(module, pause_at)
     try:
-        merge_change_files(spark, BOOKS_SPEC, table, uris, quarantine, writer=writer)
+        positions = {STREAM_POSITIONS_PROPERTY: "the frozen writer's positions"}
+        merge_change_files(spark, BOOKS_SPEC, table, uris, quarantine, writer=writer, commit_properties=positions)
         print("committed", flush=True)
     except writer_branch.WriterFencedError as error:
         print(f"fenced: {error}", flush=True)
@@ -57,7 +60,7 @@ FROZEN_WRITER = textwrap.dedent(
 @pytest.mark.parametrize(
     "pause_at",
     [
-        "_tombstones_of",  # classified against the old table, before the tombstones' append
+        "_tombstones_of",  # its batch looked up against the tombstones, before their append
         "upsert_merge_sql",  # tombstones appended, before the MERGE is planned
         "publish",  # both committed to its branch, before main moves
     ],
@@ -110,6 +113,8 @@ def test_a_writer_frozen_mid_merge_past_its_lease_changes_nothing_once_resumed(s
         assert files.rows() == expected  # not one row changed by the resumed writer
         tombstones = {row["id"]: row["_sequence_number"] for row in spark.table(f"{files.table}_tombstones").collect()}
         assert "deleted-by-b" not in tombstones  # nor its tombstone
+        # Nor the stream positions it committed with its data: a writer that resumes reads none of them.
+        assert newest_published(spark, files.table, STREAM_POSITIONS_PROPERTY) is None
         writer.drop()
         second.release()
     finally:
