@@ -9,8 +9,9 @@ import textwrap
 
 import pytest
 
-from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY
+from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY, merge_change_files
 from ddb_athena.lake.commit_properties import newest_published
+from ddb_athena.lake.table_spec import BOOKS_SPEC
 from ddb_athena.lake.writer_branch import WriterBranch, WriterFencedError
 from ddb_athena.lib.writer_lease import WriterLease
 from ddb_athena_tests.lake.helpers import ChangeFiles, change
@@ -151,3 +152,19 @@ def test_a_branch_that_another_writer_fenced_cannot_be_published(spark, settings
     assert set(files.names()) == {"a"}
     old.drop()
     new.drop()
+
+
+def test_the_fence_repeats_the_stream_positions_so_snapshot_expiry_never_loses_them(spark, settings):
+    files = ChangeFiles(spark, settings)
+    uris = [files.layout.uri(files.write(change(1, "a")), "s3a")]
+    quarantine = files.layout.uri(files.layout.quarantine_prefix + "positions", "s3a")
+    merge_change_files(spark, BOOKS_SPEC, files.table, uris, quarantine, commit_properties={STREAM_POSITIONS_PROPERTY: "after record 1"})
+    tables = (files.table, f"{files.table}_tombstones")
+    for token in ("first", "second"):  # two runs take the table: each fence commit repeats the newest positions
+        writer = WriterBranch(lambda: spark, "lake", tables, token, carried=(STREAM_POSITIONS_PROPERTY,))
+        writer.take_all()
+        writer.drop()  # the run ends
+    # Expiry keeps the newest snapshot only: the commit that carried the positions first is gone.
+    spark.sql(f"CALL lake.system.expire_snapshots(table => '{files.table}', older_than => TIMESTAMP '2999-01-01 00:00:00', retain_last => 1)")
+    assert spark.table(f"{files.table}.snapshots").count() == 1
+    assert newest_published(spark, files.table, STREAM_POSITIONS_PROPERTY) == "after record 1"
