@@ -61,13 +61,6 @@ def newest_published(spark: SparkSession, table: str, name: str) -> str | None:
     return None
 
 
-def current_summary(spark: SparkSession, table: str) -> dict[str, str]:
-    """The summary of the current snapshot of `main` ({} for a table without one), from the table as the session's
-    catalog holds it: after this session's own commit, no request."""
-    snapshot = _iceberg_table(spark, table).currentSnapshot()
-    return dict(snapshot.summary()) if snapshot is not None else {}
-
-
 def branch_summary(spark: SparkSession, table: str, branch: str) -> dict[str, str]:
     """The summary of the head of `branch` ({} without one), as the session's catalog holds the table (after this
     session's own commit, no request)."""

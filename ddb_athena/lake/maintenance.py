@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pyspark.sql import SparkSession
 
 from ddb_athena.lake.change_merge import table_properties, tombstone_table
-from ddb_athena.lake.commit_properties import current_summary
+from ddb_athena.lake.commit_properties import branch_summary
 from ddb_athena.lake.identifiers import dotted_name, validate_identifier
 from ddb_athena.lake.table_spec import set_properties_sql, timestamp_literal
 from ddb_athena.lake.writer_branch import WriterBranch
@@ -106,7 +106,7 @@ class TableTotals:
 
 
 def table_totals(spark: SparkSession, target: str) -> TableTotals:
-    return TableTotals.of(current_summary(spark, target))
+    return TableTotals.of(branch_summary(spark, target, "main"))
 
 
 # A reader pays for each delete file (every data file's scan reads the deletes that may apply to it: a sync commit's
