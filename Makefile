@@ -77,9 +77,9 @@ bench-sync-capacity: install
 # The books sync's monthly bill on AWS, from what it does here: its own loop at RATES writes a second for each of
 # INTERVALS (seconds), within a task of VCPU and MEMORY_GB (a CPU quota and a memory limit: root, cgroup v1), a 1 GB
 # table, every request counted by step and priced (ddb_athena_bench/prices.py). WRITE_DOCS=1 writes docs/cost.md from
-# every cell measured so far (.ddb_athena/bench/cost.json). Each cell runs MINUTES (at least ten cycles).
+# every cell measured so far (.ddb_athena/bench/cost.json). Each cell runs MINUTES (30: two maintenance passes).
 bench-cost: install
-	$(BIN)/python -m ddb_athena_bench.cost --rates $${RATES:-1,10,100,230} --intervals $${INTERVALS:-10,20,30,60,120} --minutes $${MINUTES:-5} \
+	$(BIN)/python -m ddb_athena_bench.cost --rates $${RATES:-1,10,100,230} --intervals $${INTERVALS:-10,20,30,60,120} --minutes $${MINUTES:-30} \
 		--vcpu $${VCPU:-0.5} --memory-gb $${MEMORY_GB:-3} $${WRITE_DOCS:+--write-docs}
 
 # Where a warm sync cycle's CPU goes (no Dagster; per minute, by JVM thread kind, Spark jobs per cycle).

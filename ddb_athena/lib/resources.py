@@ -225,10 +225,10 @@ class SyncSettings(ConfigurableResource):
         "quarantined something)",
     )
     parity_settle_seconds: float = Field(
-        default=60.0,
+        default=120.0,
         ge=0,
         description="a key that differs between library.books and DynamoDB this long is divergence, not a change in flight "
-        "(it must exceed a merge interval plus the capture delay)",
+        "(it must exceed the longest merge interval plus a cycle and its upkeep: the requirement's two minutes)",
     )
     parity_scan_read_units_per_second: float = Field(
         default=100.0,

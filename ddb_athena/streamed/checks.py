@@ -62,7 +62,7 @@ def books_unique_id(spark: IcebergSparkResource, sync: SyncSettings) -> AssetChe
 @asset_check(
     asset=books_iceberg.key,
     description="library.books holds the same items as the DynamoDB table, keys and values; a key may differ while its "
-    "change is in flight (up to parity_settle_seconds, 60 by default, after the scan), and warns if it differs longer. "
+    "change is in flight (up to parity_settle_seconds, 120 by default, after the scan), and warns if it differs longer. "
     "Scans the DynamoDB table once, paced to a share of its read capacity: daily by its schedule (books_key_parity).",
 )
 def books_row_count_parity(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:

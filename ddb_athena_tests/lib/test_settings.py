@@ -91,9 +91,10 @@ def test_every_sync_setting_comes_from_its_variable_for_the_runs_schedules_and_s
 
 
 def test_the_longest_interval_is_never_shorter_than_a_longer_merge_interval_left_unset():
-    assert sync_settings(Settings.from_env({})).longest_merge_interval_seconds == 20.0
-    assert sync_settings(Settings.from_env({"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "30"})).longest_merge_interval_seconds == 30.0
-    assert sync_settings(Settings.from_env({"DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "15"})).longest_merge_interval_seconds == 15.0
+    assert sync_settings(Settings.from_env({})).longest_merge_interval_seconds == 45.0
+    assert sync_settings(Settings.from_env({"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "50"})).longest_merge_interval_seconds == 50.0
+    given = {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "10", "DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "15"}
+    assert sync_settings(Settings.from_env(given)).longest_merge_interval_seconds == 15.0
 
 
 def test_the_settings_table_in_the_docs_is_the_declared_one():
