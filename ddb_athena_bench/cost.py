@@ -26,7 +26,7 @@ from pathlib import Path
 
 import boto3
 
-from ddb_athena.lib.settings import REPO_ROOT
+from ddb_athena.lib.settings import DEFAULT_MERGE_INTERVAL_SECONDS, REPO_ROOT
 from ddb_athena.lib.writer_lease import WriterLease
 from ddb_athena_bench import bill as billing
 from ddb_athena_bench.counting_emulator import PROBE_ACCESS_KEY
@@ -255,7 +255,9 @@ def _price_table() -> str:
 
 def docs(cells: list[dict]) -> str:
     by_rate = sorted(cells, key=lambda cell: (cell["rate"], cell["interval_seconds"]))
-    detailed = max(by_rate, key=lambda cell: cell["measured_at"])
+    # Line by line: the default interval at the highest rate measured (else the newest cell).
+    defaults = [cell for cell in by_rate if cell["interval_seconds"] == DEFAULT_MERGE_INTERVAL_SECONDS]
+    detailed = max(defaults, key=lambda cell: (cell["rate"], cell["measured_at"])) if defaults else max(by_rate, key=lambda cell: cell["measured_at"])
     return "\n".join(
         [
             "# What the books sync costs on AWS",
@@ -275,7 +277,8 @@ def docs(cells: list[dict]) -> str:
             "within the task's memory less 0.5 GB for the run worker's Python). Target: books' own line on Graviton on demand against "
             f"{FIREHOSE_QUOTE_USD_A_MONTH} USD at p95 <= 30 s and 20 USD at p95 <= 120 s.",
             "",
-            f"## Line by line: {detailed['rate']:g} writes a second, a cycle every {detailed['interval_seconds']:g} s",
+            f"## Line by line: {detailed['rate']:g} writes a second, a cycle every {detailed['interval_seconds']:g} s"
+            + (" (the default)" if detailed["interval_seconds"] == DEFAULT_MERGE_INTERVAL_SECONDS else ""),
             "",
             line_items(detailed),
             "",
