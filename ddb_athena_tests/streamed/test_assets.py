@@ -150,8 +150,9 @@ def test_the_runs_own_capture_writes_nothing_to_s3_but_its_lease_and_lists_the_c
     assert written and all(key.startswith("_writer_leases/") for key in written), written
     listings = [call.param("Prefix") for call in runs if call.operation == "ListObjectsV2"]
     # The run's first merge lists the change prefix (a file the capture Lambda or a bootstrap left); the backlog check
-    # lists it every few merges.
-    assert listings.count(layout.changes_prefix) <= 1 + -(-cycles // 6) + 1, (cycles, listings)
+    # lists it every few merges, and after each capture that stopped behind the stream (a busy machine's 1-s captures).
+    behind = sum(1 for metadata in materializations_metadata(result, "books_source") if metadata.get("stream_caught_up") is False)
+    assert listings.count(layout.changes_prefix) <= 1 + -(-cycles // 6) + 1 + behind, (cycles, behind, listings)
     sync_books(instance)  # the writes made after its last cycle: from where its commits left the stream
     assert_same_keys(spark, settings, dynamodb)
 
