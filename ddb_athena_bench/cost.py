@@ -255,9 +255,8 @@ def _price_table() -> str:
 
 def docs(cells: list[dict]) -> str:
     by_rate = sorted(cells, key=lambda cell: (cell["rate"], cell["interval_seconds"]))
-    # Line by line: the default interval at the highest rate measured (else the newest cell).
-    defaults = [cell for cell in by_rate if cell["interval_seconds"] == DEFAULT_MERGE_INTERVAL_SECONDS]
-    detailed = max(defaults, key=lambda cell: (cell["rate"], cell["measured_at"])) if defaults else max(by_rate, key=lambda cell: cell["measured_at"])
+    # Line by line: the default interval's cell if measured, at the highest rate; then the newest.
+    detailed = max(by_rate, key=lambda cell: (cell["interval_seconds"] == DEFAULT_MERGE_INTERVAL_SECONDS, cell["rate"], cell["measured_at"]))
     return "\n".join(
         [
             "# What the books sync costs on AWS",
