@@ -41,7 +41,7 @@ def committed_with(spark: SparkSession, properties: Mapping[str, str] | None) ->
 
 def empty_commit(spark: SparkSession, table: str, properties: Mapping[str, str], branch: str = "main") -> None:
     """A snapshot that changes no row and carries `properties` (on `branch`)."""
-    append = _iceberg_table(spark, table).newAppend().toBranch(branch)
+    append = iceberg_table(spark, table).newAppend().toBranch(branch)
     for name, value in properties.items():
         append = append.set(name, value)
     append.commit()
@@ -50,23 +50,23 @@ def empty_commit(spark: SparkSession, table: str, properties: Mapping[str, str],
 def newest_published(spark: SparkSession, table: str, name: str) -> str | None:
     """The value of summary property `name` in the newest snapshot of `main`'s ancestry that carries it (what readers
     see: a writer's unpublished branch commits are not in it); None if none does (or it has expired)."""
-    iceberg_table = _iceberg_table(spark, table)
-    snapshot = iceberg_table.currentSnapshot()
+    loaded = iceberg_table(spark, table)
+    snapshot = loaded.currentSnapshot()
     while snapshot is not None:
         value = snapshot.summary().get(name)
         if value is not None:
             return value
         parent = snapshot.parentId()
-        snapshot = iceberg_table.snapshot(parent) if parent is not None else None
+        snapshot = loaded.snapshot(parent) if parent is not None else None
     return None
 
 
 def branch_summary(spark: SparkSession, table: str, branch: str) -> dict[str, str]:
     """The summary of the head of `branch` ({} without one), as the session's catalog holds the table (after this
     session's own commit, no request)."""
-    snapshot = _iceberg_table(spark, table).snapshot(branch)
+    snapshot = iceberg_table(spark, table).snapshot(branch)
     return dict(snapshot.summary()) if snapshot is not None else {}
 
 
-def _iceberg_table(spark: SparkSession, table: str):
+def iceberg_table(spark: SparkSession, table: str):
     return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, dotted_name(table))

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pyspark.sql import SparkSession
 
 from ddb_athena.lake.change_merge import table_properties, tombstone_table
-from ddb_athena.lake.commit_properties import branch_summary
+from ddb_athena.lake.commit_properties import branch_summary, iceberg_table
 from ddb_athena.lake.identifiers import dotted_name, validate_identifier
 from ddb_athena.lake.table_spec import set_properties_sql, timestamp_literal
 from ddb_athena.lake.writer_branch import WriterBranch
@@ -49,27 +49,30 @@ class TableFiles:
     """What a table's current state and history hold."""
 
     data_files: int
-    data_bytes: int
+    # Of its data and delete files (Iceberg's total-files-size; compaction leaves the delete files a small share).
+    files_bytes: int
     delete_files: int
     snapshots: int
-    # Metadata files the table references: metadata.json versions, manifest lists, manifests.
+    # Metadata files of the current state and history: metadata.json versions, a manifest list per snapshot, the
+    # current snapshot's manifests.
     metadata_files: int
 
     @property
     def average_data_file_bytes(self) -> float:
-        return self.data_bytes / self.data_files if self.data_files else 0.0
+        return self.files_bytes / self.data_files if self.data_files else 0.0
 
 
 def table_files(spark: SparkSession, target: str) -> TableFiles:
-    table = dotted_name(target)
-    data = spark.sql(
-        f"SELECT count_if(content = 0) AS data_files, coalesce(sum(if(content = 0, file_size_in_bytes, 0)), 0) AS data_bytes, "
-        f"count_if(content <> 0) AS delete_files FROM {table}.files"
-    ).collect()[0]
-    snapshots = spark.table(f"{table}.snapshots").count()
-    manifests = spark.sql(f"SELECT count(DISTINCT path) FROM {table}.all_manifests").collect()[0][0]
-    versions = spark.table(f"{table}.metadata_log_entries").count()
-    return TableFiles(data["data_files"], data["data_bytes"], data["delete_files"], snapshots, versions + snapshots + manifests)
+    """From the table's metadata and its current manifest list: one read, no Spark job (the files metadata table read
+    every manifest, and the history's every manifest list, at each maintenance pass)."""
+    table = iceberg_table(spark, target)
+    metadata = table.operations().current()
+    snapshot = table.currentSnapshot()
+    totals = TableTotals.of(dict(snapshot.summary()) if snapshot is not None else {})
+    snapshots = metadata.snapshots().size()
+    manifests = snapshot.allManifests(table.io()).size() if snapshot is not None else 0
+    versions = metadata.previousFiles().size() + 1
+    return TableFiles(totals.data_files, totals.files_bytes, totals.delete_files, snapshots, versions + snapshots + manifests)
 
 
 @dataclass
@@ -138,15 +141,14 @@ def compact(spark: SparkSession, catalog: str, target: str) -> CompactionResult:
     return CompactionResult(rewrite["rewritten_data_files_count"], rewrite["added_data_files_count"], merged_deletes)
 
 
-def compact_with_tombstones(spark: SparkSession, catalog: str, target: str, file_threshold: int) -> CompactionResult | None:
-    """Compaction only (no expiry, no orphan listing) of a table and of its tombstones, each once its readers open
-    `file_threshold` files more than they need (TableTotals.compaction_due); None when neither is due. The sync run
-    asks after every merge: between maintenances, a busy table is compacted often, a quiet one not at all."""
-    due = [name for name in (target, tombstone_table(target)) if table_totals(spark, name).compaction_due(file_threshold)]
-    if not due:
+def compact_if_due(spark: SparkSession, catalog: str, target: str, file_threshold: int) -> CompactionResult | None:
+    """Compaction only (no expiry, no orphan listing) once the table's readers open `file_threshold` files more than
+    they need (TableTotals.compaction_due); None when not due. The sync run asks after every merge: between
+    maintenances, a busy table is compacted often, a quiet one not at all. Its tombstones, read only by the sync's own
+    lookup of the batch's newest sequence numbers (which skips older files by their bounds), wait for maintenance."""
+    if not table_totals(spark, target).compaction_due(file_threshold):
         return None
-    results = [compact(spark, catalog, name) for name in due]
-    return CompactionResult(*(sum(getattr(r, name) for r in results) for name in ("rewritten_data_files", "added_data_files", "rewritten_delete_files")))
+    return compact(spark, catalog, target)
 
 
 @dataclass
@@ -193,39 +195,51 @@ def maintain_table(
         raise ValueError("retain_last must be at least 1")
     now = now or datetime.now(UTC)
     catalog = validate_identifier(catalog, "catalog name")
-    table_sql = dotted_name(target)
     before = table_files(spark, target)
     compaction = compact(spark, catalog, target)
-    snapshots_before = spark.table(f"{table_sql}.snapshots").count()
+    snapshots_before = iceberg_table(spark, target).operations().current().snapshots().size()
     expired = _expire(spark, catalog, target, now - snapshot_retention, retain_last)
     orphans = _remove_orphans(spark, catalog, target, orphan_age) if remove_orphans else None
     pruned = 0
     if tombstone_retention is not None:
         tombstones = tombstone_table(target)
-        if writer is not None:
-            writer.take(tombstones)
-        tombstones_sql = writer.ref(tombstones) if writer is not None else dotted_name(tombstones)
-        # A tombstone guards against replays of older changes; past the retention no such file may remain.
-        count_before = spark.table(tombstones_sql).count()
-        spark.sql(f"DELETE FROM {tombstones_sql} WHERE deleted_at < {timestamp_literal(now - tombstone_retention)}")
-        pruned = count_before - spark.table(tombstones_sql).count()
-        if writer is not None:
-            writer.publish(tombstones)
+        pruned = _prune_tombstones(spark, tombstones, now - tombstone_retention, writer)
         # Deletes append tombstones every few seconds: the tombstone table needs the same upkeep to stay bounded.
         compact(spark, catalog, tombstones)
         _expire(spark, catalog, tombstones, now - snapshot_retention, retain_last)
         if remove_orphans:
             _remove_orphans(spark, catalog, tombstones, orphan_age)
+    after = table_files(spark, target)
     return MaintenanceResult(
         before=before,
-        after=table_files(spark, target),
+        after=after,
         rewritten_data_files=compaction.rewritten_data_files,
         added_data_files=compaction.added_data_files,
-        expired_snapshots=snapshots_before - spark.table(f"{table_sql}.snapshots").count(),
+        expired_snapshots=snapshots_before - after.snapshots,
         deleted_data_files=expired,
         orphan_files_removed=orphans,
         pruned_tombstones=pruned,
     )
+
+
+def _prune_tombstones(spark: SparkSession, tombstones: str, older_than: datetime, writer: WriterBranch | None) -> int:
+    """Deletes the tombstones of deletes made before `older_than` (past the retention no file with an older change of
+    their key may remain), on `writer`'s branch and published. While none is that old, which the files' own bounds
+    say (a read of the manifests), no row is read and nothing is committed: that is every pass but one a day."""
+    files, oldest = spark.sql(f"SELECT count(*), min(readable_metrics.deleted_at.lower_bound) FROM {dotted_name(tombstones)}.files").collect()[0]
+    # A file without bounds (metrics off) could hold old tombstones: pruned then as if due.
+    if not files or (oldest is not None and oldest.replace(tzinfo=UTC) >= older_than):
+        return 0
+    if writer is not None:
+        writer.take(tombstones)
+    tombstones_sql = writer.ref(tombstones) if writer is not None else dotted_name(tombstones)
+    expired = f"deleted_at < {timestamp_literal(older_than)}"
+    pruned = spark.sql(f"SELECT count(*) FROM {tombstones_sql} WHERE {expired}").collect()[0][0]
+    if pruned:
+        spark.sql(f"DELETE FROM {tombstones_sql} WHERE {expired}")
+        if writer is not None:
+            writer.publish(tombstones)
+    return pruned
 
 
 def _expire(spark: SparkSession, catalog: str, target: str, older_than: datetime, retain_last: int) -> int:

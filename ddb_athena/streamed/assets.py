@@ -27,7 +27,7 @@ from dagster import (
 from pydantic import Field
 
 from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY, tombstone_table
-from ddb_athena.lake.maintenance import CompactionResult, MaintenanceResult, MaintenanceState, compact_with_tombstones, maintenance_state
+from ddb_athena.lake.maintenance import CompactionResult, MaintenanceResult, MaintenanceState, compact_if_due, maintenance_state
 from ddb_athena.lake.session_config import runs_in_this_process
 from ddb_athena.lake.writer_branch import WriterBranch
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
@@ -143,7 +143,7 @@ class BooksUpkeep:
 
     def compact(self) -> CompactionResult | None:
         self.before_write()
-        result = compact_with_tombstones(self.spark.spark_session, self.spark.catalog, self.sync.books_iceberg_table, self.sync.compaction_file_threshold)
+        result = compact_if_due(self.spark.spark_session, self.spark.catalog, self.sync.books_iceberg_table, self.sync.compaction_file_threshold)
         if result is not None:
             self._follow_main()
         return result

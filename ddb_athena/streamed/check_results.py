@@ -133,7 +133,7 @@ def observe_key_parity(aws: AwsClientsResource, spark: IcebergSparkResource, syn
 
 
 def files_compact_result(files: TableFiles) -> AssetCheckResult:
-    floor = min(MIN_AVERAGE_DATA_FILE_BYTES, files.data_bytes / SMALL_TABLE_MAX_FILES)
+    floor = min(MIN_AVERAGE_DATA_FILE_BYTES, files.files_bytes / SMALL_TABLE_MAX_FILES)
     return AssetCheckResult(
         passed=files.average_data_file_bytes >= floor,
         metadata={

@@ -7,7 +7,7 @@ from ddb_athena.lake.maintenance import (
     MaintenanceState,
     TableTotals,
     compact,
-    compact_with_tombstones,
+    compact_if_due,
     maintain_table,
     maintenance_state,
     record_maintained,
@@ -28,12 +28,19 @@ def test_maintenance_compacts_keeps_recent_snapshots_and_prunes_only_old_tombsto
     now = datetime.now(UTC)
     kept = maintain_table(spark, "lake", files.table, timedelta(hours=6), 1, timedelta(days=3), timedelta(days=7), now=now)
     assert kept.rewritten_data_files >= 3 and kept.expired_snapshots == 0 and kept.pruned_tombstones == 0
+    # No tombstone past its retention: none read, nothing committed but the tombstones' own compaction.
+    assert _operations(spark, tombstone_table(files.table)) <= {"append", "replace"}
     assert spark.table(f"{files.table}.snapshots").count() == snapshots + 1  # + the compaction
     assert len(files.names()) == 8
 
     later = maintain_table(spark, "lake", files.table, timedelta(hours=6), 1, timedelta(days=3), timedelta(days=7), now=now + timedelta(days=8))
     assert later.expired_snapshots >= snapshots and later.pruned_tombstones == 1
     assert spark.table(tombstone_table(files.table)).count() == 0 and len(files.names()) == 8
+    assert _operations(spark, tombstone_table(files.table)) & {"delete", "overwrite"}
+
+
+def _operations(spark, table: str) -> set[str]:
+    return {row["operation"] for row in spark.sql(f"SELECT operation FROM {table}.snapshots").collect()}
 
 
 def _files(spark, table: str) -> dict[int, int]:
@@ -74,9 +81,9 @@ def test_the_sync_compacts_once_readers_open_the_threshold_of_files_counted_from
     assert (totals.data_files, totals.delete_files, totals.records, totals.position_deletes) == (counted[0], counted[1], 13, 3)
     assert totals.surplus_data_files == 3 and totals.compaction_due(3) and not totals.compaction_due(4)
 
-    assert compact_with_tombstones(spark, "lake", files.table, file_threshold=4) is None  # neither table calls for it
+    assert compact_if_due(spark, "lake", files.table, file_threshold=4) is None  # not due yet
     assert _files(spark, files.table) == counted
-    done = compact_with_tombstones(spark, "lake", files.table, file_threshold=3)
+    done = compact_if_due(spark, "lake", files.table, file_threshold=3)
     assert done is not None and done.rewritten_data_files == 4
     after = table_totals(spark, files.table)
     assert (after.data_files, after.delete_files, after.records) == (1, 0, 10) and not after.compaction_due(2)
@@ -95,6 +102,9 @@ def test_the_tombstone_table_is_compacted_and_expired_with_its_table(spark, sett
         files.merge([files.write(change(10 + i, f"k{i}", "REMOVE"))])
     tombstones = tombstone_table(files.table)
     assert spark.table(f"{tombstones}.files").count() == 4 and spark.table(f"{tombstones}.snapshots").count() == 4
+    # The sync's compaction between maintenances leaves them: only the sync's lookup reads them, by their bounds.
+    compact_if_due(spark, "lake", files.table, file_threshold=1)
+    assert spark.table(f"{tombstones}.files").count() == 4
     later = datetime.now(UTC) + timedelta(days=1)
     maintain_table(spark, "lake", files.table, timedelta(hours=6), 1, timedelta(days=3), timedelta(days=30), now=later)
     assert spark.table(f"{tombstones}.files").count() == 1 and spark.table(f"{tombstones}.snapshots").count() == 1

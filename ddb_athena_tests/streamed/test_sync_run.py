@@ -15,7 +15,7 @@ CADENCE = SyncCadence(
     maintenance_interval=timedelta(minutes=15),
     orphan_sweep_interval=timedelta(hours=24),
 )
-FILES = TableFiles(data_files=1, delete_files=0, data_bytes=1, metadata_files=1, snapshots=1)
+FILES = TableFiles(data_files=1, delete_files=0, files_bytes=1, metadata_files=1, snapshots=1)
 
 
 class Script:
