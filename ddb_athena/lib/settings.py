@@ -49,8 +49,9 @@ MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS = 1.0, 60.0
 # A quiet table's cycles back off to this: its first change then waits up to this long, plus a cycle.
 DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS = 45.0
 # A writer renews its table's lease a few times within this; a dead writer's lease expires this long after its last
-# renewal, so a successor (a crashed sync's replacement) waits up to that long.
-DEFAULT_WRITER_LEASE_SECONDS, MIN_WRITER_LEASE_SECONDS, MAX_WRITER_LEASE_SECONDS = 30.0, 5.0, 600.0
+# renewal, so a successor (a crashed sync's replacement) waits up to that long. Each renewal is an S3 PUT (every 20 s:
+# 0.65 USD a month, docs/cost.md); the commit's own fence, not the lease's timing, stops a writer that lost it.
+DEFAULT_WRITER_LEASE_SECONDS, MIN_WRITER_LEASE_SECONDS, MAX_WRITER_LEASE_SECONDS = 60.0, 5.0, 600.0
 # A writer that makes no progress this long (no step of its own, no Spark task completed) stops renewing its lease, so a
 # hung run does not hold the table: ten cycles at the longest interval, and longer than a Spark task of a big load.
 DEFAULT_WRITER_STALL_SECONDS, MIN_WRITER_STALL_SECONDS, MAX_WRITER_STALL_SECONDS = 300.0, 60.0, 7200.0
