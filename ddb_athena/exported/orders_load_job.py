@@ -40,13 +40,32 @@ def still_the_writer(spark: SparkSession, request: OrdersLoadRequest) -> None:
     lease = request.writer_lease
     if not lease:
         return
-    try:
-        body = json.loads("".join(row.value for row in spark.read.text(lease["uri"]).collect()))
-    except AnalysisException:
-        body = None  # no lease object: released, or never taken
+    body = _lease_body(spark, lease["uri"])
     reason = not_held_by(body, lease["holder"], request.writer_token)
     if reason:
         raise WriterLeaseLost(f"{request.target}: {reason}; this job stops without committing")
+
+
+# The holder renews the lease while the job reads it: a renewal between S3A's open and its read fails the read.
+LEASE_READ_ATTEMPTS = 3
+
+
+def _lease_body(spark: SparkSession, uri: str) -> dict | None:
+    """The lease object's content; None without one (released, or never taken)."""
+    for _ in range(LEASE_READ_ATTEMPTS - 1):
+        try:
+            return _read_lease(spark, uri)
+        except Exception as error:  # noqa: BLE001 - py4j's error names S3A's exception in its text only
+            if "RemoteFileChangedException" not in str(error):
+                raise
+    return _read_lease(spark, uri)
+
+
+def _read_lease(spark: SparkSession, uri: str) -> dict | None:
+    try:
+        return json.loads("".join(row.value for row in spark.read.text(uri).collect()))
+    except AnalysisException:
+        return None
 
 
 if __name__ == "__main__":

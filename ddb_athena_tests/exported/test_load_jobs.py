@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import time
+from types import SimpleNamespace
 
 import boto3
 import pytest
@@ -280,3 +281,33 @@ def test_an_application_on_another_release_or_missing_code_starts_no_job(days, s
     settings.client("s3").delete_object(Bucket=CODE_BUCKET, Key=f"{CODE_PREFIX}/ddb_athena_job.zip")
     with pytest.raises(JobSubmissionError, match="ddb_athena_job.zip cannot be read .*make emr-job"):
         load_again_into(f"{settings.namespace}_emr", days.yesterday, instance, monkeypatch, emr_resources(settings))
+
+
+def test_a_job_reads_its_lease_again_when_the_holder_renews_it_during_the_read():
+    """S3A fails a read whose object changed since it was opened: the launching run renews the lease meanwhile."""
+    from ddb_athena.exported.orders_load_job import LEASE_READ_ATTEMPTS, _lease_body
+
+    class Renewing:
+        """A session whose reads of the lease fail `failures` times as S3A does when the object changes, then read it."""
+
+        def __init__(self, failures: int):
+            self.failures, self.reads = failures, 0
+            self.read = self
+
+        def text(self, uri: str):
+            return self
+
+        def collect(self):
+            self.reads += 1
+            if self.reads <= self.failures:
+                raise RuntimeError("org.apache.hadoop.fs.s3a.RemoteFileChangedException: open `s3a://b/_writer_leases/t.json': Change reported by S3")
+            return [SimpleNamespace(value='{"holder": "run"}')]
+
+    renewing = Renewing(failures=LEASE_READ_ATTEMPTS - 1)
+    assert _lease_body(renewing, "s3a://b/_writer_leases/t.json") == {"holder": "run"} and renewing.reads == LEASE_READ_ATTEMPTS
+    with pytest.raises(RuntimeError, match="RemoteFileChangedException"):
+        _lease_body(Renewing(failures=LEASE_READ_ATTEMPTS), "s3a://b/_writer_leases/t.json")
+    other = Renewing(failures=0)
+    other.collect = lambda: (_ for _ in ()).throw(RuntimeError("Access Denied"))
+    with pytest.raises(RuntimeError, match="Access Denied"):
+        _lease_body(other, "s3a://b/_writer_leases/t.json")
