@@ -171,6 +171,9 @@ def measure(
         syncer.capture, syncer.merge = instruments.step("capture", syncer.capture), instruments.step("merge", syncer.merge)
         checks = instruments.step("checks", checks)
         upkeep.compact, upkeep.maintain = instruments.step("compaction", upkeep.compact), instruments.step("maintenance", upkeep.maintain)
+    # How long each upkeep pass held the loop (the next cycle waits for it).
+    pass_seconds: dict[str, list[float]] = {"compaction": [], "maintenance": []}
+    upkeep.compact, upkeep.maintain = _timed(upkeep.compact, "compaction", pass_seconds), _timed(upkeep.maintain, "maintenance", pass_seconds)
     run = SyncRun(syncer, sync_cadence(sync, interval), checks=checks, upkeep=upkeep)
     simulator = BookSimulator(table, sync.books_table, rng=stack.rng, summary_bytes=stack.summary_bytes)
     simulator.load_existing_ids()
@@ -202,6 +205,9 @@ def measure(
         ages = [(committed_at - written).total_seconds() for written in table.take_served()]
         python_memory, _ = _memory({me.pid})
         jvm_memory, heap = _memory({child.pid for child in me.children(recursive=True)} - excluded)
+        if not measuring:
+            for held in pass_seconds.values():
+                held.clear()
         if measuring:
             freshness.extend(ages)
             minute_freshness.extend(ages)
@@ -249,11 +255,26 @@ def measure(
         "merge_seconds": _summary([cycle["merge_seconds"] for cycle in cycles]),
         "records_per_cycle_median": statistics.median(cycle["records"] for cycle in cycles),
         "upkeep_passes": upkeep_passes,
+        "upkeep_pass_seconds": {kind: _summary(held) for kind, held in pass_seconds.items()},
         "sync_cpu_seconds_per_minute": {"python": python_cpu / elapsed_minutes, "jvm_and_workers": jvm_cpu / elapsed_minutes},
         "load_cpu_seconds_per_minute": load.cpu_seconds / ((time.monotonic() - load_started) / 60),
         "peak_pss_mib": {"jvm_and_workers": peak_jvm, "python_with_memory_table": peak_python},
         "peak_jvm_heap_mib": peak_heap,
     }
+
+
+def _timed(call: Callable, kind: str, seconds: dict[str, list[float]]) -> Callable:
+    """`call`, appending to `seconds[kind]` how long each call took that did something (returned other than None)."""
+
+    def run(*args, **kwargs):
+        started = time.monotonic()
+        result = call(*args, **kwargs)
+        if result is not None:
+            seconds[kind].append(time.monotonic() - started)
+            print(f"  {kind} pass: {seconds[kind][-1]:.1f} s", flush=True)
+        return result
+
+    return run
 
 
 def drained_and_compared(stack: CapacityStack) -> dict:
