@@ -262,7 +262,7 @@ class SyncSettings(ConfigurableResource):
         default=16,
         ge=2,
         le=1000,
-        description="between maintenances, the sync run compacts library.books (or its tombstones) once a reader opens this "
+        description="between maintenances, the sync run compacts library.books once a reader opens this "
         "many delete files, or this many data files more than the table's size needs: each sync commit adds one of each, "
         "every reader (Athena, and each cycle's own scan) pays for them, and a compaction holds one cycle back",
     )
