@@ -228,7 +228,8 @@ class SyncSettings(ConfigurableResource):
         default=120.0,
         ge=0,
         description="a key that differs between library.books and DynamoDB this long is divergence, not a change in flight "
-        "(it must exceed the longest merge interval plus a cycle and its upkeep: the requirement's two minutes)",
+        "(at least twice the longest merge interval: a change waits for its cycle, then the cycle and its upkeep; the "
+        "requirement's two minutes)",
     )
     parity_scan_read_units_per_second: float = Field(
         default=100.0,
@@ -309,6 +310,11 @@ class SyncSettings(ConfigurableResource):
 DEPLOYMENT_FIELDS = ("bucket", "books_table", "orders_table", "namespace")
 
 
+# How many of the longest merge intervals a key may differ while its change is in flight: the wait for its cycle, then
+# the cycle itself with its upkeep.
+PARITY_SETTLE_INTERVALS = 2
+
+
 def setting_variable(field_name: str) -> str:
     return SETTING_PREFIX + field_name.upper()
 
@@ -333,6 +339,13 @@ def sync_settings(settings: Settings, **options) -> SyncSettings:
         raise SettingsError(
             f"{setting_variable('longest_merge_interval_seconds')}={sync.longest_merge_interval_seconds:g}: shorter than the merge interval "
             f"({sync.merge_interval_seconds:g} s)"
+        )
+    # A change waits up to the longest interval for its cycle, then that cycle's merge and upkeep: the check would
+    # call it divergence while it is in flight.
+    if "parity_settle_seconds" in values and sync.parity_settle_seconds < PARITY_SETTLE_INTERVALS * sync.longest_merge_interval_seconds:
+        raise SettingsError(
+            f"{setting_variable('parity_settle_seconds')}={sync.parity_settle_seconds:g}: shorter than {PARITY_SETTLE_INTERVALS} longest merge "
+            f"intervals ({PARITY_SETTLE_INTERVALS * sync.longest_merge_interval_seconds:g} s): a change in flight would count as divergence"
         )
     return sync
 

@@ -58,6 +58,8 @@ def test_bad_configuration_is_refused(environ):
         {"DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "90"},
         {"DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "5"},
         {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "30", "DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "20"},
+        {"DDB_ATHENA_PARITY_SETTLE_SECONDS": "60"},  # under two of the longest interval (45 s)
+        {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "60", "DDB_ATHENA_PARITY_SETTLE_SECONDS": "100"},
         {"DDB_ATHENA_BOOKS_CAPTURE": "kinesis"},
         {"DDB_ATHENA_SNAPSHOT_RETENTION_HOURS": "0.5"},
         {"DDB_ATHENA_TOMBSTONE_RETENTION_DAYS": "0"},
@@ -95,6 +97,11 @@ def test_the_longest_interval_is_never_shorter_than_a_longer_merge_interval_left
     assert sync_settings(Settings.from_env({"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "50"})).longest_merge_interval_seconds == 50.0
     given = {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "10", "DDB_ATHENA_LONGEST_MERGE_INTERVAL_SECONDS": "15"}
     assert sync_settings(Settings.from_env(given)).longest_merge_interval_seconds == 15.0
+
+
+def test_a_parity_settle_of_twice_the_longest_interval_is_taken():
+    given = {"DDB_ATHENA_MERGE_INTERVAL_SECONDS": "60", "DDB_ATHENA_PARITY_SETTLE_SECONDS": "120"}
+    assert sync_settings(Settings.from_env(given)).parity_settle_seconds == 120.0
 
 
 def test_the_settings_table_in_the_docs_is_the_declared_one():
