@@ -179,6 +179,27 @@ def bill(measurement: dict, task: Task, capture: str = "run") -> Bill:
     return result
 
 
+# The lines a cycle cannot do without while the guarantees hold (per-key order, deletes that never resurrect, one
+# writer fenced in the commit): the task (priced apart) and its address, the commits (the MERGE's files and
+# manifests, the tombstones', the fence's publications) with their Glue requests, the stream's reads, the table's
+# storage and the daily parity scan. Upkeep, checks, logs and the lease are left out: the floor is what no tuning of
+# them can go under.
+FLOOR_LINES = (
+    "public IPv4 (the task's address)",
+    "S3 PUT requests: Iceberg commits",
+    "S3 GET requests: Iceberg commits",
+    "Glue Data Catalog",
+    "Streams GetRecords",
+    "S3 storage",
+    "DynamoDB reads of the daily key parity scan",
+)
+
+
+def floor_usd(result: Bill, task_option: str) -> float:
+    """The bill of a measured cell with only its FLOOR_LINES and its task."""
+    return result.task_options[task_option] + sum(usd for name, usd, _ in result.lines if name in FLOOR_LINES)
+
+
 def within_target(total_usd: float, p95_seconds: float) -> str:
     """Against the issue's targets at 230 writes a second: under the Firehose quote at p95 <= 30 s, under 20 USD at
     p95 <= 120 s."""

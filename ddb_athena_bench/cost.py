@@ -17,6 +17,7 @@ emulator and the load generator outside it. `--spark-memory` sets the JVM's heap
 import argparse
 import collections
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -220,7 +221,26 @@ def report(cells: list[dict]) -> str:
             f"| {cpu['python'] + cpu['jvm_and_workers']:.1f} ({cell['cpu_throttled_seconds']:.0f}) | {cell['peak_pss_mib']['jvm_and_workers']:,.0f} "
             f"| {result.task.label} | {put:.1f} / {get:.1f} "
             f"| {' / '.join(f'{usd:.2f}' for usd in totals)} | {billing.within_target(totals[1], fresh['p95'])} "
-            f"| {cell['minutes']:.0f} min, {cell['measured_at'][:10]}{'; ' + cell['note'] if cell.get('note') else ''} |"
+            f"| {cell['minutes']:.0f} min, {cell['measured_at'][:10]}, code {cell.get('code', 'unrecorded')}{'; ' + cell['note'] if cell.get('note') else ''} |"
+        )
+    return "\n".join(lines)
+
+
+def floors(cells: list[dict]) -> str:
+    """Each cell's bill beside its floor (bill.FLOOR_LINES and the task), on demand on Graviton, against the target its
+    p95 is within."""
+    lines = [
+        "| writes/s | interval s | task | p95 s | USD a month, on demand, Graviton | of which the floor | the target within reach of its p95 |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | --- |",
+    ]
+    for cell in cells:
+        result = cell_bill(cell)
+        option = "on demand, Graviton"
+        p95 = cell["freshness_seconds"]["p95"]
+        target = f"{FIREHOSE_QUOTE_USD_A_MONTH} USD (p95 <= 30 s)" if p95 <= 30 else "20 USD (p95 <= 120 s)" if p95 <= 120 else "none"
+        lines.append(
+            f"| {cell['rate']:g} | {cell['interval_seconds']:g} | {result.task.label} | {p95:.1f} | {result.total(option):.2f} "
+            f"| {billing.floor_usd(result, option):.2f} | {target} |"
         )
     return "\n".join(lines)
 
@@ -276,6 +296,16 @@ def docs(cells: list[dict]) -> str:
             "within the task's memory less 0.5 GB for the run worker's Python). Target: books' own line on Graviton on demand against "
             f"{FIREHOSE_QUOTE_USD_A_MONTH} USD at p95 <= 30 s and 20 USD at p95 <= 120 s.",
             "",
+            "## The floor: what no tuning of upkeep, checks or the lease goes under",
+            "",
+            floors(by_rate),
+            "",
+            "The floor is the task and its address, the commits (the MERGE's files and manifests, the tombstones', the "
+            "writer fence's publications) with their Glue requests, the stream's reads, the table's storage and the daily "
+            "parity scan, as "
+            "measured in the cell: what a cycle costs while per-key order, deletes that never resurrect and one fenced writer "
+            "hold. Where the floor alone is over the target, no cut of the other lines reaches it at that interval and task.",
+            "",
             f"## Line by line: {detailed['rate']:g} writes a second, a cycle every {detailed['interval_seconds']:g} s"
             + (" (the default)" if detailed["interval_seconds"] == DEFAULT_MERGE_INTERVAL_SECONDS else ""),
             "",
@@ -301,6 +331,13 @@ def docs(cells: list[dict]) -> str:
             "",
         ]
     )
+
+
+def _code_version() -> str:
+    """The commit measured, marked when tracked files differ from it."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
+    return f"{head}{' with changes' if changed else ''}" if head else "unknown"
 
 
 def _cell_key(cell: dict) -> tuple:
@@ -347,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"--- {rate:g} writes/s, a cycle every {interval:g} s, {minutes:g} minutes measured", flush=True)
                     cell = measure_cell(stack, limits, lease, rate, interval, minutes, arguments.warm_up_minutes)
                     cell.update(
+                        code=_code_version(),
                         vcpu=arguments.vcpu,
                         memory_gb=arguments.memory_gb,
                         spark_memory=arguments.spark_memory,

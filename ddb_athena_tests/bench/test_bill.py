@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from ddb_athena_bench.bill import EMPTY_PAGES, Task, bill, classify, within_target
+from ddb_athena_bench.bill import EMPTY_PAGES, FLOOR_LINES, Task, bill, classify, floor_usd, within_target
 from ddb_athena_bench.prices import PRICES
 
 
@@ -79,6 +79,23 @@ def test_with_the_capture_lambda_the_stream_reads_and_the_runs_change_files_give
     invocations = 4 * 730 * 3600 / 5  # one per shard per 5-s batching window
     assert lines["S3 PUT requests: change files (the Lambda's)"] == pytest.approx(invocations * 0.005 / 1000)
     assert lines["capture Lambda"] > invocations * 0.2 / 1e6
+
+
+def test_the_floor_is_the_task_and_the_lines_a_cycle_cannot_do_without():
+    measurement = _measurement()
+    measurement["requests_by_step"]["maintenance"] = {"s3 GetObject books/metadata": 50_000}
+    measurement["requests_by_step"]["between"] = {"s3 PutObject _writer_leases/": 360}
+    result = bill(measurement, Task(0.5, 2))
+    lines = {name: usd for name, usd, _ in result.lines}
+    floor = floor_usd(result, "on demand, Graviton")
+    assert floor == pytest.approx(result.task_options["on demand, Graviton"] + sum(lines[name] for name in FLOOR_LINES if name in lines))
+    # Upkeep and the lease are above the floor: what tuning them could save.
+    assert result.total("on demand, Graviton") - floor == pytest.approx(
+        lines["S3 GET requests: maintenance"]
+        + lines["S3 PUT requests: writer lease"]
+        + lines["CloudWatch Logs"]
+        + lines["S3 PUT requests: change files"]
+    )
 
 
 def test_a_task_is_a_size_fargate_offers():
