@@ -91,10 +91,7 @@ def test_the_floor_is_the_task_and_the_lines_a_cycle_cannot_do_without():
     assert floor == pytest.approx(result.task_options["on demand, Graviton"] + sum(lines[name] for name in FLOOR_LINES if name in lines))
     # Upkeep and the lease are above the floor: what tuning them could save.
     assert result.total("on demand, Graviton") - floor == pytest.approx(
-        lines["S3 GET requests: maintenance"]
-        + lines["S3 PUT requests: writer lease"]
-        + lines["CloudWatch Logs"]
-        + lines["S3 PUT requests: change files"]
+        lines["S3 GET requests: maintenance"] + lines["S3 PUT requests: writer lease"] + lines["CloudWatch Logs"] + lines["S3 PUT requests: change files"]
     )
 
 
