@@ -68,7 +68,7 @@ def table_files(spark: SparkSession, target: str) -> TableFiles:
     table = iceberg_table(spark, target)
     metadata = table.operations().current()
     snapshot = table.currentSnapshot()
-    totals = TableTotals.of(dict(snapshot.summary()) if snapshot is not None else {})
+    totals = table_totals(spark, target)
     snapshots = metadata.snapshots().size()
     manifests = snapshot.allManifests(table.io()).size() if snapshot is not None else 0
     versions = metadata.previousFiles().size() + 1
