@@ -46,7 +46,7 @@ echo "Simulator writing to DynamoDB (log: .ddb_athena/logs/simulate.log)"
 # The first orders partition: a full export of the seeded orders, loaded into library.orders. Launched through
 # the webserver once it serves the code location, so the run is the UI's instance's own (queued by its daemon)
 # and no second process initializes a fresh DAGSTER_HOME's storage at the same moment as `dagster dev`.
-$BIN/ddb-athena launch orders_daily --partition "$YESTERDAY" --port "$DAGSTER_PORT" --follow \
+$BIN/ddb-athena launch orders_daily --partition "$YESTERDAY" --url "http://127.0.0.1:$DAGSTER_PORT" --ready-timeout 600 --follow \
   > .ddb_athena/logs/orders-first-partition.log 2>&1 &
 pids+=($!)
 echo "The first orders partition ($YESTERDAY) is launched once Dagster is up (log: .ddb_athena/logs/orders-first-partition.log)"

@@ -13,6 +13,9 @@ from datetime import UTC
 
 from ddb_athena.lib.settings import LOCAL_STACK_PORT, Settings
 
+# Long enough for a webserver that is up to answer; `make dev`, which launches before its webserver starts, waits longer.
+DEFAULT_READY_TIMEOUT_SECONDS = 15.0
+
 
 def _local_stack(args, settings: Settings) -> int:
     from ddb_athena.dev.local_stack import start_moto_server
@@ -104,21 +107,21 @@ def _followed(args, run_id: str) -> int:
 
     if not args.follow:
         return 0
-    return 0 if follow_run(args.host, args.port, run_id, _print_now) == DagsterRunStatus.SUCCESS else 1
+    return 0 if follow_run(args.webserver, run_id, _print_now) == DagsterRunStatus.SUCCESS else 1
 
 
 def _launch(args, settings: Settings) -> int:
     from ddb_athena.dev.launch import launch_partition_run, yesterday_utc
 
     partition = args.partition or yesterday_utc()
-    return _followed(args, launch_partition_run(args.host, args.port, args.job, partition, args.ready_timeout, _print_now))
+    return _followed(args, launch_partition_run(args.webserver, args.job, partition, args.ready_timeout, _print_now))
 
 
 def _bootstrap(args, settings: Settings) -> int:
     from ddb_athena.dev.launch import launch_run
     from ddb_athena.streamed.jobs import BOOTSTRAP_JOB_NAME
 
-    return _followed(args, launch_run(args.host, args.port, BOOTSTRAP_JOB_NAME, {}, f" for {args.table}", args.ready_timeout, _print_now))
+    return _followed(args, launch_run(args.webserver, BOOTSTRAP_JOB_NAME, {}, f" for {args.table}", args.ready_timeout, _print_now))
 
 
 def _replay_failures(args, settings: Settings) -> int:
@@ -148,9 +151,12 @@ def _replay_failures(args, settings: Settings) -> int:
 
 def _webserver_arguments(command: argparse.ArgumentParser) -> None:
     """Where the running Dagster webserver is, and whether to follow the run launched through it."""
-    command.add_argument("--host", default="127.0.0.1")
-    command.add_argument("--port", type=int, default=3000)
-    command.add_argument("--ready-timeout", type=float, default=600, help="seconds to wait for the webserver and its code location")
+    command.add_argument(
+        "--url", help="the Dagster webserver, e.g. https://dagster.example.com (default: $DDB_ATHENA_DAGSTER_URL, else http://127.0.0.1:$DAGSTER_PORT)"
+    )
+    command.add_argument(
+        "--ready-timeout", type=float, default=DEFAULT_READY_TIMEOUT_SECONDS, help="seconds to wait for the webserver and its code location to answer"
+    )
     command.add_argument("--follow", action="store_true", help="log the run's status until it finishes; exit 1 unless it succeeds")
 
 
@@ -287,10 +293,26 @@ def _end_runs_left_in_progress(args, settings: Settings) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if getattr(args, "rate", 1) <= 0:
-        build_parser().error("--rate must be positive")
-    return args.handler(args, Settings.from_env())
+        parser.error("--rate must be positive")
+    if not hasattr(args, "url"):
+        return args.handler(args, Settings.from_env())
+    from dagster_graphql import DagsterGraphQLClientError
+
+    from ddb_athena.dev.launch import Webserver
+
+    try:
+        args.webserver = Webserver.at(args.url)
+    except ValueError as error:
+        parser.error(str(error))
+    try:
+        return args.handler(args, Settings.from_env())
+    except (TimeoutError, DagsterGraphQLClientError) as error:
+        # Nothing answered, or Dagster refused the run: one line, not a traceback.
+        print(f"ddb-athena {args.command}: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

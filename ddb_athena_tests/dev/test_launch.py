@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from ddb_athena.dev.launch import launch_partition_run, yesterday_utc
+from ddb_athena.dev.cli import DEFAULT_READY_TIMEOUT_SECONDS, build_parser
+from ddb_athena.dev.launch import URL_VARIABLE, Webserver, launch_partition_run, yesterday_utc
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,7 +22,7 @@ def test_yesterday_is_computed_in_utc():
 
 def test_a_partition_that_is_not_a_date_fails_before_anything_is_contacted():
     with pytest.raises(ValueError):
-        launch_partition_run("127.0.0.1", 9, "orders_daily", "yesterday", 0, print)
+        launch_partition_run(Webserver.at("http://127.0.0.1:9"), "orders_daily", "yesterday", 0, print)
 
 
 def test_a_webserver_that_never_answers_is_a_timeout_after_waiting():
@@ -30,8 +31,35 @@ def test_a_webserver_that_never_answers_is_a_timeout_after_waiting():
         port = sock.getsockname()[1]  # nothing listens there
     logs = []
     with pytest.raises(TimeoutError, match="did not serve job orders_daily"):
-        launch_partition_run("127.0.0.1", port, "orders_daily", "2026-11-22", 0, logs.append, sleep=lambda _: None)
-    assert logs and logs[0].startswith(f"waiting for Dagster at 127.0.0.1:{port}")
+        launch_partition_run(Webserver.at(f"http://127.0.0.1:{port}"), "orders_daily", "2026-11-22", 0, logs.append, sleep=lambda _: None)
+    assert logs and logs[0].startswith(f"waiting for Dagster at http://127.0.0.1:{port}")
+
+
+def test_the_webserver_is_the_url_given_else_the_variables_else_make_devs_port():
+    assert Webserver.at(None, {}).url == "http://127.0.0.1:3000"
+    assert Webserver.at(None, {"DAGSTER_PORT": "3111"}).url == "http://127.0.0.1:3111"
+    assert Webserver.at(None, {"DAGSTER_PORT": "3111", URL_VARIABLE: "https://dagster.example.com/"}).url == "https://dagster.example.com"
+    assert Webserver.at("http://10.0.1.5:3000", {URL_VARIABLE: "https://dagster.example.com"}).url == "http://10.0.1.5:3000"
+    # A port and a path prefix (dagster-webserver --path-prefix) reach GraphQL where the webserver serves it.
+    assert Webserver.at("https://example.com:8443/dagster").client()._url == "https://example.com:8443/dagster/graphql"
+    assert Webserver.at("http://127.0.0.1:3000").run_url("abc") == "http://127.0.0.1:3000/runs/abc"
+    for wrong in ("127.0.0.1:3000", "ftp://host", "http://host:port", "http://", "http://host/?a=1"):
+        with pytest.raises(ValueError, match="is not a Dagster webserver's URL"):
+            Webserver.at(wrong, {})
+
+
+def test_where_nothing_answers_the_command_ends_in_one_line_within_its_ready_timeout():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens there
+    assert build_parser().parse_args(["bootstrap", "books"]).ready_timeout == DEFAULT_READY_TIMEOUT_SECONDS <= 30
+    command = [sys.executable, "-m", "ddb_athena.dev.cli", "bootstrap", "books", "--ready-timeout", "1"]
+    completed = subprocess.run(command, capture_output=True, text=True, env={**os.environ, URL_VARIABLE: f"http://127.0.0.1:{port}"}, timeout=120)
+    assert completed.returncode == 1
+    (line,) = completed.stderr.strip().splitlines()
+    assert line.startswith(f"ddb-athena bootstrap: Dagster at http://127.0.0.1:{port} did not serve job books_bootstrap within 1 s")
+    bad = subprocess.run([*command, "--url", "localhost:3000"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "is not a Dagster webserver's URL" in bad.stderr
 
 
 def test_the_launcher_waits_for_the_webserver_and_its_run_is_queued_in_that_instance(tmp_path):
@@ -42,8 +70,9 @@ def test_the_launcher_waits_for_the_webserver_and_its_run_is_queued_in_that_inst
         port = sock.getsockname()[1]
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
     partition = os.environ["DDB_ATHENA_ORDERS_START_DATE"]
+    command = ["launch", "orders_daily", "--partition", partition, "--url", f"http://127.0.0.1:{port}", "--ready-timeout", "240"]
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "ddb_athena.dev.cli", "launch", "orders_daily", "--partition", partition, "--port", str(port), "--ready-timeout", "240"],
+        [sys.executable, "-m", "ddb_athena.dev.cli", *command],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -53,7 +82,7 @@ def test_the_launcher_waits_for_the_webserver_and_its_run_is_queued_in_that_inst
     webserver = None
     try:
         # Started first, it waits for the webserver (which is not there yet) instead of touching the storage.
-        assert launcher.stdout.readline().startswith(f"waiting for Dagster at 127.0.0.1:{port}")
+        assert launcher.stdout.readline().startswith(f"waiting for Dagster at http://127.0.0.1:{port}")
         assert not list(tmp_path.glob("storage*")) and not (tmp_path / "history").exists()
         webserver = subprocess.Popen(
             [str(Path(sys.executable).parent / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
@@ -82,7 +111,9 @@ def test_the_bootstrap_command_queues_a_books_bootstrap_run_ahead_of_a_waiting_s
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+    # The port from DAGSTER_PORT, as `make dev` sets it.
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "DAGSTER_PORT": str(port)}
+    env.pop(URL_VARIABLE, None)
     webserver = subprocess.Popen(
         [str(Path(sys.executable).parent / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
@@ -91,7 +122,7 @@ def test_the_bootstrap_command_queues_a_books_bootstrap_run_ahead_of_a_waiting_s
         cwd=REPO,
     )
     try:
-        command = [sys.executable, "-m", "ddb_athena.dev.cli", "bootstrap", "books", "--port", str(port), "--ready-timeout", "240"]
+        command = [sys.executable, "-m", "ddb_athena.dev.cli", "bootstrap", "books", "--ready-timeout", "240"]
         completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     finally:
         webserver.terminate()
