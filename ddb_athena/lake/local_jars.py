@@ -19,6 +19,10 @@ LOCAL_JAR_NAMES = (
     HADOOP_AWS_JAR,
     AWS_SDK_BUNDLE_JAR,
 )
+# The Glue catalog's and S3FileIO's AWS SDK, on Maven Central only: an image bakes it (deploy/Dockerfile) beside the
+# local set, so that the aws profile's Spark in a run worker loads everything from disk.
+ICEBERG_AWS_BUNDLE_JAR = "iceberg-aws-bundle-1.10.2.jar"
+ICEBERG_AWS_BUNDLE_PATH = "org/apache/iceberg/iceberg-aws-bundle/1.10.2/" + ICEBERG_AWS_BUNDLE_JAR
 
 # Hadoop's local file system without a chmod process for every file it writes; optional: without a JDK to compile it,
 # the local warehouse keeps Hadoop's own.
@@ -39,6 +43,14 @@ def local_jar_paths(jar_dir: Path | None = None) -> list[Path]:
             f"Missing Spark JARs in {jar_dir}: {', '.join(missing)}. Run `make install` (or `python -m ddb_athena_build.jars`) to provision them."
         )
     return paths
+
+
+def aws_profile_jar_paths(jar_dir: Path | None = None) -> list[Path] | None:
+    """The JARs of the aws profile's Spark in a run worker where they were baked into `jar_dir` (the image's), None
+    where any is missing (Maven then provides them: `spark.jars.packages`)."""
+    jar_dir = jar_dir or DEFAULT_JAR_DIR
+    paths = [jar_dir / name for name in (*LOCAL_JAR_NAMES, ICEBERG_AWS_BUNDLE_JAR)]
+    return paths if all(path.is_file() for path in paths) else None
 
 
 def local_file_system_jar_name() -> str:

@@ -19,12 +19,13 @@ GENERATED_CLASSES_KEPT = 2000
 # Compiled from LocalWarehouseFileSystem.java by `ddb_athena_build.jars`.
 LOCAL_FILE_SYSTEM_CLASS = "ddb_athena.hadoop.LocalWarehouseFileSystem"
 PYTHON_DAEMON_MODULE = "ddb_athena.lake.python_daemon"
-# Plain Spark in the Dagster run worker on AWS (no platform to provide them): Iceberg, its AWS bundle (Glue,
-# S3FileIO) and Hadoop's S3A for the change and export files, at the versions pyspark 3.5 and Iceberg 1.10 pair with.
+# Plain Spark in a Dagster run worker on AWS without the image's baked JARs (a laptop where Maven is reachable): Iceberg,
+# its AWS bundle (Glue, S3FileIO) and Hadoop's S3A for the change and export files, at the versions pyspark 3.5 and
+# Iceberg 1.10 pair with.
 RUN_WORKER_AWS_PACKAGES = ",".join(
     (
-        "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.0",
-        "org.apache.iceberg:iceberg-aws-bundle:1.10.0",
+        "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2",
+        "org.apache.iceberg:iceberg-aws-bundle:1.10.2",
         "org.apache.hadoop:hadoop-aws:3.3.4",
     )
 )

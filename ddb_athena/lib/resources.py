@@ -14,8 +14,8 @@ from pyspark.sql import SparkSession
 
 from ddb_athena.lake.class_lookups import keep_class_lookups
 from ddb_athena.lake.identifiers import qualified_name
-from ddb_athena.lake.local_jars import local_file_system_jar, local_jar_paths
-from ddb_athena.lake.session_config import SparkIcebergOptions, iceberg_spark_config, python_workers_from, sigint_handler_kept
+from ddb_athena.lake.local_jars import aws_profile_jar_paths, local_file_system_jar, local_jar_paths
+from ddb_athena.lake.session_config import SparkIcebergOptions, iceberg_spark_config, python_workers_from, runs_in_this_process, sigint_handler_kept
 from ddb_athena.lib.settings import (
     BOOKS_SOURCE_PREFIX,
     DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS,
@@ -132,6 +132,9 @@ class IcebergSparkResource(ConfigurableResource):
         if self.profile == "local":
             jars = [] if self.jars_packages else local_jar_paths()
             file_system_jar = local_file_system_jar()
+        elif runs_in_this_process(self.master) and not self.jars_packages:
+            # An image's baked JARs; without them (a laptop), Maven's (session_config.RUN_WORKER_AWS_PACKAGES).
+            jars = aws_profile_jar_paths() or []
         credentials = self.credential_environment() if with_credentials else {}
         return iceberg_spark_config(
             SparkIcebergOptions(

@@ -168,3 +168,50 @@ def test_without_a_jdk_the_local_jars_are_provisioned_and_the_file_system_left_o
 
     assert local_file_system_jar(tmp_path) is None
     assert "No JDK found" in caplog.text and "make install" in caplog.text
+
+
+@pytest.fixture
+def maven_repository(tmp_path):
+    """A Maven repository over HTTP holding Iceberg's AWS bundle and its SHA-1, as Maven Central lays them out."""
+    import hashlib
+    import threading
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    from ddb_athena.lake.local_jars import ICEBERG_AWS_BUNDLE_PATH
+
+    jar = tmp_path / "repository" / ICEBERG_AWS_BUNDLE_PATH
+    jar.parent.mkdir(parents=True)
+    jar.write_bytes(b"PK\x03\x04 the bundle")
+    jar.with_name(jar.name + ".sha1").write_text(hashlib.sha1(jar.read_bytes(), usedforsecurity=False).hexdigest())
+    quiet = type("Quiet", (SimpleHTTPRequestHandler,), {"log_message": lambda *args: None})
+    handler = partial(quiet, directory=str(tmp_path / "repository"))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}", jar
+    server.shutdown()
+
+
+def test_the_aws_bundle_is_fetched_once_and_checked_against_the_repositorys_sha1(maven_repository, tmp_path):
+    from ddb_athena_build.jars import FetchError, fetch_aws_bundle
+
+    url, jar = maven_repository
+    fetched = fetch_aws_bundle(url, tmp_path / "jars")
+    assert fetched.read_bytes() == jar.read_bytes()
+    jar.write_bytes(b"changed since")  # a second call keeps the JAR it has, without asking
+    assert fetch_aws_bundle(url, tmp_path / "jars").read_bytes() == fetched.read_bytes()
+    with pytest.raises(FetchError, match="SHA-1"):
+        fetch_aws_bundle(url, tmp_path / "other")  # the repository's checksum no longer matches its JAR
+    assert list((tmp_path / "other").glob("*")) == []  # nothing half-written left behind
+
+
+def test_an_unreachable_repository_names_the_jar_and_where_it_was_looked_for(tmp_path):
+    import socket
+
+    from ddb_athena_build.jars import FetchError, fetch_aws_bundle
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(FetchError, match=rf"iceberg-aws-bundle-1\.10\.2\.jar could not be fetched from http://127\.0\.0\.1:{port}/org/apache/iceberg/"):
+        fetch_aws_bundle(f"http://127.0.0.1:{port}", tmp_path)

@@ -1,7 +1,8 @@
 """The real stack (dagster-webserver and dagster-daemon, the schedules and sensors running) as a user meets it: a
 sync running, Materialize clicked, an orders backfill of three days on a table never loaded, launched over GraphQL as
-the UI does. Then the tables, read back with PyIceberg (as Athena reads them), equal DynamoDB; at most one writer per
-table ever ran at once (from the run records); one full export was paid."""
+the UI does, on a deployment's storage (PostgreSQL, deploy/dagster.yaml's). Then the tables, read back with PyIceberg
+(as Athena reads them), equal DynamoDB; at most one writer per table ever ran at once (from the run records); one full
+export was paid."""
 
 import os
 import random
@@ -18,12 +19,14 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+import yaml
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster_graphql import DagsterGraphQLClient
 
 from ddb_athena.dev.local_runs import limit_writer_pools
 from ddb_athena.dev.simulate import BookSimulator, order_item
 from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL, ORDERS_WRITER_POOL, WRITER_POOLS
+from ddb_athena_tests.postgres_server import postgres_server
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -50,10 +53,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def dagster_stack(home: Path, port: int, env: dict):
-    """dagster-webserver and dagster-daemon on one instance, as `make dev` runs them; every process they started (code
-    servers, run workers and their JVMs) is stopped with them."""
-    (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+def dagster_stack(home: Path, port: int, env: dict, storage: dict | None = None):
+    """dagster-webserver and dagster-daemon on one instance, as `make dev` runs them (with `storage`, that block of
+    dagster.yaml instead of SQLite's); every process they started (code servers, run workers, their JVMs) is stopped
+    with them."""
+    settings = yaml.safe_load((REPO / "dagster.yaml").read_text())
+    if storage is not None:
+        settings["storage"] = storage
+    (home / "dagster.yaml").write_text(yaml.safe_dump(settings))
     with DagsterInstance.from_config(str(home)) as instance:  # its storage created once, before two processes race to
         limit_writer_pools(instance, WRITER_POOLS)  # as `make dev` does
     logs = home / "logs"
@@ -129,7 +136,7 @@ def dynamodb_items(settings, table: str, key: str) -> dict[str, dict]:
     return {item[key]["S"]: item for page in pages for item in page["Items"]}
 
 
-def test_a_sync_materialize_and_an_orders_backfill_on_a_new_deployment_keep_one_writer_per_table(settings, days, tmp_path):
+def test_a_sync_materialize_and_an_orders_backfill_on_a_new_deployment_keep_one_writer_per_table(settings, days, tmp_path, monkeypatch):
     dynamodb = settings.client("dynamodb")
     books = BookSimulator(dynamodb, settings.books_table, rng=random.Random(7))
     for _ in range(20):
@@ -142,59 +149,65 @@ def test_a_sync_materialize_and_an_orders_backfill_on_a_new_deployment_keep_one_
             dynamodb.put_item(TableName=settings.orders_table, Item=order_item(rng, created))
 
     port = free_port()
-    env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "DDB_ATHENA_SYNC_RUN_MINUTES": "1.5"}
-    with dagster_stack(tmp_path, port, env), DagsterInstance.from_config(str(tmp_path)) as instance:
+    deployed_storage = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())["storage"]
+    with postgres_server() as postgres:
+        for name, value in postgres.environment().items():
+            monkeypatch.setenv(name, value)  # the stack's processes and this one's instance read the same storage
+        env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "DDB_ATHENA_SYNC_RUN_MINUTES": "1.5"}
+        with dagster_stack(tmp_path, port, env, storage=deployed_storage), DagsterInstance.from_config(str(tmp_path)) as instance:
+            assert type(instance.run_storage).__name__ == "PostgresRunStorage"
 
-        def sync_started():
-            return instance.get_runs(RunsFilter(job_name="books_sync", statuses=[DagsterRunStatus.STARTED]))
+            def sync_started():
+                return instance.get_runs(RunsFilter(job_name="books_sync", statuses=[DagsterRunStatus.STARTED]))
 
-        wait_for("the minute schedule to start a books_sync run", sync_started, timeout=240)
-        stop_writing = threading.Event()
+            wait_for("the minute schedule to start a books_sync run", sync_started, timeout=240)
+            stop_writing = threading.Event()
 
-        def write():
-            while not stop_writing.wait(0.3):
-                books.step()
+            def write():
+                while not stop_writing.wait(0.3):
+                    books.step()
 
-        writer = threading.Thread(target=write)
-        writer.start()
-        try:
-            client = DagsterGraphQLClient("127.0.0.1", port_number=port)
-            # Materialize on books_iceberg, as the UI's button launches it: the implicit asset job, default config.
-            materialize_run = client.submit_job_execution("__ASSET_JOB", asset_selection=[["books_source"], ["books_iceberg"]])
-            # The UI's backfill of three days of orders, on a table never loaded.
-            launched = client._execute(
-                LAUNCH_BACKFILL,
-                {"params": {"assetSelection": [{"path": ["orders_export"]}, {"path": ["orders_athena"]}], "partitionNames": partitions}},
-            )["launchPartitionBackfill"]
-            assert launched["__typename"] == "LaunchBackfillSuccess", launched
+            writer = threading.Thread(target=write)
+            writer.start()
+            try:
+                client = DagsterGraphQLClient("127.0.0.1", port_number=port)
+                # Materialize on books_iceberg, as the UI's button launches it: the implicit asset job, default config.
+                materialize_run = client.submit_job_execution("__ASSET_JOB", asset_selection=[["books_source"], ["books_iceberg"]])
+                # The UI's backfill of three days of orders, on a table never loaded.
+                launched = client._execute(
+                    LAUNCH_BACKFILL,
+                    {"params": {"assetSelection": [{"path": ["orders_export"]}, {"path": ["orders_athena"]}], "partitionNames": partitions}},
+                )["launchPartitionBackfill"]
+                assert launched["__typename"] == "LaunchBackfillSuccess", launched
 
-            def orders_done():
-                runs = [record.dagster_run for record in writer_runs(instance, ORDERS_WRITER_POOL)]
-                return len(runs) == 3 and all(run.status in FINISHED for run in runs)
+                def orders_done():
+                    runs = [record.dagster_run for record in writer_runs(instance, ORDERS_WRITER_POOL)]
+                    return len(runs) == 3 and all(run.status in FINISHED for run in runs)
 
-            wait_for("the backfill's three runs", orders_done, timeout=600, poll=5)
-            wait_for("Materialize's run", lambda: instance.get_run_by_id(materialize_run).status in FINISHED, timeout=300)
-            time.sleep(20)  # writes beside the sync that resumed after Materialize
-        finally:
-            stop_writing.set()
-            writer.join()
+                wait_for("the backfill's three runs", orders_done, timeout=600, poll=5)
+                wait_for("Materialize's run", lambda: instance.get_run_by_id(materialize_run).status in FINISHED, timeout=300)
+                time.sleep(20)  # writes beside the sync that resumed after Materialize
+            finally:
+                stop_writing.set()
+                writer.join()
 
-        assert instance.get_run_by_id(materialize_run).status == DagsterRunStatus.SUCCESS
-        orders_runs = writer_runs(instance, ORDERS_WRITER_POOL)
-        assert {record.dagster_run.status for record in orders_runs} == {DagsterRunStatus.SUCCESS}, failures(instance, orders_runs)
-        assert sorted(record.dagster_run.tags["dagster/partition"] for record in orders_runs if "dagster/partition" in record.dagster_run.tags) == partitions
+            assert instance.get_run_by_id(materialize_run).status == DagsterRunStatus.SUCCESS
+            orders_runs = writer_runs(instance, ORDERS_WRITER_POOL)
+            assert {record.dagster_run.status for record in orders_runs} == {DagsterRunStatus.SUCCESS}, failures(instance, orders_runs)
+            tags = [record.dagster_run.tags for record in orders_runs]
+            assert sorted(tag["dagster/partition"] for tag in tags if "dagster/partition" in tag) == partitions
 
-        expected_books = dynamodb_items(settings, settings.books_table, "id")
+            expected_books = dynamodb_items(settings, settings.books_table, "id")
 
-        def books_caught_up():
-            rows = iceberg_rows(settings.warehouse, settings.namespace, "books")
-            return {row["id"] for row in rows} == set(expected_books) and len(rows) == len(expected_books)
+            def books_caught_up():
+                rows = iceberg_rows(settings.warehouse, settings.namespace, "books")
+                return {row["id"] for row in rows} == set(expected_books) and len(rows) == len(expected_books)
 
-        wait_for("library.books to catch up with DynamoDB", books_caught_up, timeout=180, poll=5)
-        books_runs = writer_runs(instance, BOOKS_WRITER_POOL)
-        assert len(books_runs) >= 3  # the sync, Materialize, the sync after it
+            wait_for("library.books to catch up with DynamoDB", books_caught_up, timeout=180, poll=5)
+            books_runs = writer_runs(instance, BOOKS_WRITER_POOL)
+            assert len(books_runs) >= 3  # the sync, Materialize, the sync after it
 
-        assert overlaps(books_runs) == [] and overlaps(orders_runs) == []
+            assert overlaps(books_runs) == [] and overlaps(orders_runs) == []
 
     rows = iceberg_rows(settings.warehouse, settings.namespace, "orders")
     order_ids = [row["order_id"] for row in rows]

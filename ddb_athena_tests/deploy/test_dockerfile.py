@@ -1,0 +1,43 @@
+"""deploy/Dockerfile and its build context, checked without Docker (`make test-image` builds and runs the image)."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = REPO_ROOT / "deploy" / "Dockerfile"
+
+
+def test_the_dockerfile_is_hadolint_clean():
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    result = subprocess.run([hadolint, str(DOCKERFILE)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_build_context_holds_every_path_the_dockerfile_copies_and_not_the_checkouts_state():
+    copied = [path for line in DOCKERFILE.read_text().splitlines() if line.startswith("COPY ") and "--from=" not in line for path in line.split()[1:-1]]
+    assert copied
+    ignore = (REPO_ROOT / ".dockerignore").read_text().splitlines()
+    allowed = {line[1:] for line in ignore if line.startswith("!")}
+    assert "*" in ignore
+    assert set(copied) <= allowed, set(copied) - allowed
+    assert not allowed & {".venv", ".ddb_athena", ".git", "spark-warehouse"}
+
+
+def test_the_base_image_is_an_argument_and_the_image_runs_as_a_numeric_user():
+    text = DOCKERFILE.read_text()
+    assert re.search(r"^ARG BASE_IMAGE=\S+", text, re.MULTILINE)
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}", text, re.MULTILINE)
+    users = re.findall(r"^USER (\S+)", text, re.MULTILINE)
+    assert users and users[-1].split(":")[0].isdigit() and users[-1].split(":")[0] != "0"
+
+
+def test_the_deployment_keeps_the_same_pools_as_make_dev():
+    deployed = yaml.safe_load((REPO_ROOT / "deploy" / "dagster.yaml").read_text())
+    local = yaml.safe_load((REPO_ROOT / "dagster.yaml").read_text())
+    assert deployed["concurrency"] == local["concurrency"]
+    assert deployed["run_monitoring"]["free_slots_after_run_end_seconds"] == local["run_monitoring"]["free_slots_after_run_end_seconds"]

@@ -1,0 +1,194 @@
+"""The deployment image (deploy/Dockerfile), built and run: `make test-image` (scripts/test_image.sh provides Docker).
+
+It is built from a local Debian 12 base, offline from Maven: Iceberg's AWS bundle cannot be fetched here, and the build
+must say so. Inside the image, the code location loads and one books cycle runs against the emulator on loopback;
+the table it writes is read back with PyIceberg."""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ddb_athena.lake.local_jars import ICEBERG_AWS_BUNDLE_JAR, LOCAL_JAR_NAMES
+from ddb_athena_build.jars import NOT_FETCHED_FILE
+from ddb_athena_tests.stack.test_one_writer import iceberg_rows
+
+pytestmark = pytest.mark.image
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BASE_IMAGE = os.environ.get("DDB_ATHENA_TEST_BASE_IMAGE", "")
+IMAGE_USER_ID = "10001"
+
+
+def _docker(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def image() -> tuple[str, str]:
+    """(tag, build output) of an image built from the checkout."""
+    if shutil.which("docker") is None or _docker("info", timeout=30).returncode != 0:
+        pytest.skip("no Docker daemon answers (scripts/test_image.sh starts one where it runs as root)")
+    if not BASE_IMAGE:
+        pytest.skip("DDB_ATHENA_TEST_BASE_IMAGE names no local base image (scripts/test_image.sh makes one)")
+    tag = f"ddb-athena-test:{uuid.uuid4().hex[:8]}"
+    build = subprocess.run(
+        [
+            "docker",
+            "build",
+            "-f",
+            "deploy/Dockerfile",
+            "--build-arg",
+            f"BASE_IMAGE={BASE_IMAGE}",
+            "--build-arg",
+            "AWS_BUNDLE_OPTIONAL=1",
+            "-t",
+            tag,
+            ".",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    output = build.stdout + build.stderr
+    assert build.returncode == 0, output[-5000:]
+    yield tag, output
+    _docker("image", "rm", "-f", tag, timeout=120)
+
+
+def _run(tag: str, *command: str, env: dict[str, str] | None = None, volumes: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    options = ["--rm", "--network", "host"]
+    for name, value in (env or {}).items():
+        options += ["-e", f"{name}={value}"]
+    for host, container in (volumes or {}).items():
+        options += ["-v", f"{host}:{container}"]
+    return _docker("run", *options, tag, *command, timeout=900)
+
+
+def test_the_image_runs_as_a_user_with_python_3_11_and_java_17(image):
+    tag, _ = image
+    result = _run(tag, "sh", "-c", "id -u; python --version; java -version 2>&1 | head -1")
+    assert result.returncode == 0, result.stderr
+    user, python, java = result.stdout.splitlines()[:3]
+    assert user == IMAGE_USER_ID
+    assert python.startswith("Python 3.11.")
+    assert '"17.' in java
+
+
+def test_the_local_jars_are_baked_and_the_aws_profile_loads_its_jars_from_disk_or_the_build_named_the_missing_one(image):
+    tag, _ = image
+    probe = (
+        "import json; from ddb_athena.lib.resources import IcebergSparkResource; "
+        "c = IcebergSparkResource(profile='aws', warehouse='s3://b/w', master='local[1]').spark_config(); "
+        "print(json.dumps({k: c.get(k) for k in ('spark.jars', 'spark.jars.packages')}))"
+    )
+    result = _run(tag, "sh", "-c", f'ls "$DDB_ATHENA_JAR_DIR"; cat "$DDB_ATHENA_JAR_DIR/{NOT_FETCHED_FILE}" 2>/dev/null; python -c "{probe}"')
+    assert result.returncode == 0, result.stderr
+    *listing, config_line = result.stdout.splitlines()
+    assert set(LOCAL_JAR_NAMES) <= set(listing)
+    config = json.loads(config_line)
+    if ICEBERG_AWS_BUNDLE_JAR in listing:
+        assert config["spark.jars.packages"] is None
+        assert all(name in config["spark.jars"] for name in (*LOCAL_JAR_NAMES, ICEBERG_AWS_BUNDLE_JAR))
+        assert NOT_FETCHED_FILE not in listing
+    else:
+        # Offline (this machine): the image says which JAR its build could not fetch, and from where; the aws profile
+        # then names Maven's packages instead.
+        assert any(line.startswith(f"{ICEBERG_AWS_BUNDLE_JAR} could not be fetched from https://repo1.maven.org/maven2/") for line in listing)
+        assert "iceberg-aws-bundle:1.10.2" in config["spark.jars.packages"]
+
+
+def test_inside_the_image_the_code_location_loads_and_a_books_cycle_lands_in_iceberg(image, settings, moto_endpoint, tmp_path):
+    tag, _ = image
+    dynamodb = settings.client("dynamodb")
+    for number in range(5):
+        dynamodb.put_item(TableName=settings.books_table, Item={"id": {"S": f"book-{number}"}, "name": {"S": f"Name {number}"}})
+    dynamodb.delete_item(TableName=settings.books_table, Key={"id": {"S": "book-4"}})
+    warehouse = tmp_path / "warehouse"
+    warehouse.mkdir()
+    warehouse.chmod(0o777)  # the image's user writes it
+    environment = {
+        "DDB_ATHENA_PROFILE": "local",
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": settings.region,
+        "DDB_ATHENA_BUCKET": settings.bucket,
+        "DDB_ATHENA_NAMESPACE": settings.namespace,
+        # At the same path inside as outside: the table's metadata names its files by absolute path.
+        "DDB_ATHENA_WAREHOUSE": warehouse.as_uri(),
+        "DDB_ATHENA_SPARK_MASTER": "local[1]",
+        # The image's instance is PostgreSQL's: a one-off run here keeps its instance in a scratch directory.
+        "DAGSTER_HOME": "/tmp/dagster_home",
+    }
+    result = _run(
+        tag,
+        "sh",
+        "-c",
+        'mkdir -p "$DAGSTER_HOME" && dagster definitions validate -m ddb_athena.definitions '
+        "&& dagster asset materialize -m ddb_athena.definitions --select books_source,books_iceberg",
+        env=environment,
+        volumes={str(warehouse): str(warehouse)},
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+    assert "RUN_SUCCESS" in result.stdout + result.stderr
+    rows = iceberg_rows(warehouse.as_uri(), settings.namespace, "books")
+    assert sorted((row["id"], row["name"]) for row in rows) == [(f"book-{number}", f"Name {number}") for number in range(4)]
+
+
+def test_the_platform_container_serves_the_ui_from_its_code_server_and_its_daemon_beats_in_postgresql(image, settings, moto_endpoint, monkeypatch):
+    """deploy/platform.sh with the image's own instance (deploy/dagster.yaml), on a real PostgreSQL server."""
+    from dagster import DagsterInstance
+    from dagster_graphql import DagsterGraphQLClient
+
+    from ddb_athena_tests.postgres_server import postgres_server
+    from ddb_athena_tests.stack.test_one_writer import free_port, wait_for
+
+    tag, _ = image
+    webserver_port, code_server_port = free_port(), free_port()
+    with postgres_server() as postgres:
+        environment = {
+            **postgres.environment(),
+            "AWS_ENDPOINT_URL": moto_endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": settings.region,
+            "DDB_ATHENA_BUCKET": settings.bucket,
+            "DDB_ATHENA_WAREHOUSE": f"s3://{settings.bucket}/warehouse",
+            "DAGSTER_WEBSERVER_PORT": str(webserver_port),
+            "DAGSTER_CODE_SERVER_PORT": str(code_server_port),
+            "DAGSTER_CONTAINER_CONTEXT": json.dumps({"ecs": {"task_role_arn": "arn:aws:iam::123456789012:role/runs"}}),
+            "DAGSTER_RUN_FAMILY_PREFIX": "ddb_athena",
+        }
+        options = [option for name, value in environment.items() for option in ("-e", f"{name}={value}")]
+        started = _docker("run", "-d", "--rm", "--network", "host", *options, tag, timeout=120)
+        assert started.returncode == 0, started.stderr
+        container = started.stdout.strip()
+        try:
+
+            def assets_served():
+                try:
+                    client = DagsterGraphQLClient("127.0.0.1", port_number=webserver_port, timeout=5)
+                    result = client._execute("{ assetNodes { assetKey { path } } }")
+                except Exception:  # noqa: BLE001 - not up yet
+                    return None
+                return {"/".join(node["assetKey"]["path"]) for node in result["assetNodes"]}
+
+            served = wait_for("the webserver to serve the code location", assets_served, timeout=300, poll=3)
+            assert {"books_source", "books_iceberg", "orders_export", "orders_athena"} <= served
+            for name, value in environment.items():
+                monkeypatch.setenv(name, value)  # this process reads the same instance
+            instance_home = Path(tempfile.mkdtemp())
+            shutil.copy(REPO_ROOT / "deploy" / "dagster.yaml", instance_home / "dagster.yaml")
+            with DagsterInstance.from_config(str(instance_home)) as instance:
+                wait_for("the daemon's heartbeats in PostgreSQL", lambda: instance.get_daemon_heartbeats(), timeout=120, poll=3)
+                assert "SCHEDULER" in instance.get_daemon_heartbeats()
+        finally:
+            logs = _docker("logs", container, timeout=60)
+            _docker("stop", "-t", "30", container, timeout=120)
+        assert postgres.password not in logs.stdout + logs.stderr

@@ -1,0 +1,171 @@
+"""A deployment's Dagster instance (deploy/dagster.yaml) on a real PostgreSQL server, and its EcsRunLauncher against the
+emulator's ECS API: it launches a run's task from inside a (described) daemon task, checks its health, terminates it."""
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance
+from dagster._core.launcher import WorkerStatus
+from dagster._core.workspace.context import WorkspaceProcessContext
+from dagster._core.workspace.load_target import WorkspaceFileTarget
+
+from ddb_athena_tests.postgres_server import postgres_server
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = "ddb-athena"
+RUN_FAMILY_PREFIX = "ddb_athena"
+RUN_ROLE_ARN = "arn:aws:iam::123456789012:role/ddb-athena-DagsterRunRole"
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/ddb-athena:test"
+# The platform task's one container, as deploy/dagster_ecs.yaml defines it (what the runs' tasks are made from).
+PLATFORM_ENVIRONMENT = [{"name": "DDB_ATHENA_PROFILE", "value": "aws"}, {"name": "DDB_ATHENA_BUCKET", "value": "test-bucket"}]
+PLATFORM_SECRETS = [{"name": "DAGSTER_POSTGRES_PASSWORD", "valueFrom": "arn:aws:secretsmanager:us-east-1:123456789012:secret:rds!db-x:password::"}]
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture
+def deployed_home(tmp_path, postgres, monkeypatch, aws_env):
+    """$DAGSTER_HOME holding deploy/dagster.yaml, and the environment an ECS task of the stack has (Fargate sets the
+    region's two variables itself)."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO_ROOT / "deploy" / "dagster.yaml", home / "dagster.yaml")
+    environment = {
+        "DAGSTER_HOME": str(home),
+        "DAGSTER_RUN_FAMILY_PREFIX": RUN_FAMILY_PREFIX,
+        # The code location's image and container context (deploy/dagster_ecs.yaml sets them): the runs' role.
+        "DAGSTER_CURRENT_IMAGE": IMAGE,
+        "DAGSTER_CONTAINER_CONTEXT": json.dumps({"ecs": {"task_role_arn": RUN_ROLE_ARN}}),
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    for name, value in {**postgres.environment(), **environment}.items():
+        monkeypatch.setenv(name, value)
+    return home
+
+
+def test_the_instance_keeps_runs_in_postgresql_and_migrates(deployed_home, daemon_task, postgres):
+    with DagsterInstance.get() as instance:
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
+        assert type(instance.schedule_storage).__name__ == "PostgresScheduleStorage"
+        assert type(instance.run_launcher).__name__ == "EcsRunLauncher"
+        assert type(instance.compute_log_manager).__name__ == "S3ComputeLogManager"
+        assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
+    migrate = subprocess.run([sys.executable, "-m", "dagster", "instance", "migrate"], capture_output=True, text=True, timeout=300)
+    assert migrate.returncode == 0, migrate.stderr
+    info = subprocess.run([sys.executable, "-m", "dagster", "instance", "info"], capture_output=True, text=True, timeout=300)
+    assert info.returncode == 0, info.stderr
+    assert "PostgresRunStorage" in info.stdout
+    assert postgres.password not in info.stdout + info.stderr + migrate.stdout + migrate.stderr
+
+
+class _TaskMetadata(BaseHTTPRequestHandler):
+    """ECS's task metadata endpoint (v4) as the platform's container sees it: its name, its task and cluster."""
+
+    task_arn = ""
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        body = {"Name": "platform"} if self.path.rstrip("/") == "" else {"Cluster": CLUSTER, "TaskARN": self.task_arn}
+        payload = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def daemon_task(settings, monkeypatch):
+    """The stack's shape in the emulator: a VPC and subnet, the cluster, and a running platform task (whose container runs
+    the daemon) with the metadata endpoint the launcher reads."""
+    ec2, ecs = settings.client("ec2"), settings.client("ecs")
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
+    group = ec2.create_security_group(GroupName="ddb-athena-tasks", Description="tasks", VpcId=vpc)["GroupId"]
+    ecs.create_cluster(clusterName=CLUSTER)
+    platform = ecs.register_task_definition(
+        family="ddb-athena-platform",
+        networkMode="awsvpc",
+        requiresCompatibilities=["FARGATE"],
+        cpu="512",
+        memory="2048",
+        containerDefinitions=[
+            {"name": "platform", "image": IMAGE, "memory": 2048, "essential": True, "environment": PLATFORM_ENVIRONMENT, "secrets": PLATFORM_SECRETS}
+        ],
+    )["taskDefinition"]["taskDefinitionArn"]
+    network = {"awsvpcConfiguration": {"subnets": [subnet], "securityGroups": [group], "assignPublicIp": "DISABLED"}}
+    task_arn = ecs.run_task(cluster=CLUSTER, taskDefinition=platform, launchType="FARGATE", networkConfiguration=network)["tasks"][0]["taskArn"]
+    handler = type("DaemonTaskMetadata", (_TaskMetadata,), {"task_arn": task_arn})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("ECS_CONTAINER_METADATA_URI_V4", f"http://127.0.0.1:{server.server_port}")
+    yield {"task_arn": task_arn, "subnet": subnet, "security_group": group}
+    server.shutdown()
+
+
+def test_the_ecs_run_launcher_starts_a_runs_task_checks_its_health_and_terminates_it(deployed_home, daemon_task, settings):
+    ecs = settings.client("ecs")
+    with DagsterInstance.get() as instance, WorkspaceProcessContext(instance, WorkspaceFileTarget([str(REPO_ROOT / "workspace.yaml")])) as process_context:
+        context = process_context.create_request_context()
+        (location_name,) = context.code_location_names
+        repository = next(iter(context.get_code_location(location_name).get_repositories().values()))
+        remote_job = repository.get_full_job("books_maintenance")
+        run = instance.create_run(
+            job_name=remote_job.name,
+            run_id=None,
+            run_config={},
+            resolved_op_selection=None,
+            step_keys_to_execute=None,
+            status=None,
+            tags={},
+            root_run_id=None,
+            parent_run_id=None,
+            job_snapshot=remote_job.job_snapshot,
+            execution_plan_snapshot=None,
+            parent_job_snapshot=None,
+            remote_job_origin=remote_job.get_remote_origin(),
+            job_code_origin=remote_job.get_python_origin(),
+            asset_selection=None,
+            asset_check_selection=None,
+            op_selection=None,
+            asset_graph=repository.asset_graph,
+        )
+        instance.launch_run(run.run_id, context)
+
+    run = instance_run = DagsterInstance.get().get_run_by_id(run.run_id)
+    task_arn = instance_run.tags["ecs/task_arn"]
+    (task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[task_arn])["tasks"]
+    # Its task definition, registered by the launcher from the platform's: its image, environment and secret, the
+    # runs' role, under the deployment's prefix.
+    definition = ecs.describe_task_definition(taskDefinition=task["taskDefinitionArn"])["taskDefinition"]
+    assert definition["family"].startswith(f"{RUN_FAMILY_PREFIX}_") and definition["taskRoleArn"] == RUN_ROLE_ARN
+    (container,) = definition["containerDefinitions"]
+    assert container["name"] == "run" and container["image"] == IMAGE
+    assert all(variable in container["environment"] for variable in PLATFORM_ENVIRONMENT) and container["secrets"] == PLATFORM_SECRETS
+    (override,) = task["overrides"]["containerOverrides"]
+    assert override["name"] == "run"
+    assert override["command"][:3] == ["dagster", "api", "execute_run"]
+    # The run's task is where the daemon's is: same subnet and security group (the launcher read them from its task).
+    details = {detail["name"]: detail["value"] for detail in task["attachments"][0]["details"]}
+    assert details["subnetId"] == daemon_task["subnet"]
+
+    with DagsterInstance.get() as instance:
+        assert instance.run_launcher.check_run_worker_health(run).status == WorkerStatus.RUNNING
+        assert instance.run_launcher.terminate(run.run_id)
+        (task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[task_arn])["tasks"]
+        assert task["lastStatus"] == "STOPPED" or task.get("desiredStatus") == "STOPPED"
+        assert instance.run_launcher.check_run_worker_health(run).status != WorkerStatus.RUNNING
