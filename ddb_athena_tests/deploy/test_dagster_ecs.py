@@ -1,0 +1,198 @@
+"""deploy/dagster_ecs.yaml, Dagster itself on ECS beside the data stack: lint-clean; the UI reachable from the given
+addresses only, the database from the tasks only; never two daemons; gateway endpoints; every variable the instance
+and the code read is set, from the data stack's one choice of capture; and a deployment into the emulator beside a
+data stack, of every resource type moto can create."""
+
+import json
+import re
+import time
+
+import yaml
+from cfnlint.api import ManualArgs, lint_file
+from cfnlint.decode import decode_str
+
+from ddb_athena.lib.settings import REPO_ROOT
+from ddb_athena_build.packaging import build_zip
+from ddb_athena_tests.deploy.policies import as_list
+from ddb_athena_tests.deploy.policies import load_template as data_template
+from ddb_athena_tests.deploy.test_template import emulated, policy_statements
+
+TEMPLATE = REPO_ROOT / "deploy" / "dagster_ecs.yaml"
+INSTANCE = REPO_ROOT / "deploy" / "dagster.yaml"
+# IAM actions without resource-level permissions.
+UNSCOPABLE_ACTIONS = {"ecs:RegisterTaskDefinition", "ecs:DescribeTaskDefinition", "ec2:DescribeNetworkInterfaces"}
+# What moto 5.2.5 lacks for this stack: RDS's managed-secret attribute (its CloudFormation knows only the endpoint's),
+# and the data stack's Glue database (not emulated there, so not exported).
+SECRET_ATTRIBUTE = "Database.MasterUserSecret.SecretArn"
+GLUE_DATABASE_IMPORT = {"Fn::ImportValue": {"Fn::Sub": "${DataStackName}-GlueDatabaseName"}}
+
+
+def template() -> dict:
+    parsed, problems = decode_str(TEMPLATE.read_text())
+    assert not problems
+    return json.loads(json.dumps(parsed))
+
+
+def platform_container() -> dict:
+    (container,) = template()["Resources"]["PlatformTaskDefinition"]["Properties"]["ContainerDefinitions"]
+    return container
+
+
+def test_cfn_lint_finds_nothing_not_even_informational():
+    assert lint_file(TEMPLATE, config=ManualArgs(include_checks=["I"])) == []
+
+
+def test_the_ui_is_reachable_from_the_given_addresses_only_and_the_database_from_the_tasks_only():
+    resources = template()["Resources"]
+    (ingress,) = resources["TaskSecurityGroup"]["Properties"]["SecurityGroupIngress"]
+    assert (ingress["FromPort"], ingress["ToPort"], ingress["CidrIp"]) == (3000, 3000, {"Ref": "WebserverCidr"})
+    assert "Default" not in template()["Parameters"]["WebserverCidr"]  # the user names it; nothing is open by default
+    (database_ingress,) = resources["DatabaseSecurityGroup"]["Properties"]["SecurityGroupIngress"]
+    assert database_ingress["SourceSecurityGroupId"] == {"Ref": "TaskSecurityGroup"} and database_ingress["FromPort"] == 5432
+    database = resources["Database"]["Properties"]
+    assert database["PubliclyAccessible"] is False and database["StorageEncrypted"] is True and database["ManageMasterUserPassword"] is True
+    assert "MasterUserPassword" not in database
+
+
+def test_an_update_never_runs_two_daemons():
+    service = template()["Resources"]["PlatformService"]["Properties"]
+    assert service["DesiredCount"] == 1
+    assert service["DeploymentConfiguration"] == {"MinimumHealthyPercent": 0, "MaximumPercent": 100}
+
+
+def test_s3_and_dynamodb_have_gateway_endpoints():
+    endpoints = [resource["Properties"] for resource in template()["Resources"].values() if resource["Type"] == "AWS::EC2::VPCEndpoint"]
+    assert sorted(endpoint["ServiceName"]["Fn::Sub"].rsplit(".", 1)[1] for endpoint in endpoints) == ["dynamodb", "s3"]
+    assert all(endpoint["VpcEndpointType"] == "Gateway" for endpoint in endpoints)
+
+
+def _instance_variables() -> set[str]:
+    """The variables deploy/dagster.yaml reads (`{env: NAME}` and `env: NAME`)."""
+    return set(re.findall(r"\benv: (\w+)", INSTANCE.read_text()))
+
+
+def test_the_platform_sets_every_variable_the_instance_reads_and_the_password_only_as_a_secret():
+    container = platform_container()
+    environment = {variable["Name"] for variable in container["Environment"]}
+    secrets = {secret["Name"]: secret["ValueFrom"] for secret in container["Secrets"]}
+    assert {"DAGSTER_POSTGRES_HOST", "DDB_ATHENA_BUCKET", "DAGSTER_RUN_FAMILY_PREFIX"} <= _instance_variables() <= environment | set(secrets)
+    assert set(secrets) == {"DAGSTER_POSTGRES_PASSWORD"} and "DAGSTER_POSTGRES_PASSWORD" not in environment
+    assert secrets["DAGSTER_POSTGRES_PASSWORD"] == {"Fn::Sub": "${" + SECRET_ATTRIBUTE + "}:password::"}
+
+
+def test_the_capture_is_the_data_stacks_one_choice_and_its_default_is_the_codes():
+    from ddb_athena.lib.resources import SyncSettings
+
+    variables = {variable["Name"]: variable["Value"] for variable in platform_container()["Environment"]}
+    assert variables["DDB_ATHENA_BOOKS_CAPTURE"] == {"Fn::ImportValue": {"Fn::Sub": "${DataStackName}-BooksCapture"}}
+    assert data_template()["Parameters"]["BooksCapture"]["Default"] == SyncSettings.model_fields["books_capture"].default
+
+
+def test_every_import_is_an_export_of_the_data_stack():
+    text = json.dumps(template())
+    imported = set(re.findall(r'"Fn::Sub": "\$\{DataStackName\}-(\w+)"', text))
+    exported = {output["Export"]["Name"]["Fn::Sub"].removeprefix("${AWS::StackName}-") for output in data_template()["Outputs"].values() if "Export" in output}
+    assert imported and imported <= exported, imported - exported
+
+
+def test_policies_name_their_actions_and_scope_their_resources():
+    statements = list(policy_statements(template()["Resources"]))
+    assert {name for name, _ in statements} == {"ExecutionRole", "PlatformRole"}
+    for name, statement in statements:
+        actions = as_list(statement["Action"])
+        assert statement["Effect"] == "Allow" and "NotAction" not in statement and "NotResource" not in statement
+        assert not any("*" in action for action in actions), (name, actions)
+        if "*" in as_list(statement["Resource"]):
+            assert set(actions) <= UNSCOPABLE_ACTIONS, (name, actions)
+
+
+def test_the_instance_launches_runs_under_the_platforms_prefix_with_the_runs_role():
+    launcher = yaml.safe_load(INSTANCE.read_text())["run_launcher"]["config"]
+    assert launcher["task_definition_prefix"] == {"env": "DAGSTER_RUN_FAMILY_PREFIX"} and launcher["use_current_ecs_task_config"] is True
+    variables = {variable["Name"]: variable["Value"] for variable in platform_container()["Environment"]}
+    assert variables["DAGSTER_CURRENT_IMAGE"] == {"Ref": "ImageUri"}
+    context, values = variables["DAGSTER_CONTAINER_CONTEXT"]["Fn::Sub"]
+    assert json.loads(context.replace("${RunRoleArn}", "arn")) == {"ecs": {"task_role_arn": "arn"}}
+    assert values == {"RunRoleArn": {"Fn::ImportValue": {"Fn::Sub": "${DataStackName}-DagsterRunRoleArn"}}}
+    (launch,) = [statement for name, statement in policy_statements(template()["Resources"]) if statement.get("Sid") == "LaunchRuns"]
+    assert any("task-definition/${RunFamilyPrefix}_*" in resource["Fn::Sub"] for resource in launch["Resource"])
+
+
+def emulated_platform(secret_arn: str, database: str) -> dict:
+    """The template with the values moto cannot give: the managed secret's ARN, and the Glue database's name."""
+    text = json.dumps(template())
+    for attribute, value in ((json.dumps({"Fn::GetAtt": SECRET_ATTRIBUTE.split(".", 1)}), json.dumps(secret_arn)), ("${" + SECRET_ATTRIBUTE + "}", secret_arn)):
+        text = text.replace(attribute, value)
+    text = text.replace(json.dumps(GLUE_DATABASE_IMPORT), json.dumps(database))
+    assert SECRET_ATTRIBUTE not in text and "GlueDatabaseName" not in text
+    return json.loads(text)
+
+
+def _wait(cloudformation, name: str) -> dict:
+    deadline = time.monotonic() + 120
+    while (stack := cloudformation.describe_stacks(StackName=name)["Stacks"][0])["StackStatus"].endswith("IN_PROGRESS"):
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    assert stack["StackStatus"] == "CREATE_COMPLETE", stack.get("StackStatusReason")
+    return stack
+
+
+def test_the_platform_deploys_into_the_emulator_beside_a_data_stack(settings, tmp_path):
+    s3, cloudformation, ec2 = settings.client("s3"), settings.client("cloudformation"), settings.client("ec2")
+    archive = tmp_path / "capture-lambda.zip"
+    build_zip(archive)
+    s3.create_bucket(Bucket="code-bucket")
+    s3.upload_file(str(archive), "code-bucket", "ddb_athena/streamed/capture-lambda.zip")
+    stream_arn = settings.client("dynamodb").describe_table(TableName=settings.books_table)["Table"]["LatestStreamArn"]
+    data_parameters = {
+        "BooksTableName": settings.books_table,
+        "BooksStreamArn": stream_arn,
+        "OrdersTableName": settings.orders_table,
+        "CaptureCodeBucket": "code-bucket",
+    }
+    cloudformation.create_stack(
+        StackName="ddb-athena",
+        TemplateBody=json.dumps(emulated(data_template())),
+        Parameters=[{"ParameterKey": key, "ParameterValue": value} for key, value in data_parameters.items()],
+        Capabilities=["CAPABILITY_IAM"],
+    )
+    data_outputs = {output["OutputKey"]: output["OutputValue"] for output in _wait(cloudformation, "ddb-athena")["Outputs"]}
+
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnets = [
+        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{number}.0/24", AvailabilityZone=f"us-east-1{zone}")["Subnet"]["SubnetId"]
+        for number, zone in ((1, "a"), (2, "b"))
+    ]
+    route_table = ec2.create_route_table(VpcId=vpc)["RouteTable"]["RouteTableId"]
+    # The database's managed secret, as RDS would make it (moto's CloudFormation has no such attribute).
+    secret = settings.client("secretsmanager").create_secret(Name="rds!db-test", SecretString='{"username": "dagster", "password": "p"}')["ARN"]
+    body = emulated_platform(secret, settings.namespace)
+    parameters = {
+        "DataStackName": "ddb-athena",
+        "ImageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/ddb-athena:1",
+        "VpcId": vpc,
+        "SubnetIds": ",".join(subnets),
+        "RouteTableIds": route_table,
+        "WebserverCidr": "203.0.113.7/32",
+    }
+    cloudformation.create_stack(
+        StackName="ddb-athena-dagster",
+        TemplateBody=json.dumps(body),
+        Parameters=[{"ParameterKey": key, "ParameterValue": value} for key, value in parameters.items()],
+        Capabilities=["CAPABILITY_IAM"],
+    )
+    outputs = {output["OutputKey"]: output["OutputValue"] for output in _wait(cloudformation, "ddb-athena-dagster")["Outputs"]}
+
+    ecs = settings.client("ecs")
+    (service,) = ecs.describe_services(cluster=outputs["ClusterName"], services=[outputs["PlatformServiceName"]])["services"]
+    definition = ecs.describe_task_definition(taskDefinition=service["taskDefinition"])["taskDefinition"]
+    (container,) = definition["containerDefinitions"]
+    variables = {variable["name"]: variable["value"] for variable in container["environment"]}
+    assert variables["DDB_ATHENA_BUCKET"] == data_outputs["BucketName"] and variables["DDB_ATHENA_NAMESPACE"] == settings.namespace
+    assert variables["DDB_ATHENA_BOOKS_CAPTURE"] == data_outputs["BooksCapture"] == "run"
+    assert json.loads(variables["DAGSTER_CONTAINER_CONTEXT"]) == {"ecs": {"task_role_arn": data_outputs["DagsterRunRoleArn"]}}
+    assert variables["DAGSTER_POSTGRES_HOST"] == outputs["DatabaseEndpoint"]
+    assert container["secrets"] == [{"name": "DAGSTER_POSTGRES_PASSWORD", "valueFrom": f"{secret}:password::"}]
+    endpoints = ec2.describe_vpc_endpoints(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["VpcEndpoints"]
+    assert sorted(endpoint["ServiceName"] for endpoint in endpoints) == ["com.amazonaws.us-east-1.dynamodb", "com.amazonaws.us-east-1.s3"]
+    assert all(endpoint["RouteTableIds"] == [route_table] for endpoint in endpoints)
