@@ -24,6 +24,7 @@ def resources_from_settings(settings: Settings, **sync_options) -> dict:
             region=settings.region,
             access_key_id=credentials.get("AWS_ACCESS_KEY_ID"),
             secret_access_key=credentials.get("AWS_SECRET_ACCESS_KEY"),
+            extra_config={"spark.driver.memory": settings.spark_driver_memory} if settings.spark_driver_memory else {},
         ),
         "orders_load": orders_load_runner(settings),
         "leases": WriterLeases(ttl_seconds=settings.writer_lease_seconds, stall_seconds=settings.writer_stall_seconds),

@@ -38,6 +38,11 @@ from ddb_athena_bench.task_limits import TaskLimits
 from ddb_athena_bench.volume import _books_table
 
 RESULTS = OUT / "cost.json"
+# The smallest task measured to hold the sync at 230 writes a second (0.25 vCPU / 2 GB and 0.5 vCPU / 2 GB were
+# killed at their memory limit: docs/performance-log.md); deploy/dagster.yaml gives runs this size.
+DEFAULT_TASK = billing.Task(0.5, 3)
+# The JVM's heap in that task (deploy/dagster_ecs.yaml sets the same for the runs: DDB_ATHENA_SPARK_DRIVER_MEMORY).
+DEFAULT_SPARK_MEMORY = "1536m"
 DOCS = REPO_ROOT / "docs" / "cost.md"
 
 
@@ -357,9 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--initial-books", type=int, default=1_000_000, help="1 GB of ~1 KB items")
     parser.add_argument("--summary-bytes", type=int, default=700)
     parser.add_argument("--shards", type=int, default=4)
-    parser.add_argument("--vcpu", type=float, default=0.5, help="the task's vCPU: the sync's CPU quota")
-    parser.add_argument("--memory-gb", type=float, default=3, help="the task's memory")
-    parser.add_argument("--spark-memory", default="1536m", help="the JVM's heap (spark.driver.memory)")
+    parser.add_argument("--vcpu", type=float, default=DEFAULT_TASK.vcpu, help="the task's vCPU: the sync's CPU quota")
+    parser.add_argument("--memory-gb", type=float, default=DEFAULT_TASK.memory_gb, help="the task's memory")
+    parser.add_argument("--spark-memory", default=DEFAULT_SPARK_MEMORY, help="the JVM's heap (spark.driver.memory)")
     parser.add_argument("--write-docs", action="store_true", help="write docs/cost.md from every cell measured so far")
     parser.add_argument("--docs-only", action="store_true", help="measure nothing: write docs/cost.md from the saved cells")
     arguments = parser.parse_args(argv)

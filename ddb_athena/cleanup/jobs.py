@@ -10,6 +10,9 @@ from ddb_athena.streamed.capture.commit_manifests import delete_committed_files
 
 # One cleanup run per table at a time (dagster.yaml).
 CLEANUP_TAG = "ddb_athena/cleanup"
+# On ECS (deploy/dagster.yaml's EcsRunLauncher): a cleanup is boto3 deletes, no Spark, so it takes Fargate's smallest
+# task with room for the run worker's Python; every other run takes the instance's default, the sync's measured size.
+SMALL_TASK_TAGS = {"ecs/cpu": "256", "ecs/memory": "1024"}
 
 
 class CleanupConfig(Config):
@@ -32,11 +35,14 @@ delete_committed_change_files = op(name="delete_committed_change_files", descrip
 delete_loaded_export_files = op(name="delete_loaded_export_files", description=DELETE_DESCRIPTION, pool=ORDERS_WRITER_POOL)(_delete_committed_source_files)
 
 
-@job(description="Deletes the books change files that commits consumed (requested by the cleanup sensor).")
+@job(description="Deletes the books change files that commits consumed (requested by the cleanup sensor).", tags=SMALL_TASK_TAGS)
 def books_source_cleanup():
     delete_committed_change_files()
 
 
-@job(description="Deletes the orders export files that loads consumed, after their retention (requested by the cleanup sensor).")
+@job(
+    description="Deletes the orders export files that loads consumed, after their retention (requested by the cleanup sensor).",
+    tags=SMALL_TASK_TAGS,
+)
 def orders_export_cleanup():
     delete_loaded_export_files()

@@ -1,6 +1,7 @@
 """Configuration from environment variables, with defaults that work on the local stack."""
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
@@ -77,6 +78,14 @@ def _hour(env: Mapping[str, str], name: str, default: int) -> int:
     return int(text)
 
 
+def _memory_size(env: Mapping[str, str], name: str) -> str | None:
+    """A JVM memory size (`1536m`, `2g`), or None when unset."""
+    text = env.get(name) or None
+    if text is not None and not re.fullmatch(r"[1-9][0-9]*[mMgG]", text):
+        raise SettingsError(f"{name}={text!r}: expected a JVM memory size like 1536m or 2g")
+    return text
+
+
 def _cleanup_interval(text: str) -> int:
     if not text.isdigit() or int(text) < MIN_CLEANUP_INTERVAL_SECONDS:
         raise SettingsError(f"DDB_ATHENA_CLEANUP_INTERVAL_SECONDS={text!r}: expected whole seconds, at least {MIN_CLEANUP_INTERVAL_SECONDS}")
@@ -111,6 +120,7 @@ class Settings:
     endpoint_environ: Mapping[str, str] = field(default_factory=dict)
     spark_master: str | None = "local[2]"
     spark_packages: str | None = None
+    spark_driver_memory: str | None = None
     orders_start_date: str = DEFAULT_ORDERS_START_DATE
     orders_schedule_hour: int = DEFAULT_ORDERS_SCHEDULE_HOUR
     parity_scan_hour: int = DEFAULT_PARITY_SCAN_HOUR
@@ -173,6 +183,7 @@ class Settings:
             # On a cluster the launcher sets the master; locally Spark runs in this process.
             spark_master=env.get("DDB_ATHENA_SPARK_MASTER") or ("local[2]" if local else None),
             spark_packages=env.get("DDB_ATHENA_SPARK_PACKAGES") or None,
+            spark_driver_memory=_memory_size(env, "DDB_ATHENA_SPARK_DRIVER_MEMORY"),
             orders_start_date=_start_date(env.get("DDB_ATHENA_ORDERS_START_DATE", DEFAULT_ORDERS_START_DATE)),
             orders_schedule_hour=_hour(env, "DDB_ATHENA_ORDERS_SCHEDULE_HOUR", DEFAULT_ORDERS_SCHEDULE_HOUR),
             parity_scan_hour=_hour(env, "DDB_ATHENA_PARITY_SCAN_HOUR", DEFAULT_PARITY_SCAN_HOUR),

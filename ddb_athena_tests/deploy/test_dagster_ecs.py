@@ -196,3 +196,17 @@ def test_the_platform_deploys_into_the_emulator_beside_a_data_stack(settings, tm
     endpoints = ec2.describe_vpc_endpoints(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["VpcEndpoints"]
     assert sorted(endpoint["ServiceName"] for endpoint in endpoints) == ["com.amazonaws.us-east-1.dynamodb", "com.amazonaws.us-east-1.s3"]
     assert all(endpoint["RouteTableIds"] == [route_table] for endpoint in endpoints)
+
+
+def test_a_run_takes_the_syncs_measured_task_unless_its_job_asks_for_less():
+    from ddb_athena.cleanup.jobs import books_source_cleanup, orders_export_cleanup
+    from ddb_athena_bench.bill import Task
+    from ddb_athena_bench.cost import DEFAULT_SPARK_MEMORY, DEFAULT_TASK
+
+    variables = {variable["Name"]: variable["Value"] for variable in platform_container()["Environment"]}
+    assert variables["DDB_ATHENA_SPARK_DRIVER_MEMORY"] == DEFAULT_SPARK_MEMORY
+    resources = yaml.safe_load(INSTANCE.read_text())["run_launcher"]["config"]["run_resources"]
+    # The bill's cells run within this size: the smallest measured to hold the sync (docs/performance-log.md).
+    assert Task(int(resources["cpu"]) / 1024, int(resources["memory"]) / 1024) == DEFAULT_TASK
+    for job in (books_source_cleanup, orders_export_cleanup):
+        assert Task(int(job.tags["ecs/cpu"]) / 1024, int(job.tags["ecs/memory"]) / 1024).memory_gb < DEFAULT_TASK.memory_gb

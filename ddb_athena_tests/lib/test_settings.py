@@ -38,6 +38,9 @@ def test_aws_profile():
         {"DDB_ATHENA_NAMESPACE": "library; drop"},
         {"DDB_ATHENA_CLEANUP_INTERVAL_SECONDS": "10"},
         {"DDB_ATHENA_CLEANUP_INTERVAL_SECONDS": "5m"},
+        {"DDB_ATHENA_SPARK_DRIVER_MEMORY": "1.5g"},
+        {"DDB_ATHENA_SPARK_DRIVER_MEMORY": "1536"},
+        {"DDB_ATHENA_SPARK_DRIVER_MEMORY": "2g -XX:+Unsafe"},
     ],
 )
 def test_bad_configuration_is_refused(environ):
@@ -190,3 +193,12 @@ def test_deletes_are_remembered_at_least_as_long_as_the_stream_keeps_changes():
     with pytest.raises(pydantic.ValidationError, match="tombstone_retention_days"):
         SyncSettings(bucket="b", books_table="books", tombstone_retention_days=0.5)
     assert SyncSettings(bucket="b", books_table="books", tombstone_retention_days=1).tombstone_retention_days == 1
+
+
+def test_the_spark_drivers_heap_is_the_deployments_choice_and_sparks_own_default_when_unset():
+    from ddb_athena.resources import resources_from_settings
+
+    unset = resources_from_settings(Settings.from_env({}))["spark"].spark_config()
+    assert "spark.driver.memory" not in unset
+    chosen = resources_from_settings(Settings.from_env({"DDB_ATHENA_SPARK_DRIVER_MEMORY": "1536m"}))["spark"].spark_config()
+    assert chosen["spark.driver.memory"] == "1536m"
