@@ -4,6 +4,7 @@ import warnings
 
 from dagster import DefaultSensorStatus, Definitions, SupersessionWarning, build_sensor_for_freshness_checks, in_process_executor
 
+from ddb_athena.alerts.sensors import alert_on_failed_run, alert_on_red_checks
 from ddb_athena.cleanup.jobs import books_source_cleanup, orders_export_cleanup
 from ddb_athena.cleanup.sensors import cleanup_after_materialization
 from ddb_athena.exported.assets import orders_athena, orders_export
@@ -46,7 +47,7 @@ defs = Definitions(
     ],
     jobs=[books_sync_job, books_bootstrap, books_key_parity, books_source_cleanup, orders_export_cleanup, books_maintenance, orders_daily],
     schedules=[books_every_minute, books_key_parity_daily, orders_daily_schedule],
-    sensors=[cleanup_after_materialization, freshness_sensor],
+    sensors=[cleanup_after_materialization, freshness_sensor, alert_on_failed_run, alert_on_red_checks],
     resources=resources_from_settings(Settings.from_env()),
     # Every job, `dagster asset materialize` included, runs in one process: one SparkSession per run.
     executor=in_process_executor,

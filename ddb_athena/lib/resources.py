@@ -200,6 +200,14 @@ class SyncSettings(ConfigurableResource):
         description="the capture Lambda's on-failure queue (the stack's CaptureFailureQueueUrl): batches it gave up on, "
         "which turn books_capture_failures red until `ddb-athena replay-failures` captures them again",
     )
+    alert_topic_arn: str | None = Field(
+        default=None,
+        pattern=r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]{1,256}$",
+        description="the SNS topic a failed run or a check turning red is published to, once an incident (the data stack's AlertTopicArn); unset: no alerts",
+    )
+    dagster_url: str | None = Field(
+        default=None, description="the Dagster webserver's URL, for the links in alerts (and the CLI's --url); unset: links are paths"
+    )
     backlog_limit_minutes: float = Field(default=2.0, ge=0, description="oldest unmerged change file allowed, in minutes")
     sync_run_minutes: float = Field(
         default=DEFAULT_SYNC_RUN_MINUTES,

@@ -65,6 +65,9 @@ def call_resources(call: AwsCall) -> list[str]:
         # Its stream is named only inside the shard iterator, which GetShardIterator (checked with its StreamArn)
         # gave out; the code reads one stream, the books table's.
         return [f"arn:aws:dynamodb:{region}:{ACCOUNT}:table/{BOOKS_TABLE}/stream/2026-01-01T00:00:00.000"]
+    if call.service == "sns":
+        # The tests' topics have names of their own; the code publishes to one topic, the stack's AlertTopic.
+        return [f"arn:aws:sns:{region}:{ACCOUNT}:{STACK}-AlertTopic"]
     if call.service == "sqs":
         # Named by its URL, which IAM does not check; the code uses one queue, the capture Lambda's failure queue.
         return [f"arn:aws:sqs:{region}:{ACCOUNT}:{STACK}-CaptureFailureQueue"]
@@ -131,7 +134,7 @@ class Deployment:
             "BooksCapture": self.books_capture,
             "CaptureCodeBucket": "code-bucket",
             "CaptureCodeKey": "ddb_athena/streamed/capture-lambda.zip",
-            "AlarmTopicArn": "",
+            "AlertEmail": "",
             "EnableEmrServerless": str(self.emr_serverless).lower(),
             "EmrReleaseLabel": "emr-7.12.0",
             "AWS::Partition": "aws",
@@ -150,7 +153,7 @@ class Resolver:
             "WithEmrServerless": parameters["EnableEmrServerless"] == "true",
             "WithCaptureLambda": parameters["BooksCapture"] == "lambda",
             "RunReadsStream": parameters["BooksCapture"] == "run",
-            "WithAlarmTopic": parameters["AlarmTopicArn"] != "",
+            "WithAlertEmail": parameters["AlertEmail"] != "",
         }
         assert set(self.conditions) == set(template["Conditions"]), "a new condition: teach the resolver"
 
@@ -160,6 +163,7 @@ class Resolver:
         return {
             "AWS::S3::Bucket": self.parameters["ExistingBucketName"] or "created-bucket",
             "AWS::SQS::Queue": f"arn:aws:sqs:{region}:{ACCOUNT}:{stack}-{name}",
+            "AWS::SNS::Topic": f"arn:aws:sns:{region}:{ACCOUNT}:{stack}-{name}",
             "AWS::Logs::LogGroup": f"arn:aws:logs:{region}:{ACCOUNT}:log-group:{self._log_group_name(name)}:*",
             "AWS::IAM::Role": f"arn:aws:iam::{ACCOUNT}:role/{stack}-{name}",
             "AWS::EMRServerless::Application": f"arn:aws:emr-serverless:{region}:{ACCOUNT}:/applications/{EMR_APPLICATION_ID}",

@@ -192,6 +192,7 @@ def test_the_platform_deploys_into_the_emulator_beside_a_data_stack(settings, tm
     assert variables["DDB_ATHENA_BOOKS_CAPTURE"] == data_outputs["BooksCapture"] == "run"
     assert json.loads(variables["DAGSTER_CONTAINER_CONTEXT"]) == {"ecs": {"task_role_arn": data_outputs["DagsterRunRoleArn"]}}
     assert variables["DAGSTER_POSTGRES_HOST"] == outputs["DatabaseEndpoint"]
+    assert variables["DDB_ATHENA_ALERT_TOPIC_ARN"] == data_outputs["AlertTopicArn"] and variables["DDB_ATHENA_DAGSTER_URL"] == ""
     assert container["secrets"] == [{"name": "DAGSTER_POSTGRES_PASSWORD", "valueFrom": f"{secret}:password::"}]
     endpoints = ec2.describe_vpc_endpoints(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["VpcEndpoints"]
     assert sorted(endpoint["ServiceName"] for endpoint in endpoints) == ["com.amazonaws.us-east-1.dynamodb", "com.amazonaws.us-east-1.s3"]

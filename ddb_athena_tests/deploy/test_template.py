@@ -155,12 +155,15 @@ def test_the_stack_deploys_into_the_emulator(settings, tmp_path, principal, book
     trusted = role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]["Service"]
     assert trusted == {"ecs-task": "ecs-tasks.amazonaws.com", "ec2-instance": "ec2.amazonaws.com"}[principal]
     assert ("DagsterInstanceProfileArn" in outputs) == (principal == "ec2-instance")
+    assert outputs["AlertTopicArn"] in [topic["TopicArn"] for topic in settings.client("sns").list_topics()["Topics"]]
 
 
-def test_the_capture_alarms_on_its_errors_its_lag_and_its_failed_batches():
+def test_the_capture_alarms_on_its_errors_its_lag_and_its_failed_batches_to_the_alert_topic():
     resources = template()["Resources"]
     alarms = {resource["Properties"]["MetricName"]: resource for resource in resources.values() if resource["Type"] == "AWS::CloudWatch::Alarm"}
     assert set(alarms) == {"Errors", "IteratorAge", "ApproximateNumberOfMessagesVisible"}
     assert all(alarm["Condition"] == "WithCaptureLambda" and alarm["Properties"]["Threshold"] >= 0 for alarm in alarms.values())
+    # Every alarm tells the one topic the alert sensors publish to.
+    assert all(alarm["Properties"]["AlarmActions"] == [{"Ref": "AlertTopic"}] for alarm in alarms.values())
     assert alarms["IteratorAge"]["Properties"]["Threshold"] <= 120_000  # milliseconds: the freshness promise
     assert alarms["ApproximateNumberOfMessagesVisible"]["Properties"]["Dimensions"][0]["Value"] == {"Fn::GetAtt": ["CaptureFailureQueue", "QueueName"]}

@@ -84,8 +84,13 @@ def test_every_sync_setting_comes_from_its_variable_for_the_runs_schedules_and_s
     for name, field in SyncSettings.model_fields.items():
         if name in DEPLOYMENT_FIELDS or name == "books_capture":
             continue
-        if name == "capture_failure_queue_url":
-            value = "https://sqs.example/queue"
+        examples = {
+            "capture_failure_queue_url": "https://sqs.example/queue",
+            "alert_topic_arn": "arn:aws:sns:us-east-1:123456789012:alerts",
+            "dagster_url": "https://dagster.example.com",
+        }
+        if name in examples:
+            value = examples[name]
         else:
             upper = next((rule.le for rule in field.metadata if hasattr(rule, "le")), None)
             value = field.default + 1 if upper is None or field.default + 1 <= upper else (field.default + upper) / 2
@@ -93,6 +98,8 @@ def test_every_sync_setting_comes_from_its_variable_for_the_runs_schedules_and_s
         assert getattr(sync_settings(Settings.from_env({setting_variable(name): str(value)})), name) == value, name
     assert sync_settings(Settings.from_env({"DDB_ATHENA_BOOKS_CAPTURE": "lambda"})).books_capture == "lambda"
     assert sync_settings(Settings.from_env({"DDB_ATHENA_BUCKET": "prod"})).bucket == "prod"
+    with pytest.raises(SettingsError, match="DDB_ATHENA_ALERT_TOPIC_ARN"):
+        sync_settings(Settings.from_env({"DDB_ATHENA_ALERT_TOPIC_ARN": "alerts"}))
 
 
 def test_the_longest_interval_is_never_shorter_than_a_longer_merge_interval_left_unset():
