@@ -3,9 +3,11 @@
 Each call is attributed to the principal that makes it in a deployment, from where in `ddb_athena` it
 comes: the capture Lambda's handler, the operator's tools (`ddb-athena init/seed/simulate`, run with a
 person's own credentials, never by a role of the stack), or else Dagster and its runs (also from the threads
-in which dagster-aws's Pipes readers poll CloudWatch Logs). A call whose nearest
+in which dagster-aws's Pipes readers poll CloudWatch Logs). On ECS, Dagster's own processes have a role of their
+own (deploy/dagster_ecs.yaml's PlatformRole): the EcsRunLauncher, the webserver reading run logs from S3, and the
+alert sensors, which on one host (DagsterPrincipal ec2-instance) are the runs' role's too. A call whose nearest
 project frame is a test's (setting up or reading the emulator, also from inside a callback the code calls)
-is the tests' own and is not kept.
+is the tests' own and is not kept, unless it is made by the launcher or the log reader (a test drives them).
 """
 
 import os
@@ -24,6 +26,10 @@ TESTS_DIR = Path(__file__).resolve().parent
 # As its frames name it (a virtualenv reached through a symbolic link stays unresolved there).
 DAGSTER_AWS_DIR = Path(dagster_aws.__file__).parent
 CAPTURE_LAMBDA, DAGSTER_RUNS, SPARK_JOB, OPERATOR = "capture_lambda", "dagster_runs", "spark_job", "operator"
+PLATFORM = "dagster_platform"
+ALERTS_DIR = PACKAGE_DIR / "alerts"
+# dagster-aws's code that runs in the platform's processes: the run launcher (daemon, webserver) and the run log reader.
+PLATFORM_LIBRARY = (DAGSTER_AWS_DIR / "ecs", DAGSTER_AWS_DIR / "s3" / "compute_log_manager.py")
 LAMBDA_MODULE = PACKAGE_DIR / "streamed" / "capture" / "lambda_handler.py"
 # ... and `ddb-athena replay-failures` (streamed/capture/failed_batches.py; its queue-depth reading, made from a check, is the
 # runs': a call is the operator's when the outermost package frame is one of these).
@@ -43,6 +49,14 @@ RESOURCE_PARAMETERS = (
     "executionRoleArn",
     "logGroupName",
     "logStreamName",
+    "TopicArn",
+    "cluster",
+    "taskDefinition",
+    "tasks",
+    "task",
+    "family",
+    "taskRoleArn",
+    "executionRoleArn",
 )
 
 
@@ -64,37 +78,50 @@ recorded: list[AwsCall] = []
 SUITE_CALLS_MARKER = "suite_calls"
 
 
-def _principal(package_frames: list[Path]) -> str:
+def _principals(package_frames: list[Path]) -> list[str]:
     if LAMBDA_MODULE in package_frames:
-        return CAPTURE_LAMBDA
-    return OPERATOR if package_frames[0] in OPERATOR_MODULES else DAGSTER_RUNS
+        return [CAPTURE_LAMBDA]
+    if any(frame.is_relative_to(ALERTS_DIR) for frame in package_frames):
+        return [PLATFORM, DAGSTER_RUNS]
+    return [OPERATOR if package_frames[0] in OPERATOR_MODULES else DAGSTER_RUNS]
 
 
 def _record(params, model, context=None, **_):
-    frame, package_frames, innermost, pipes_thread = sys._getframe(1), [], None, None
+    frame, package_frames, innermost, library, platform = sys._getframe(1), [], None, None, None
     while frame is not None:
         path = Path(frame.f_code.co_filename)
         if path.is_relative_to(TESTS_DIR) and innermost is None:
-            return  # the test's own call
+            if platform is None:
+                return  # the test's own call
+            break  # the platform's library, driven by a test
         if path.is_relative_to(PACKAGE_DIR):
             package_frames.append(path.resolve())
             innermost = innermost or f"{path.relative_to(PACKAGE_DIR)}:{frame.f_code.co_name}"
         elif path.is_relative_to(DAGSTER_AWS_DIR):
-            pipes_thread = pipes_thread or f"dagster_aws/{path.relative_to(DAGSTER_AWS_DIR)}:{frame.f_code.co_name}"
+            library = library or f"dagster_aws/{path.relative_to(DAGSTER_AWS_DIR)}:{frame.f_code.co_name}"
+            if any(path.is_relative_to(part) for part in PLATFORM_LIBRARY):
+                platform = platform or library
         frame = frame.f_back
-    if not package_frames and pipes_thread:
+    if platform and not package_frames:
+        principals, innermost = [PLATFORM], platform
+    elif not package_frames and library:
         # dagster-aws's Pipes message readers poll in threads of their own, started by the run's Pipes client.
-        package_frames, innermost = [DAGSTER_AWS_DIR], pipes_thread
-    if not package_frames:
+        principals, innermost = [DAGSTER_RUNS], library
+    elif package_frames:
+        package_frames.reverse()  # outermost first
+        principals = _principals(package_frames)
+    else:
         return
-    package_frames.reverse()  # outermost first
-    named = [(name, params[name]) for name in RESOURCE_PARAMETERS if name in params]
-    if params.get("tags"):
-        named.append(("tags", ",".join(sorted(params["tags"]))))
+    # A list of names (ECS's tasks) as one value.
+    named = [(name, ",".join(params[name]) if isinstance(params[name], list) else params[name]) for name in RESOURCE_PARAMETERS if name in params]
+    if tags := params.get("tags"):
+        # EMR's a mapping, ECS's a list of {key, value}.
+        named.append(("tags", ",".join(sorted(tags) if isinstance(tags, dict) else sorted(tag["key"] for tag in tags))))
     if model.name == "DeleteObjects":
         named += [("Key", entry["Key"]) for entry in params["Delete"]["Objects"]]
     region = (context or {}).get("client_region") or "us-east-1"
-    recorded.append(AwsCall(_principal(package_frames), model.service_model.signing_name, model.name, region, tuple(named), innermost))
+    for principal in principals:
+        recorded.append(AwsCall(principal, model.service_model.signing_name, model.name, region, tuple(named), innermost))
 
 
 def install() -> None:

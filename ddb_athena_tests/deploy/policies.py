@@ -14,9 +14,10 @@ from functools import cache
 from cfnlint.decode import decode_str
 
 from ddb_athena.lib.settings import REPO_ROOT
-from ddb_athena_tests.aws_calls import AwsCall
+from ddb_athena_tests.aws_calls import PLATFORM, AwsCall
 
 TEMPLATE = REPO_ROOT / "deploy" / "ddb_athena.yaml"
+PLATFORM_TEMPLATE = REPO_ROOT / "deploy" / "dagster_ecs.yaml"
 ACCOUNT = "123456789012"  # moto's account: the calls' ARNs carry it
 BOOKS_TABLE, ORDERS_TABLE = "books", "orders"
 STACK = "ddb-athena"
@@ -36,8 +37,8 @@ S3_ACTIONS = {
 }
 
 
-def load_template() -> dict:
-    parsed, problems = decode_str(TEMPLATE.read_text())
+def load_template(path=TEMPLATE) -> dict:
+    parsed, problems = decode_str(path.read_text())
     assert not problems
     return json.loads(json.dumps(parsed))
 
@@ -92,11 +93,35 @@ def iam_requests(call: AwsCall) -> list[tuple[str, list[str]]]:
             # Tags given at creation are authorized as tagging the new job run.
             return requests + ([("emr-serverless:TagResource", [f"{application}/jobruns/*"])] if call.param("tags") else [])
         return [(f"emr-serverless:{call.operation}", [f"{application}/jobruns/{call.param('jobRunId')}"])]
+    if call.service == "ecs":
+        return _ecs_requests(call)
     if call.service == "logs":
         group = f"arn:aws:logs:{region}:{ACCOUNT}:log-group:{call.param('logGroupName')}"
         stream = call.param("logStreamName")
         return [(f"logs:{call.operation}", [f"{group}:log-stream:{stream}" if stream else f"{group}:*"])]
     return [(action, call_resources(call)) for action in iam_actions(call)]
+
+
+def _ecs_requests(call: AwsCall) -> list[tuple[str, list[str]]]:
+    """ECS's resources by ARN (a task definition named by its family is its latest revision), and the roles a task
+    definition passes to ECS."""
+    prefix = f"arn:aws:ecs:{call.region}:{ACCOUNT}"
+
+    def task_definition(name: str) -> str:
+        return name if name.startswith("arn:") else f"{prefix}:task-definition/{name if ':' in name else name + ':1'}"
+
+    if call.operation == "RegisterTaskDefinition":
+        roles = [role for role in (call.param("taskRoleArn"), call.param("executionRoleArn")) if role]
+        return [("ecs:RegisterTaskDefinition", ["*"])] + [("iam:PassRole", [role]) for role in roles]
+    if call.operation == "DescribeTaskDefinition":
+        return [("ecs:DescribeTaskDefinition", ["*"])]
+    if call.operation == "RunTask":
+        tasks = f"{prefix}:task/{call.param('cluster')}/*"
+        requests = [("ecs:RunTask", [task_definition(call.param("taskDefinition"))])]
+        # Tags given at creation are authorized as tagging the new task.
+        return requests + ([("ecs:TagResource", [tasks])] if call.param("tags") else [])
+    named = call.param("tasks") or call.param("task") or ""
+    return [(f"ecs:{call.operation}", [name for name in named.split(",") if name])]
 
 
 @dataclass(frozen=True)
@@ -205,17 +230,49 @@ class Resolver:
         raise AssertionError(f"the template uses {function}: teach the resolver")
 
 
+class PlatformResolver(Resolver):
+    """The platform stack's: its clusters and roles by name, the data stack's exports by value."""
+
+    def __init__(self, template: dict, parameters: dict, imports: dict[str, str]):
+        self.template, self.parameters, self.imports, self.conditions = template, parameters, imports, {}
+
+    def physical(self, name: str) -> str:
+        kind = self.template["Resources"][name]["Type"]
+        return {"AWS::ECS::Cluster": STACK, "AWS::IAM::Role": f"arn:aws:iam::{ACCOUNT}:role/{STACK}-dagster-{name}"}.get(kind, name)
+
+    def resolve(self, value):
+        if isinstance(value, dict) and set(value) == {"Fn::ImportValue"}:
+            return self.imports[self.resolve(value["Fn::ImportValue"])]
+        return super().resolve(value)
+
+
 ROLES = {
     "capture_lambda": ["CaptureFunctionRole"],
     "dagster_runs": ["DagsterRunRole", "DagsterEmrServerlessPolicy", "DagsterStreamCapturePolicy", "DagsterCaptureFailuresPolicy"],
     "spark_job": ["SparkJobRole"],
+    PLATFORM: ["PlatformRole"],
 }
+# The platform stack's parameters, and the data stack's exports it imports, in one deployment.
+PLATFORM_PARAMETERS = {"DataStackName": STACK, "RunFamilyPrefix": "ddb_athena"}
+
+
+def platform_imports(bucket: str, region: str) -> dict[str, str]:
+    return {
+        f"{STACK}-BucketName": bucket,
+        f"{STACK}-DagsterRunRoleArn": f"arn:aws:iam::{ACCOUNT}:role/{STACK}-DagsterRunRole",
+        f"{STACK}-AlertTopicArn": f"arn:aws:sns:{region}:{ACCOUNT}:{STACK}-AlertTopic",
+    }
 
 
 @cache
 def statements(deployment: Deployment, principal: str, bucket: str) -> tuple[dict, ...]:
-    template = load_template()
-    resolver = Resolver(template, deployment.parameters(bucket))
+    if principal == PLATFORM:
+        template = load_template(PLATFORM_TEMPLATE)
+        parameters = {**deployment.parameters(bucket), **PLATFORM_PARAMETERS}
+        resolver = PlatformResolver(template, parameters, platform_imports(bucket, deployment.region))
+    else:
+        template = load_template()
+        resolver = Resolver(template, deployment.parameters(bucket))
     found = []
     for name in ROLES[principal]:
         resource = template["Resources"][name]
@@ -244,7 +301,8 @@ def _conditions_hold(statement: dict, call: AwsCall) -> bool:
             if (operator, key) == ("StringLike", "s3:prefix"):
                 holds = any(fnmatchcase(call.param("Prefix", ""), pattern) for pattern in as_list(patterns))
             elif (operator, key) == ("StringEquals", "iam:PassedToService"):
-                holds = f"{call.service}.amazonaws.com" in as_list(patterns)  # the service the call passes the role to
+                # The service the call passes the role to (a task definition's roles: ECS's tasks).
+                holds = {"ecs": "ecs-tasks.amazonaws.com"}.get(call.service, f"{call.service}.amazonaws.com") in as_list(patterns)
             else:
                 raise AssertionError(f"condition {operator} {key}: teach the evaluator")
             if not holds:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ddb_athena_tests import aws_calls
-from ddb_athena_tests.aws_calls import CAPTURE_LAMBDA, DAGSTER_RUNS, SPARK_JOB, AwsCall, recorded
+from ddb_athena_tests.aws_calls import CAPTURE_LAMBDA, DAGSTER_RUNS, PLATFORM, SPARK_JOB, AwsCall, recorded
 from ddb_athena_tests.deploy.policies import ROLES, Deployment, allows, granted_actions, iam_requests, statements
 
 LAMBDA_SERVICE = "made by AWS Lambda with the function's role, not by the handler"
@@ -36,6 +36,8 @@ UNSEEN_BY_BOTOCORE = {
         "glue:UpdateTable": GLUE_CATALOG,
         "s3:AbortMultipartUpload": S3_FILE_IO,
     },
+    # Dagster's own processes on ECS (deploy/dagster_ecs.yaml): the launcher, the UI's run logs, the alert sensors.
+    PLATFORM: {},
     # The orders load on EMR Serverless: all of it in the job's JVM (its Pipes messages go to stdout, no AWS call).
     SPARK_JOB: {
         "s3:GetObject": EXPORT_READ + "; " + S3_FILE_IO + "; the job reads its launching run's writer lease before its MERGE",
@@ -99,6 +101,16 @@ def test_the_evaluator_refuses_what_the_roles_do_not_grant():
     stream = "arn:aws:dynamodb:us-east-1:123456789012:table/books/stream/2026-01-01T00:00:00.000"
     assert not allows(lambda_mode, DAGSTER_RUNS, call(DAGSTER_RUNS, "dynamodb", "DescribeStream", StreamArn=stream))
     assert allows(run_mode, DAGSTER_RUNS, call(DAGSTER_RUNS, "dynamodb", "DescribeStream", StreamArn=stream))
+    # The platform's role: its own cluster's tasks, its own prefix's task definitions, the runs' role passed to ECS.
+    task = "arn:aws:ecs:us-east-1:123456789012:task/ddb-athena/0abc"
+    assert allows(lambda_mode, PLATFORM, call(PLATFORM, "ecs", "StopTask", cluster="ddb-athena", task=task))
+    assert not allows(lambda_mode, PLATFORM, call(PLATFORM, "ecs", "StopTask", cluster="other", task=task.replace("ddb-athena", "other")))
+    assert allows(lambda_mode, PLATFORM, call(PLATFORM, "ecs", "RunTask", cluster="ddb-athena", taskDefinition="ddb_athena_a_b_c:3"))
+    assert not allows(lambda_mode, PLATFORM, call(PLATFORM, "ecs", "RunTask", cluster="ddb-athena", taskDefinition="someone_elses:3"))
+    runs_role = "arn:aws:iam::123456789012:role/ddb-athena-DagsterRunRole"
+    assert allows(lambda_mode, PLATFORM, call(PLATFORM, "ecs", "RegisterTaskDefinition", family="ddb_athena_a", taskRoleArn=runs_role))
+    admin = runs_role.replace("DagsterRunRole", "Admin")
+    assert not allows(lambda_mode, PLATFORM, call(PLATFORM, "ecs", "RegisterTaskDefinition", family="ddb_athena_a", taskRoleArn=admin))
 
 
 @pytest.mark.suite_calls

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance
 from dagster._core.launcher import WorkerStatus
+from dagster._core.storage.compute_log_manager import ComputeIOType
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import WorkspaceFileTarget
 
@@ -164,6 +165,14 @@ def test_the_ecs_run_launcher_starts_a_runs_task_checks_its_health_and_terminate
     assert details["subnetId"] == daemon_task["subnet"]
 
     with DagsterInstance.get() as instance:
+        # The UI shows the run's logs from S3, where its task uploads them (here: as the run would).
+        log_key = [run.run_id, "compute_logs", "books_maintenance"]
+        logs = instance.compute_log_manager
+        uploaded = f"dagster/compute-logs/storage/{run.run_id}/compute_logs/books_maintenance.err"
+        settings.client("s3").put_object(Bucket=settings.bucket, Key=uploaded, Body=b"a line")
+        assert logs.get_log_keys_for_log_key_prefix([run.run_id, "compute_logs"], ComputeIOType.STDERR) == [log_key]
+        logs.download_from_cloud_storage(log_key, ComputeIOType.STDERR)
+        assert logs.get_log_data(log_key).stderr == b"a line"
         assert instance.run_launcher.check_run_worker_health(run).status == WorkerStatus.RUNNING
         assert instance.run_launcher.terminate(run.run_id)
         (task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[task_arn])["tasks"]
