@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test test-image test-fast dev bench bench-bootstrap bench-capture bench-cost bench-freshness bench-requests bench-volume bench-sync-cpu bench-sync-phases lambda emr-job lint clean
+.PHONY: install test test-image test-fast dev bench bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-requests bench-volume bench-sync-cpu bench-sync-phases lambda emr-job lint clean
 
 install: $(INSTALLED)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing.
@@ -49,6 +49,11 @@ bench: install
 	$(BIN)/python -m ddb_athena_bench.orders_load
 
 # Peak RSS of a books bootstrap's scan of 100k and 1M items of ~1 KB: snapshot parts of 64 MB against one object.
+# The platform task's memory and CPU (deploy/dagster_ecs.yaml's sizes): its container, idle but ticking, over MINUTES.
+# Needs Docker and an image built from deploy/Dockerfile (IMAGE; see ddb_athena_bench/platform_size.py).
+bench-platform: install
+	$(BIN)/python -m ddb_athena_bench.platform_size $${IMAGE:+--image $$IMAGE} $${MINUTES:+--minutes $$MINUTES}
+
 bench-bootstrap: install
 	$(BIN)/python -m ddb_athena_bench.bootstrap_memory
 

@@ -47,7 +47,8 @@ setup(
         # `make bench`: DuckDB is the near-the-limit reference for the orders load; `make bench-freshness` reads
         # library.books with PyIceberg (not our Spark, as Athena reads it), draws with matplotlib.
         # The benchmarks meter their process trees' CPU and memory with psutil.
-        "bench": ["duckdb>=1.1", "pyiceberg[pyarrow]==0.12.*", "matplotlib>=3.8", "psutil>=5.9"],
+        # `make bench-platform` runs the platform container against a real PostgreSQL (pgserver's binaries).
+        "bench": ["duckdb>=1.1", "pyiceberg[pyarrow]==0.12.*", "matplotlib>=3.8", "psutil>=5.9", "pgserver>=0.1.4"],
     },
     entry_points={"console_scripts": ["ddb-athena=ddb_athena.dev.cli:main"]},
 )

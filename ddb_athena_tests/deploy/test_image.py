@@ -146,7 +146,7 @@ def test_the_platform_container_serves_the_ui_from_its_code_server_and_its_daemo
     from dagster import DagsterInstance
     from dagster_graphql import DagsterGraphQLClient
 
-    from ddb_athena_tests.postgres_server import postgres_server
+    from ddb_athena_bench.postgres_server import postgres_server
     from ddb_athena_tests.stack.test_one_writer import free_port, wait_for
 
     tag, _ = image

@@ -16,7 +16,7 @@ from dagster._core.storage.compute_log_manager import ComputeIOType
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import WorkspaceFileTarget
 
-from ddb_athena_tests.postgres_server import postgres_server
+from ddb_athena_bench.postgres_server import postgres_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = "ddb-athena"

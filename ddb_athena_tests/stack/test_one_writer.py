@@ -26,7 +26,7 @@ from dagster_graphql import DagsterGraphQLClient
 from ddb_athena.dev.local_runs import limit_writer_pools
 from ddb_athena.dev.simulate import BookSimulator, order_item
 from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL, ORDERS_WRITER_POOL, WRITER_POOLS
-from ddb_athena_tests.postgres_server import postgres_server
+from ddb_athena_bench.postgres_server import postgres_server
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

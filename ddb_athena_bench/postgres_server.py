@@ -1,5 +1,6 @@
-"""A real PostgreSQL server for the tests of a deployment's instance (deploy/dagster.yaml): the binaries of the
-`pgserver` package, listening on loopback TCP with a password, as RDS does (pgserver itself only opens a socket)."""
+"""A real PostgreSQL server for the tests and benchmarks of a deployment's instance (deploy/dagster.yaml): the binaries
+of the `pgserver` package, listening on loopback TCP with a password, as RDS does (pgserver itself only opens a
+socket)."""
 
 import os
 import shutil
