@@ -5,19 +5,15 @@ data stack, of every resource type moto can create."""
 
 import json
 import re
-import time
 
 import yaml
 from cfnlint.api import ManualArgs, lint_file
-from cfnlint.decode import decode_str
 
 from ddb_athena.lib.settings import REPO_ROOT
-from ddb_athena_build.packaging import build_zip
-from ddb_athena_tests.deploy.policies import as_list
+from ddb_athena_tests.deploy.policies import PLATFORM_TEMPLATE as TEMPLATE
 from ddb_athena_tests.deploy.policies import load_template as data_template
-from ddb_athena_tests.deploy.test_template import emulated, policy_statements
+from ddb_athena_tests.deploy.test_template import assert_named_and_scoped, created_stack, data_stack, policy_statements
 
-TEMPLATE = REPO_ROOT / "deploy" / "dagster_ecs.yaml"
 INSTANCE = REPO_ROOT / "deploy" / "dagster.yaml"
 # IAM actions without resource-level permissions.
 UNSCOPABLE_ACTIONS = {"ecs:RegisterTaskDefinition", "ecs:DescribeTaskDefinition", "ec2:DescribeNetworkInterfaces"}
@@ -28,9 +24,7 @@ GLUE_DATABASE_IMPORT = {"Fn::ImportValue": {"Fn::Sub": "${DataStackName}-GlueDat
 
 
 def template() -> dict:
-    parsed, problems = decode_str(TEMPLATE.read_text())
-    assert not problems
-    return json.loads(json.dumps(parsed))
+    return data_template(TEMPLATE)
 
 
 def platform_container() -> dict:
@@ -98,12 +92,7 @@ def test_every_import_is_an_export_of_the_data_stack():
 def test_policies_name_their_actions_and_scope_their_resources():
     statements = list(policy_statements(template()["Resources"]))
     assert {name for name, _ in statements} == {"ExecutionRole", "PlatformRole"}
-    for name, statement in statements:
-        actions = as_list(statement["Action"])
-        assert statement["Effect"] == "Allow" and "NotAction" not in statement and "NotResource" not in statement
-        assert not any("*" in action for action in actions), (name, actions)
-        if "*" in as_list(statement["Resource"]):
-            assert set(actions) <= UNSCOPABLE_ACTIONS, (name, actions)
+    assert_named_and_scoped(statements, UNSCOPABLE_ACTIONS)
 
 
 def test_the_instance_launches_runs_under_the_platforms_prefix_with_the_runs_role():
@@ -128,35 +117,9 @@ def emulated_platform(secret_arn: str, database: str) -> dict:
     return json.loads(text)
 
 
-def _wait(cloudformation, name: str) -> dict:
-    deadline = time.monotonic() + 120
-    while (stack := cloudformation.describe_stacks(StackName=name)["Stacks"][0])["StackStatus"].endswith("IN_PROGRESS"):
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
-    assert stack["StackStatus"] == "CREATE_COMPLETE", stack.get("StackStatusReason")
-    return stack
-
-
 def test_the_platform_deploys_into_the_emulator_beside_a_data_stack(settings, tmp_path):
-    s3, cloudformation, ec2 = settings.client("s3"), settings.client("cloudformation"), settings.client("ec2")
-    archive = tmp_path / "capture-lambda.zip"
-    build_zip(archive)
-    s3.create_bucket(Bucket="code-bucket")
-    s3.upload_file(str(archive), "code-bucket", "ddb_athena/streamed/capture-lambda.zip")
-    stream_arn = settings.client("dynamodb").describe_table(TableName=settings.books_table)["Table"]["LatestStreamArn"]
-    data_parameters = {
-        "BooksTableName": settings.books_table,
-        "BooksStreamArn": stream_arn,
-        "OrdersTableName": settings.orders_table,
-        "CaptureCodeBucket": "code-bucket",
-    }
-    cloudformation.create_stack(
-        StackName="ddb-athena",
-        TemplateBody=json.dumps(emulated(data_template())),
-        Parameters=[{"ParameterKey": key, "ParameterValue": value} for key, value in data_parameters.items()],
-        Capabilities=["CAPABILITY_IAM"],
-    )
-    data_outputs = {output["OutputKey"]: output["OutputValue"] for output in _wait(cloudformation, "ddb-athena")["Outputs"]}
+    cloudformation, ec2 = settings.client("cloudformation"), settings.client("ec2")
+    data_outputs = {output["OutputKey"]: output["OutputValue"] for output in data_stack(settings, tmp_path)["Outputs"]}
 
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnets = [
@@ -175,13 +138,7 @@ def test_the_platform_deploys_into_the_emulator_beside_a_data_stack(settings, tm
         "RouteTableIds": route_table,
         "WebserverCidr": "203.0.113.7/32",
     }
-    cloudformation.create_stack(
-        StackName="ddb-athena-dagster",
-        TemplateBody=json.dumps(body),
-        Parameters=[{"ParameterKey": key, "ParameterValue": value} for key, value in parameters.items()],
-        Capabilities=["CAPABILITY_IAM"],
-    )
-    outputs = {output["OutputKey"]: output["OutputValue"] for output in _wait(cloudformation, "ddb-athena-dagster")["Outputs"]}
+    outputs = {output["OutputKey"]: output["OutputValue"] for output in created_stack(cloudformation, "ddb-athena-dagster", body, parameters)["Outputs"]}
 
     ecs = settings.client("ecs")
     (service,) = ecs.describe_services(cluster=outputs["ClusterName"], services=[outputs["PlatformServiceName"]])["services"]

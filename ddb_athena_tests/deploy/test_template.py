@@ -82,12 +82,17 @@ def test_policies_name_their_actions_and_scope_their_resources():
         "DagsterCaptureFailuresPolicy",
         "SparkJobRole",
     }
+    assert_named_and_scoped(statements, UNSCOPABLE_ACTIONS)
+
+
+def assert_named_and_scoped(statements: list[tuple[str, dict]], unscopable: set[str]) -> None:
+    """Allow statements only, no `*` in an action, `*` as a resource only for actions IAM cannot scope."""
     for name, statement in statements:
         actions = as_list(statement["Action"])
         assert statement["Effect"] == "Allow" and "NotAction" not in statement and "NotResource" not in statement
         assert not any("*" in action for action in actions), (name, actions)
         if "*" in as_list(statement["Resource"]):
-            assert set(actions) <= UNSCOPABLE_ACTIONS, (name, actions)
+            assert set(actions) <= unscopable, (name, actions)
 
 
 def test_the_capture_mapping_retries_boundedly_and_never_blocks_a_shard():
@@ -111,33 +116,40 @@ def emulated(body: dict) -> dict:
     return body
 
 
-@pytest.mark.parametrize("principal, books_capture", [("ecs-task", "lambda"), ("ec2-instance", "run")])
-def test_the_stack_deploys_into_the_emulator(settings, tmp_path, principal, books_capture):
-    s3, cloudformation = settings.client("s3"), settings.client("cloudformation")
+def created_stack(cloudformation, name: str, body: dict, parameters: dict) -> dict:
+    """The stack `body` created in the emulator with `parameters`, once complete: its description."""
+    cloudformation.create_stack(
+        StackName=name,
+        TemplateBody=json.dumps(body),
+        Parameters=[{"ParameterKey": key, "ParameterValue": value} for key, value in parameters.items()],
+        Capabilities=["CAPABILITY_IAM"],
+    )
+    deadline = time.monotonic() + 120
+    while (stack := cloudformation.describe_stacks(StackName=name)["Stacks"][0])["StackStatus"].endswith("IN_PROGRESS"):
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    assert stack["StackStatus"] == "CREATE_COMPLETE", stack.get("StackStatusReason")
+    return stack
+
+
+def data_stack(settings, tmp_path, **parameters) -> dict:
+    """deploy/ddb_athena.yaml in the emulator for the test's tables (the capture Lambda's zip uploaded first), with
+    `parameters` beside theirs."""
+    s3 = settings.client("s3")
     archive = tmp_path / "capture-lambda.zip"
     build_zip(archive)
     s3.create_bucket(Bucket="code-bucket")
     s3.upload_file(str(archive), "code-bucket", "ddb_athena/streamed/capture-lambda.zip")
     stream_arn = settings.client("dynamodb").describe_table(TableName=settings.books_table)["Table"]["LatestStreamArn"]
-    parameters = {
-        "BooksTableName": settings.books_table,
-        "BooksStreamArn": stream_arn,
-        "OrdersTableName": settings.orders_table,
-        "CaptureCodeBucket": "code-bucket",
-        "DagsterPrincipal": principal,
-        "BooksCapture": books_capture,
-    }
-    cloudformation.create_stack(
-        StackName="ddb-athena",
-        TemplateBody=json.dumps(emulated(template())),
-        Parameters=[{"ParameterKey": key, "ParameterValue": value} for key, value in parameters.items()],
-        Capabilities=["CAPABILITY_IAM"],
-    )
-    deadline = time.monotonic() + 60
-    while (stack := cloudformation.describe_stacks(StackName="ddb-athena")["Stacks"][0])["StackStatus"].endswith("IN_PROGRESS"):
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
-    assert stack["StackStatus"] == "CREATE_COMPLETE", stack.get("StackStatusReason")
+    tables = {"BooksTableName": settings.books_table, "BooksStreamArn": stream_arn, "OrdersTableName": settings.orders_table}
+    return created_stack(settings.client("cloudformation"), "ddb-athena", emulated(template()), {**tables, "CaptureCodeBucket": "code-bucket", **parameters})
+
+
+@pytest.mark.parametrize("principal, books_capture", [("ecs-task", "lambda"), ("ec2-instance", "run")])
+def test_the_stack_deploys_into_the_emulator(settings, tmp_path, principal, books_capture):
+    s3 = settings.client("s3")
+    stack = data_stack(settings, tmp_path, DagsterPrincipal=principal, BooksCapture=books_capture)
+    stream_arn = settings.client("dynamodb").describe_table(TableName=settings.books_table)["Table"]["LatestStreamArn"]
     outputs = {output["OutputKey"]: output["OutputValue"] for output in stack["Outputs"]}
     bucket = outputs["BucketName"]
     # moto's CloudFormation creates the bucket but applies neither its public access block nor its lifecycle
