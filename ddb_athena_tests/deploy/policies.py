@@ -112,7 +112,7 @@ def _ecs_requests(call: AwsCall) -> list[tuple[str, list[str]]]:
 
     if call.operation == "RegisterTaskDefinition":
         roles = [role for role in (call.param("taskRoleArn"), call.param("executionRoleArn")) if role]
-        return [("ecs:RegisterTaskDefinition", ["*"])] + [("iam:PassRole", [role]) for role in roles]
+        return [("ecs:RegisterTaskDefinition", [task_definition(call.param("family"))])] + [("iam:PassRole", [role]) for role in roles]
     if call.operation == "DescribeTaskDefinition":
         return [("ecs:DescribeTaskDefinition", ["*"])]
     if call.operation == "RunTask":

@@ -16,7 +16,7 @@ from ddb_athena_tests.deploy.test_template import assert_named_and_scoped, creat
 
 INSTANCE = REPO_ROOT / "deploy" / "dagster.yaml"
 # IAM actions without resource-level permissions.
-UNSCOPABLE_ACTIONS = {"ecs:RegisterTaskDefinition", "ecs:DescribeTaskDefinition", "ec2:DescribeNetworkInterfaces"}
+UNSCOPABLE_ACTIONS = {"ecs:DescribeTaskDefinition", "ec2:DescribeNetworkInterfaces"}
 # What moto 5.2.5 lacks for this stack: RDS's managed-secret attribute (its CloudFormation knows only the endpoint's),
 # and the data stack's Glue database (not emulated there, so not exported).
 SECRET_ATTRIBUTE = "Database.MasterUserSecret.SecretArn"

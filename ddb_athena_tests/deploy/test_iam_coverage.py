@@ -109,6 +109,7 @@ def test_the_evaluator_refuses_what_the_roles_do_not_grant():
     assert not allows(lambda_mode, PLATFORM, call(PLATFORM, "ecs", "RunTask", cluster="ddb-athena", taskDefinition="someone_elses:3"))
     runs_role = "arn:aws:iam::123456789012:role/ddb-athena-DagsterRunRole"
     assert allows(lambda_mode, PLATFORM, call(PLATFORM, "ecs", "RegisterTaskDefinition", family="ddb_athena_a", taskRoleArn=runs_role))
+    assert not allows(lambda_mode, PLATFORM, call(PLATFORM, "ecs", "RegisterTaskDefinition", family="someone_elses", taskRoleArn=runs_role))
     admin = runs_role.replace("DagsterRunRole", "Admin")
     assert not allows(lambda_mode, PLATFORM, call(PLATFORM, "ecs", "RegisterTaskDefinition", family="ddb_athena_a", taskRoleArn=admin))
 
