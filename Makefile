@@ -64,8 +64,9 @@ bench-capture: install
 
 # The real local stack for 30 minutes (a sync run's JVM takes the first few to warm up): freshness p50/p95/max,
 # CPU per minute, file counts (report and chart in .ddb_athena/bench/). On an otherwise idle machine: it measures CPU.
+# RUN_START_DELAY (seconds) starts every run worker that late, as an ECS task starts: the sync's handovers pay it.
 bench-freshness: install
-	$(BIN)/python -m ddb_athena_bench.freshness --minutes $${MINUTES:-30}
+	$(BIN)/python -m ddb_athena_bench.freshness --minutes $${MINUTES:-30} $${RUN_START_DELAY:+--run-start-delay $$RUN_START_DELAY}
 
 # The AWS requests of one sync cycle, counted by the emulator by step, operation and files (the warehouse on the
 # emulator's S3): what the S3 bill is made of.

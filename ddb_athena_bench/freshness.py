@@ -34,6 +34,7 @@ from ddb_athena.dev.local_stack import wait_for_endpoint
 from ddb_athena.lib.resources import sync_settings
 from ddb_athena.lib.settings import LOCAL_STATE_DIR, REPO_ROOT, Settings
 from ddb_athena_bench.counting_emulator import COUNTS_PATH
+from ddb_athena_bench.delayed_location import DELAY_VARIABLE
 
 OUT = LOCAL_STATE_DIR / "bench"
 PROBE_EVERY_SECONDS = 11.0
@@ -240,14 +241,20 @@ def _chart(lags: list[float], path: Path) -> None:
 
 @contextmanager
 def local_stack(
-    scratch: Path, rate: float | None, with_dagster: bool = True, warehouse_on_s3: bool = False, simulator: list[str] | None = None
+    scratch: Path,
+    rate: float | None,
+    with_dagster: bool = True,
+    warehouse_on_s3: bool = False,
+    simulator: list[str] | None = None,
+    run_start_delay: float = 0.0,
 ) -> Iterator[tuple[dict, dict[str, subprocess.Popen]]]:
     """The emulator (counting requests: `counting_emulator`; tables created, 50 books seeded), `dagster dev` on a
     fresh DAGSTER_HOME (unless `with_dagster` is false) and the simulator at `rate` (or the `simulator` command; neither
     with `rate` None), in a scratch directory; yields the environment that points at them and the processes, and
     stops them. The warehouse
     is a local directory, or with `warehouse_on_s3` the emulator's bucket through S3A, so that every request a commit
-    makes is counted."""
+    makes is counted. With `run_start_delay`, every run worker starts that many seconds late, as an ECS task does
+    (`delayed_location`)."""
     shutil.rmtree(scratch, ignore_errors=True)
     (scratch / "dagster_home").mkdir(parents=True)
     shutil.copy(REPO_ROOT / "dagster.yaml", scratch / "dagster_home" / "dagster.yaml")
@@ -263,7 +270,12 @@ def local_stack(
         "DDB_ATHENA_WAREHOUSE": f"s3a://{Settings.from_env({}).bucket}/warehouse" if warehouse_on_s3 else (scratch / "warehouse").as_uri(),
         "DAGSTER_HOME": str(scratch / "dagster_home"),
         "DDB_ATHENA_ORDERS_START_DATE": yesterday_utc(),
+        DELAY_VARIABLE: str(run_start_delay),
     }
+    workspace = REPO_ROOT / "workspace.yaml"
+    if run_start_delay:
+        workspace = scratch / "workspace.yaml"
+        workspace.write_text(f"load_from:\n  - python_module:\n      module_name: ddb_athena_bench.delayed_location\n      working_directory: {REPO_ROOT}\n")
     bin_dir = Path(sys.executable).parent
     processes = {}
     try:
@@ -273,7 +285,7 @@ def local_stack(
             subprocess.run([str(bin_dir / "ddb-athena"), *command], env=env, cwd=REPO_ROOT, check=True, capture_output=True)
         if with_dagster:
             processes["dagster"] = _start(
-                [str(bin_dir / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(dagster_port)], env, scratch / "dagster.log"
+                [str(bin_dir / "dagster"), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(dagster_port)], env, scratch / "dagster.log"
             )
         if simulator or rate is not None:
             processes["simulator"] = _start(
@@ -286,9 +298,9 @@ def local_stack(
             _stop(process)
 
 
-def run(minutes: float, rate: float) -> dict:
+def run(minutes: float, rate: float, run_start_delay: float = 0.0) -> dict:
     scratch = OUT / "freshness-stack"
-    with local_stack(scratch, rate) as (env, processes):
+    with local_stack(scratch, rate, run_start_delay=run_start_delay) as (env, processes):
         settings = Settings.from_env(env)
         sync = sync_settings(settings)
         table_dir = _table_dir(scratch / "warehouse", settings.namespace)
@@ -429,9 +441,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--rate", type=float, default=1.0)
+    parser.add_argument("--run-start-delay", type=float, default=0.0, help="seconds every run worker starts late, as an ECS task does")
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
-    result = run(args.minutes, args.rate)
+    result = run(args.minutes, args.rate, args.run_start_delay)
     _chart(result["lags"], OUT / "freshness.png")
     text = report(result)
     (OUT / "freshness.md").write_text(text)
