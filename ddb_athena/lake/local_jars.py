@@ -9,7 +9,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_JAR_DIR = Path(os.environ.get("DDB_ATHENA_JAR_DIR") or REPO_ROOT / ".ddb_athena" / "jars")
 
-ICEBERG_RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
+# The Iceberg release every JAR and Maven coordinate of the project names (the PyPI runtime's, the image's bundle).
+ICEBERG_VERSION = "1.10.2"
+ICEBERG_RUNTIME_JAR = f"iceberg-spark-runtime-3.5_2.12-{ICEBERG_VERSION}.jar"
 RELOCATED_JACKSON_JAR = "iceberg-shaded-jackson-2.15.2.jar"
 HADOOP_AWS_JAR = "hadoop-aws-3.3.1.jar"
 AWS_SDK_BUNDLE_JAR = "aws-java-sdk-bundle-1.11.901.jar"
@@ -21,8 +23,8 @@ LOCAL_JAR_NAMES = (
 )
 # The Glue catalog's and S3FileIO's AWS SDK, on Maven Central only: an image bakes it (deploy/Dockerfile) beside the
 # local set, so that the aws profile's Spark in a run worker loads everything from disk.
-ICEBERG_AWS_BUNDLE_JAR = "iceberg-aws-bundle-1.10.2.jar"
-ICEBERG_AWS_BUNDLE_PATH = "org/apache/iceberg/iceberg-aws-bundle/1.10.2/" + ICEBERG_AWS_BUNDLE_JAR
+ICEBERG_AWS_BUNDLE_JAR = f"iceberg-aws-bundle-{ICEBERG_VERSION}.jar"
+ICEBERG_AWS_BUNDLE_PATH = f"org/apache/iceberg/iceberg-aws-bundle/{ICEBERG_VERSION}/{ICEBERG_AWS_BUNDLE_JAR}"
 
 # Hadoop's local file system without a chmod process for every file it writes; optional: without a JDK to compile it,
 # the local warehouse keeps Hadoop's own.

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ddb_athena.lake.identifiers import validate_identifier
+from ddb_athena.lake.local_jars import ICEBERG_VERSION
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 # The JIT compiles a method after 10x the usual calls: a sync cycle runs a long tail of planning code once
@@ -24,8 +25,8 @@ PYTHON_DAEMON_MODULE = "ddb_athena.lake.python_daemon"
 # Iceberg 1.10 pair with.
 RUN_WORKER_AWS_PACKAGES = ",".join(
     (
-        "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2",
-        "org.apache.iceberg:iceberg-aws-bundle:1.10.2",
+        f"org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:{ICEBERG_VERSION}",
+        f"org.apache.iceberg:iceberg-aws-bundle:{ICEBERG_VERSION}",
         "org.apache.hadoop:hadoop-aws:3.3.4",
     )
 )
