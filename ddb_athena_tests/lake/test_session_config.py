@@ -240,3 +240,18 @@ def test_nothing_a_run_workers_spark_opens_listens_beyond_loopback(spark):
     addresses = [ipaddress.ip_address(address.ip) for address in listening]
     assert all((getattr(address, "ipv4_mapped", None) or address).is_loopback for address in addresses), listening
     assert spark.conf.get("spark.ui.enabled") == "false"
+
+
+def test_an_images_baked_jars_start_the_aws_profiles_spark_with_nothing_to_download(tmp_path, monkeypatch):
+    from ddb_athena.lake import local_jars
+    from ddb_athena.lib.resources import IcebergSparkResource
+
+    monkeypatch.setattr(local_jars, "DEFAULT_JAR_DIR", tmp_path)
+    resource = IcebergSparkResource(profile="aws", warehouse="s3://b/w", master="local[1]")
+    assert resource.spark_config()["spark.jars.packages"] == RUN_WORKER_AWS_PACKAGES  # nothing baked: Maven's
+    for name in (*local_jars.LOCAL_JAR_NAMES, local_jars.ICEBERG_AWS_BUNDLE_JAR):
+        (tmp_path / name).write_bytes(b"PK")
+    config = resource.spark_config()
+    assert "spark.jars.packages" not in config
+    assert config["spark.jars"].split(",") == [str(tmp_path / name) for name in (*local_jars.LOCAL_JAR_NAMES, local_jars.ICEBERG_AWS_BUNDLE_JAR)]
+    assert "spark.jars" not in IcebergSparkResource(profile="aws", warehouse="s3://b/w", master=None).spark_config()  # a cluster's own
