@@ -103,7 +103,7 @@ def _publish_check(aws: AwsClientsResource, sync: SyncSettings, check_key: Asset
         [
             f"The check {check_key.name} on {asset} {what}.",
             f"Checks of {asset}: {link(sync, '/assets/' + '/'.join(check_key.asset_key.path) + '?view=checks')}",
-            f"The evaluation's run: {link(sync, f'/runs/{run_id}')}",
+            *([f"The evaluation's run: {link(sync, f'/runs/{run_id}')}"] if run_id else []),  # none for a reported one
             "Nothing more is sent while it stays " + ("red." if red else "green."),
         ],
     )

@@ -36,6 +36,9 @@ def test_a_webserver_that_never_answers_is_a_timeout_after_waiting():
 
 
 def test_the_webserver_is_the_url_given_else_the_variables_else_make_devs_port():
+    from ddb_athena.lib.resources import setting_variable
+
+    assert setting_variable("dagster_url") == URL_VARIABLE  # the CLI and the alerts' links read one variable
     assert Webserver.at(None, {}).url == "http://127.0.0.1:3000"
     assert Webserver.at(None, {"DAGSTER_PORT": "3111"}).url == "http://127.0.0.1:3111"
     assert Webserver.at(None, {"DAGSTER_PORT": "3111", URL_VARIABLE: "https://dagster.example.com/"}).url == "https://dagster.example.com"
