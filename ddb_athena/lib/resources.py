@@ -89,14 +89,16 @@ class WriterLeases(ConfigurableResource):
     )
     _held: dict = PrivateAttr(default_factory=dict)
 
-    def hold(self, context, s3, bucket: str, table: str, progress: Callable[[], object] = lambda: None) -> WriterLease:
-        """This run's lease of `table`, taken on first use (waiting up to twice its time to live). `progress` tells
-        the lease that work goes on between the run's steps (e.g. `IcebergSparkResource.tasks_in_progress`)."""
+    def hold(self, context, s3, bucket: str, table: str, progress: Callable[[], object] = lambda: None, wait_seconds: float | None = None) -> WriterLease:
+        """This run's lease of `table`, taken on first use (waiting up to `wait_seconds`, by default twice its time to
+        live). `progress` tells the lease that work goes on between the run's steps (e.g.
+        `IcebergSparkResource.tasks_in_progress`)."""
         if table not in self._held:
             holder = f"Dagster run {context.run.run_id} ({context.run.job_name})"
             lease = WriterLease(s3, bucket, table, holder, self.ttl_seconds, stall_seconds=self.stall_seconds, progress=progress)
             context.log.info(f"Taking the writer lease of {table} (s3://{bucket}/{lease.key})")
-            lease.acquire()
+            lease.acquire(wait_seconds)
+            context.log.info(f"Took the writer lease of {table}")
             self._held[table] = lease
         return self._held[table]
 

@@ -18,10 +18,6 @@ from dagster import (
     AssetObservation,
     AssetSpec,
     Config,
-    DagsterInstance,
-    DagsterRun,
-    DagsterRunStatus,
-    RunsFilter,
     multi_asset,
 )
 from pydantic import Field
@@ -37,6 +33,7 @@ from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL
 from ddb_athena.lib.writer_pools import warn_unless_writers_queue
 from ddb_athena.streamed.check_results import cycle_check_results, files_compact_result
 from ddb_athena.streamed.cycle import BooksSync
+from ddb_athena.streamed.handover import waiting_writer
 from ddb_athena.streamed.run_loop import StopRequest, run_cycles
 from ddb_athena.streamed.sync_run import SyncCadence, SyncRun
 
@@ -56,8 +53,6 @@ books_iceberg = AssetSpec(
     description="library.books: the books table in Iceberg, kept in sync by a MERGE INTO every few seconds.",
     skippable=True,
 )
-# The long-lived sync's job: a run of it gives way to any other books writer that waits (see waiting_writer).
-SYNC_JOB_NAME = "books_sync"
 
 
 class BooksSyncConfig(Config):
@@ -178,37 +173,21 @@ def evaluation(result: AssetCheckResult, check_name: str) -> AssetCheckEvaluatio
     )
 
 
-def waiting_writer(instance: DagsterInstance) -> DagsterRun | None:
-    """A queued run, other than a sync's successor, that writes library.books (a bootstrap, Materialize, a maintenance):
-    the sync ends after its cycle so that it runs now, not at the end of the hour; the schedule resumes the sync after."""
-    for run in instance.get_runs(filters=RunsFilter(statuses=[DagsterRunStatus.QUEUED]), limit=50):
-        pools = (run.run_op_concurrency.all_pools or set()) if run.run_op_concurrency else set()
-        if run.job_name != SYNC_JOB_NAME and BOOKS_WRITER_POOL in pools:
-            return run
-    return None
-
-
-@multi_asset(
-    name="sync_books",
-    specs=[books_source, books_iceberg],
-    pool=BOOKS_WRITER_POOL,
-    description="Captures the books stream and MERGEs it into library.books every merge_interval_seconds for run_minutes.",
-)
-def sync_books(
-    context: AssetExecutionContext,
+def sync_books_cycles(
+    context,
     config: BooksSyncConfig,
     aws: AwsClientsResource,
     spark: IcebergSparkResource,
     sync: SyncSettings,
     leases: WriterLeases,
-):
-    # Unless the books writers queue one run at a time, waiting_writer never sees a bootstrap: it starts beside this run.
-    warn_unless_writers_queue(context, BOOKS_WRITER_POOL)
-    # Materialize in the UI is one cycle now, not an hour's sync beside the schedule's: the schedule's runs are the sync.
-    default_minutes = sync.sync_run_minutes if context.run.job_name == SYNC_JOB_NAME else 0.0
-    run_minutes = default_minutes if config.run_minutes is None else config.run_minutes
+    run_seconds: float,
+    end_reason: Callable[[], str | None],
+    lease_wait_seconds: float | None = None,
+) -> None:
+    """Takes the lease of library.books, then cycles every interval for up to `run_seconds` (0: one cycle), logging each
+    cycle's materializations and checks; ends after a cycle for which `end_reason()` gave a reason."""
     interval = sync.merge_interval_seconds if config.merge_interval_seconds is None else config.merge_interval_seconds
-    lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.books_iceberg_table, progress=spark.tasks_in_progress)
+    lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.books_iceberg_table, progress=spark.tasks_in_progress, wait_seconds=lease_wait_seconds)
     writer = books_writer_branch(spark, sync, lease.token)
     # A capture reads the stream for at most one interval: behind, the table still moves every cycle.
     syncer = books_syncer(aws, spark, sync, log=context.log.info, warn=context.log.warning, before_write=lease.check, capture_seconds=interval, writer=writer)
@@ -221,9 +200,9 @@ def sync_books(
     stop = StopRequest()
 
     def cycle(number: int) -> bool:
-        waiting = waiting_writer(context.instance)
-        if waiting is not None and not stop.requested:
-            context.log.info(f"Ending the sync after this cycle: run {waiting.run_id} ({waiting.job_name}) waits to write {sync.books_iceberg_table}")
+        reason = None if stop.requested else end_reason()
+        if reason is not None:
+            context.log.info(f"Ending the sync of {sync.books_iceberg_table} after this cycle: {reason}")
             stop.end_after_cycle()
         report = run.cycle(f"{context.run.run_id}-{number}", bootstrap=config.bootstrap and number == 1)
         for message in report.messages:
@@ -241,8 +220,34 @@ def sync_books(
         return not report.outcome.idle
 
     try:
-        cycles = run_cycles(cycle, interval, run_minutes * 60, stop=stop, idle_interval_seconds=sync.longest_merge_interval_seconds)
+        cycles = run_cycles(cycle, interval, run_seconds, stop=stop, idle_interval_seconds=sync.longest_merge_interval_seconds)
     finally:
         writer.drop()
-    context.log.info(f"Sync run done after {cycles} cycles ({run_minutes:g} minutes, one every {interval:g} s or more)")
+    context.log.info(f"Sync run done after {cycles} cycles (one every {interval:g} s or more)")
+
+
+@multi_asset(
+    name="sync_books",
+    specs=[books_source, books_iceberg],
+    pool=BOOKS_WRITER_POOL,
+    description="Captures the books stream and MERGEs it into library.books: one cycle (Materialize, the bootstrap), or "
+    "every merge_interval_seconds for run_minutes. The long-lived sync is the books_sync job.",
+)
+def sync_books(
+    context: AssetExecutionContext,
+    config: BooksSyncConfig,
+    aws: AwsClientsResource,
+    spark: IcebergSparkResource,
+    sync: SyncSettings,
+    leases: WriterLeases,
+):
+    # Unless the books writers queue one run at a time, two of them start at once and the second waits for the lease.
+    warn_unless_writers_queue(context, BOOKS_WRITER_POOL)
+    run_minutes = config.run_minutes or 0.0
+
+    def end_reason() -> str | None:
+        waiting = waiting_writer(context.instance, other_than=context.run.run_id)
+        return None if waiting is None else f"run {waiting.run_id} ({waiting.job_name}) waits to write"
+
+    sync_books_cycles(context, config, aws, spark, sync, leases, run_minutes * 60, end_reason)
     yield from ()

@@ -1,4 +1,4 @@
-"""The books schedules: the sync's launcher and watchdog (every minute it starts a sync run unless one is queued or
+"""The books schedules: the sync's launcher and watchdog (every minute it starts a sync run unless one is on its way or
 running, so a run that ended or crashed is replaced within a minute; the run maintains its table itself), and the
 daily key parity check."""
 
@@ -17,13 +17,11 @@ from dagster import (
 
 from ddb_athena.lib.resources import SyncSettings
 from ddb_athena.lib.settings import Settings
+from ddb_athena.streamed.handover import SYNC_RUN_SLACK_MINUTES, waiting_writer
 from ddb_athena.streamed.jobs import books_key_parity, books_sync_job
 
-# Run monitoring (dagster.yaml) ends a sync run that is still going this long after its planned end: it hangs.
-SYNC_RUN_SLACK_MINUTES = 10
-
-# A successor is queued this long before the running sync run's planned end: the books writers' pool holds it until
-# that run ends, then it starts at once instead of at the next tick.
+# A successor is launched this long before the running sync run's planned end: its process, its JVM (and on ECS its
+# task) start while that run still cycles, which hands over once the successor is ready (streamed/handover.py).
 SUCCESSOR_LEAD_SECONDS = 90
 
 _WAITING = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING]
@@ -43,11 +41,16 @@ def _seconds_left(record, run_seconds: float) -> float:
 @schedule(job=books_sync_job, cron_schedule="* * * * *", default_status=DefaultScheduleStatus.RUNNING)
 def books_every_minute(context: ScheduleEvaluationContext, sync: SyncSettings):
     # One sync run at a time, which loops for sync_run_minutes. A tick starts one when none runs (first start, or
-    # after a crash), or queues its successor in the running one's last minute and a half, never more than one.
+    # after a crash), or launches its successor in the running one's last minute and a half, never more than one.
     job = books_sync_job.name
+    writer = waiting_writer(context.instance)
+    if writer is not None:
+        return SkipReason(f"run {writer.run_id} ({writer.job_name}) writes the books table: the sync resumes after it")
     if context.instance.get_runs(filters=RunsFilter(job_name=job, statuses=_WAITING), limit=1):
-        return SkipReason("a books_sync run is already queued")
-    running = context.instance.get_run_records(filters=RunsFilter(job_name=job, statuses=_RUNNING), limit=1)
+        return SkipReason("a books_sync run is on its way")
+    running = context.instance.get_run_records(filters=RunsFilter(job_name=job, statuses=_RUNNING), limit=2)
+    if len(running) > 1:
+        return SkipReason("a books_sync run is handing over to the next")
     if running and _seconds_left(running[0], sync.sync_run_minutes * 60) > SUCCESSOR_LEAD_SECONDS:
         return SkipReason("the books_sync run is running")
     return RunRequest(tags=sync_run_tags(sync))

@@ -577,11 +577,11 @@ def queued_run(instance, job_name: str, pools: set[str]):
 
 
 def test_a_sync_run_gives_way_after_its_cycle_to_a_books_writer_waiting_in_the_queue(spark, settings, instance):
-    from ddb_athena.streamed.assets import waiting_writer
+    from ddb_athena.streamed.handover import waiting_writer
 
     BookSimulator(settings.client("dynamodb"), settings.books_table).insert()
     sync_books(instance)
-    queued_run(instance, "books_sync", {"books_writer"})  # a sync's successor: the running sync does not end for it
+    queued_run(instance, "books_sync", {"books_writer"})  # a sync run of an earlier version (in the pool then): not a writer to give way to
     queued_run(instance, "orders_daily", {"orders_writer"})  # another table's writer: neither
     assert waiting_writer(instance) is None
     bootstrap = queued_run(instance, "books_bootstrap", {"books_writer"})

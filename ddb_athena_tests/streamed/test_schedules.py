@@ -25,7 +25,7 @@ def test_books_sync_is_launched_every_minute_with_a_max_runtime_past_its_length(
     assert int(request.tags["dagster/max_runtime"]) == 70 * 60 + 10
 
 
-def test_a_tick_waits_while_the_sync_runs_and_queues_one_successor_in_its_last_minute_and_a_half():
+def test_a_tick_waits_while_the_sync_runs_and_launches_one_successor_in_its_last_minute_and_a_half():
     with instance_for_test() as instance:
         # (QUEUED runs need a full code-location origin to be created; NOT_STARTED stands in for a pending run.)
         queued = instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.NOT_STARTED))
@@ -33,15 +33,28 @@ def test_a_tick_waits_while_the_sync_runs_and_queues_one_successor_in_its_last_m
         instance.delete_run(queued.run_id)
         running = instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.STARTED))
         assert isinstance(tick(instance), SkipReason)  # just started: an hour to go
-        assert isinstance(tick(instance, sync_run_minutes=1), RunRequest)  # ends within 90 s: queue the successor
+        assert isinstance(tick(instance, sync_run_minutes=1), RunRequest)  # ends within 90 s: launch the successor
         successor = instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.NOT_STARTED))
         assert isinstance(tick(instance, sync_run_minutes=1), SkipReason)  # never a second successor
+        instance.delete_run(successor.run_id)
+        successor = instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.STARTED))
+        assert "handing over" in tick(instance, sync_run_minutes=1).skip_message  # nor a third sync while two run
         for run in (running, successor):
             instance.delete_run(run.run_id)
         # A finished run, or another job's run, does not hold the schedule back.
         instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.SUCCESS))
         instance.add_run(DagsterRun(job_name="books_source_cleanup", status=DagsterRunStatus.STARTED))
         assert isinstance(tick(instance), RunRequest)
+
+
+def test_no_sync_starts_while_another_books_writer_waits_or_runs():
+    from ddb_athena_tests.streamed.test_handover import add_run
+
+    with instance_for_test() as instance:
+        bootstrap = add_run(instance, "books_bootstrap", DagsterRunStatus.STARTED, pools={"books_writer"})
+        assert bootstrap.run_id in tick(instance).skip_message
+        instance.delete_run(bootstrap.run_id)
+        assert isinstance(tick(instance), RunRequest)  # the sync resumes after it
 
 
 def test_orders_run_daily_at_the_configured_hour_for_the_day_that_ended():

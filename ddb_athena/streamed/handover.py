@@ -1,0 +1,72 @@
+"""The books sync's handover from one long-lived run to the next, without a gap in the table's freshness.
+
+One sync run at a time writes library.books (the writer lease). Sync runs are not in the books writers' pool, so the
+next one starts while the running one still cycles: it starts its process and JVM (an ECS task takes 30-90 s), reads
+the table once, says it is ready (READY_TAG), and waits for the lease. The running one ends after its cycle when:
+- another books writer waits or runs (a bootstrap, Materialize, maintenance: those are in the pool, and queue there);
+- a newer sync run is ready (it takes the lease within seconds);
+- its planned time is up and no newer sync run is on its way (the schedule is off).
+A newer run on its way but not ready keeps it cycling, up to HANDOVER_GRACE_SECONDS past its planned end.
+"""
+
+from dataclasses import dataclass
+
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+
+from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL
+
+SYNC_JOB_NAME = "books_sync"
+# Set by a sync run once it is ready to take the lease.
+READY_TAG = "ddb_athena/ready_to_sync"
+# Run monitoring (dagster.yaml) ends a sync run still going this long after its planned end: it hangs.
+SYNC_RUN_SLACK_MINUTES = 10
+# How long a sync run keeps cycling past its planned end for a successor on its way (not hung: within the slack).
+HANDOVER_GRACE_SECONDS = SYNC_RUN_SLACK_MINUTES * 60 / 2
+
+_ON_ITS_WAY = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
+
+
+def waiting_writer(instance: DagsterInstance, other_than: str | None = None) -> DagsterRun | None:
+    """A queued or running books writer other than a sync run (a bootstrap, Materialize, maintenance) and other than
+    run `other_than`: the sync gives way to it after its cycle, and the schedule starts none beside it."""
+    for run in instance.get_runs(filters=RunsFilter(statuses=_ON_ITS_WAY), limit=100):
+        pools = (run.run_op_concurrency.all_pools or set()) if run.run_op_concurrency else set()
+        # A sync run started by an earlier version of this code is in the pool: it is a sync, not a writer to wait for.
+        if run.run_id != other_than and run.job_name != SYNC_JOB_NAME and BOOKS_WRITER_POOL in pools:
+            return run
+    return None
+
+
+@dataclass(frozen=True)
+class SyncHandover:
+    """What sync run `run` asks the instance at the start of each cycle."""
+
+    instance: DagsterInstance
+    run: DagsterRun
+
+    def announce_ready(self) -> None:
+        self.instance.add_run_tags(self.run.run_id, {READY_TAG: "true"})
+
+    def _newer_syncs(self) -> list[DagsterRun]:
+        """The sync runs on their way or running that started after this one (or have not started yet)."""
+        records = self.instance.get_run_records(filters=RunsFilter(job_name=SYNC_JOB_NAME, statuses=_ON_ITS_WAY), limit=10)
+        started = {record.dagster_run.run_id: record.start_time for record in records}
+        own = started.get(self.run.run_id)
+        return [
+            record.dagster_run
+            for record in records
+            if record.dagster_run.run_id != self.run.run_id and (record.start_time is None or own is None or record.start_time > own)
+        ]
+
+    def end_reason(self, time_is_up: bool) -> str | None:
+        """Why this run ends after the cycle about to start, or None while it keeps the table."""
+        waiting = waiting_writer(self.instance, other_than=self.run.run_id)
+        if waiting is not None:
+            return f"run {waiting.run_id} ({waiting.job_name}) waits to write"
+        newer = self._newer_syncs()
+        ready = [run for run in newer if run.status == DagsterRunStatus.STARTED and run.tags.get(READY_TAG) == "true"]
+        if ready:
+            return f"the next sync run {ready[0].run_id} is ready and takes over"
+        if time_is_up and not newer:
+            return "its time is up and no sync run is on its way to take over"
+        return None

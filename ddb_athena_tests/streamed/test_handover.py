@@ -1,0 +1,103 @@
+"""The sync's handover from one run to the next (streamed/handover.py): what a running sync run decides at each cycle,
+from the runs in the instance, and the sync job doing it against the emulator."""
+
+import pytest
+from dagster import AssetKey, DagsterEvent, DagsterInstance, DagsterRunStatus, instance_for_test
+from dagster._core.storage.dagster_run import DagsterRun, RunOpConcurrency
+
+from ddb_athena.dev.simulate import BookSimulator
+from ddb_athena.streamed.handover import READY_TAG, SyncHandover, waiting_writer
+from ddb_athena.streamed.jobs import books_sync_job
+from ddb_athena_tests.dagster_helpers import local_resources
+
+
+def add_run(instance, job_name: str = "books_sync", status: DagsterRunStatus = DagsterRunStatus.NOT_STARTED, pools: set[str] | None = None, tags=None):
+    concurrency = RunOpConcurrency(root_key_counts={pool: 1 for pool in pools}, has_unconstrained_root_nodes=False, all_pools=pools) if pools else None
+    return instance.add_run(DagsterRun(job_name=job_name, status=status, run_op_concurrency=concurrency, tags=tags or {}))
+
+
+def start(instance, run) -> DagsterRun:
+    """The run's worker records its start (its start time is now)."""
+    instance.report_dagster_event(DagsterEvent("PIPELINE_START", job_name=run.job_name), run_id=run.run_id)
+    return instance.get_run_by_id(run.run_id)
+
+
+def test_alone_a_sync_run_keeps_the_table_until_its_time_is_up():
+    with instance_for_test() as instance:
+        running = start(instance, add_run(instance))
+        handover = SyncHandover(instance, running)
+        assert handover.end_reason(time_is_up=False) is None
+        assert "no sync run is on its way" in handover.end_reason(time_is_up=True)
+
+
+def test_past_its_time_a_sync_run_cycles_on_for_a_successor_on_its_way_and_hands_over_once_that_one_is_ready():
+    with instance_for_test() as instance:
+        running = start(instance, add_run(instance, tags={READY_TAG: "true"}))
+        handover = SyncHandover(instance, running)
+        successor = add_run(instance)  # launched: its task and JVM are starting
+        assert handover.end_reason(time_is_up=True) is None
+        successor = start(instance, successor)  # started, warming up: not ready yet
+        assert handover.end_reason(time_is_up=True) is None
+        SyncHandover(instance, successor).announce_ready()
+        assert successor.run_id in handover.end_reason(time_is_up=False)  # ready: it takes over, whatever the time
+        # The successor does not take its predecessor, ready before it, for a successor of its own.
+        assert SyncHandover(instance, instance.get_run_by_id(successor.run_id)).end_reason(time_is_up=False) is None
+
+
+def test_a_sync_run_gives_way_to_a_books_writer_of_the_pool_queued_or_running_and_to_nothing_else():
+    with instance_for_test() as instance:
+        running = start(instance, add_run(instance))
+        handover = SyncHandover(instance, running)
+        add_run(instance, "orders_daily", pools={"orders_writer"})  # another table's writer
+        add_run(instance, "books_sync", DagsterRunStatus.STARTED, pools={"books_writer"})  # a sync of an earlier version
+        add_run(instance, "books_bootstrap", DagsterRunStatus.SUCCESS, pools={"books_writer"})  # a writer that has ended
+        assert waiting_writer(instance) is None and handover.end_reason(time_is_up=False) is None
+        for status in (DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTED):
+            writer = add_run(instance, "__ASSET_JOB", status, pools={"books_writer"})  # Materialize, waiting or started
+            assert waiting_writer(instance).run_id == writer.run_id
+            assert writer.run_id in handover.end_reason(time_is_up=False)
+            assert waiting_writer(instance, other_than=writer.run_id) is None  # that writer does not wait for itself
+            instance.delete_run(writer.run_id)
+
+
+@pytest.fixture
+def instance():
+    with DagsterInstance.ephemeral() as instance:
+        yield instance
+
+
+def sync_job_run(instance, **config):
+    return books_sync_job.execute_in_process(
+        instance=instance,
+        resources=local_resources(),
+        run_config={"ops": {"keep_books_in_sync": {"config": {"merge_interval_seconds": 1, **config}}}},
+    )
+
+
+def test_a_sync_job_run_warms_up_says_it_is_ready_syncs_and_hands_over_to_a_ready_successor(spark, settings, instance):
+    BookSimulator(settings.client("dynamodb"), settings.books_table).insert()
+    # A successor that is ready: the run ends after its first cycle, not after its two minutes.
+    successor = add_run(instance, status=DagsterRunStatus.STARTED, tags={READY_TAG: "true"})
+    result = sync_job_run(instance, run_minutes=2)
+    assert result.success
+    assert instance.get_run_by_id(result.run_id).tags[READY_TAG] == "true"
+    messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
+    first = {prefix: next(i for i, message in enumerate(messages) if message.startswith(prefix)) for prefix in ("Ready to sync", "Took the writer lease")}
+    assert first["Ready to sync"] < first["Took the writer lease"]  # warm before it takes the table
+    assert any(f"the next sync run {successor.run_id} is ready and takes over" in message for message in messages)
+    assert any(message.startswith("Sync run done after 1 cycles") for message in messages)
+    # The op job's cycle is recorded on the books assets and their checks, as the asset's is.
+    materializations = instance.fetch_materializations(AssetKey("books_iceberg"), limit=5).records
+    assert [record.run_id for record in materializations] == [result.run_id]
+    assert materializations[0].asset_materialization.metadata["files_consumed"].value >= 1
+    assert result.get_asset_check_evaluations()
+
+
+def test_a_sync_job_run_does_not_start_beside_a_books_writer_of_the_pool(spark, settings, instance):
+    bootstrap = add_run(instance, "books_bootstrap", DagsterRunStatus.STARTED, pools={"books_writer"})
+    result = sync_job_run(instance, run_minutes=2)
+    assert result.success
+    messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
+    assert any(f"run {bootstrap.run_id} (books_bootstrap) writes it" in message for message in messages)
+    assert not any(message.startswith("Took the writer lease") for message in messages)
+    assert instance.fetch_materializations(AssetKey("books_iceberg"), limit=1).records == []
