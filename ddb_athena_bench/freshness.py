@@ -163,6 +163,22 @@ def _cycle_gaps(dagster_home: Path, since: float) -> list[float]:
     return gaps
 
 
+def _handover_overlaps(dagster_home: Path) -> list[float]:
+    """Seconds from a sync run's launch to its predecessor's end, at each handover: how long two sync tasks run at
+    once on ECS (the successor's task start and warm-up, then at most a cycle of its predecessor)."""
+    from dagster import DagsterInstance, RunsFilter
+
+    from ddb_athena.streamed.handover import SYNC_JOB_NAME
+
+    with DagsterInstance.from_config(str(dagster_home)) as instance:
+        records = sorted(instance.get_run_records(RunsFilter(job_name=SYNC_JOB_NAME)), key=lambda record: record.create_timestamp)
+    return [
+        earlier.end_time - later.create_timestamp.timestamp()
+        for earlier, later in zip(records, records[1:], strict=False)
+        if earlier.end_time and earlier.end_time > later.create_timestamp.timestamp()
+    ]
+
+
 def _table_dir(warehouse: Path, namespace: str) -> Path:
     return warehouse / namespace / "books"
 
@@ -334,6 +350,7 @@ def run(minutes: float, rate: float, run_start_delay: float = 0.0) -> dict:
         workers = {job: pids & meter.last["dagster"].keys() for job, pids in _run_workers(scratch / "dagster_home").items()}
         run_pids = {job: meter.descendants("dagster", pids) for job, pids in workers.items()}
         gaps = _cycle_gaps(scratch / "dagster_home", started_at)
+        overlaps = _handover_overlaps(scratch / "dagster_home")
     lags = markers.lags()
     if not lags:
         raise RuntimeError("no marker became visible; see " + str(scratch / "dagster.log"))
@@ -351,6 +368,7 @@ def run(minutes: float, rate: float, run_start_delay: float = 0.0) -> dict:
         "merge_interval": sync.merge_interval_seconds,
         "longest_interval": sync.longest_merge_interval_seconds,
         "cycle_gaps": gaps,
+        "handover_overlaps": overlaps,
         "markers": len(markers.written),
         "missing": len(markers.pending),
         "lags": lags,
@@ -398,6 +416,11 @@ def report(result: dict) -> str:
                 f"{statistics.median(gaps):.1f} / {_percentile(gaps, 0.95):.1f} / {max(gaps):.1f} | |"
                 for gaps in [result["cycle_gaps"]]
                 if gaps
+            ),
+            *(
+                f"| two sync runs at once at a handover ({len(overlaps)}), seconds mean / max | {statistics.mean(overlaps):.1f} / {max(overlaps):.1f} | |"
+                for overlaps in [result["handover_overlaps"]]
+                if overlaps
             ),
             f"| `dagster dev` with its daemon, code server, webserver and all runs, CPU-s per minute | {result['dagster_cpu_per_minute']:.1f} | |",
             *(

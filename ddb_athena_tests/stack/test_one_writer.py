@@ -54,7 +54,7 @@ def free_port() -> int:
 
 
 @contextmanager
-def dagster_stack(home: Path, port: int, env: dict, storage: dict | None = None):
+def dagster_stack(home: Path, port: int, env: dict, storage: dict | None = None, workspace: Path = REPO / "workspace.yaml"):
     """dagster-webserver and dagster-daemon on one instance, as `make dev` runs them (with `storage`, that block of
     dagster.yaml instead of SQLite's); every process they started (code servers, run workers, their JVMs) is stopped
     with them."""
@@ -67,8 +67,8 @@ def dagster_stack(home: Path, port: int, env: dict, storage: dict | None = None)
     logs = home / "logs"
     logs.mkdir()
     commands = {
-        "webserver": [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-        "daemon": [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+        "webserver": [str(BIN / "dagster-webserver"), "-w", str(workspace), "-h", "127.0.0.1", "-p", str(port)],
+        "daemon": [str(BIN / "dagster-daemon"), "run", "-w", str(workspace)],
     }
     processes = [
         subprocess.Popen(command, cwd=REPO, env=env, stdout=(logs / f"{name}.log").open("w"), stderr=subprocess.STDOUT, start_new_session=True)
