@@ -254,7 +254,8 @@ def line_items(cell: dict) -> str:
     result = cell_bill(cell)
     lambda_bill = cell_bill(cell, capture="lambda")
     rows = ["| line | USD a month | made of |", "| --- | ---: | --- |"]
-    rows += [f"| task {result.task.label}, {option} | {usd:.2f} | 730 hours |" for option, usd in result.task_options.items()]
+    handovers = f"730 hours, and {billing.HANDOVER_OVERLAP_SECONDS:.0f} s an hour beside the next run's task at the handover"
+    rows += [f"| task {result.task.label}, {option} | {usd:.2f} | {handovers} |" for option, usd in result.task_options.items()]
     rows += [f"| {name} | {usd:.2f} | {how} |" for name, usd, how in result.lines]
     rows.append(f"| **all but the task** | **{result.without_task:.2f}** | |")
     lambda_how = "the Lambda's invocations and files; no Streams reads, no checkpoints"
