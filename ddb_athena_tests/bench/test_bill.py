@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from ddb_athena_bench.bill import EMPTY_PAGES, FLOOR_LINES, Task, bill, classify, floor_usd, within_target
+from ddb_athena_bench.bill import EMPTY_PAGES, FLOOR_LINES, HANDOVER_OVERLAP_SECONDS, Task, bill, classify, floor_usd, within_target
 from ddb_athena_bench.prices import PRICES
 
 
@@ -68,9 +68,12 @@ def test_an_hour_measured_is_priced_for_a_month_line_by_line():
     # The rename of a commit's metadata is the Hadoop catalog's: shown, not billed.
     assert result.not_on_aws == {"Iceberg commits": pytest.approx(262_800)}
     assert not any("CopyObject" in name for name in lines)
-    assert result.task_options["on demand, Graviton"] == pytest.approx((0.03238 + 3 * 0.00356) * 730)
-    assert result.task_options["Spot, Graviton"] == pytest.approx(0.3 * (0.03238 + 3 * 0.00356) * 730)
-    assert result.total("on demand, x86") == pytest.approx(result.without_task + (0.04048 + 3 * 0.004445) * 730)
+    # 730 hours, and at each hourly handover the next run's task beside it (HANDOVER_OVERLAP_SECONDS, measured).
+    hours = 730 * (1 + HANDOVER_OVERLAP_SECONDS / 3600)
+    assert result.task_options["on demand, Graviton"] == pytest.approx((0.03238 + 3 * 0.00356) * hours)
+    assert result.task_options["Spot, Graviton"] == pytest.approx(0.3 * (0.03238 + 3 * 0.00356) * hours)
+    assert result.total("on demand, x86") == pytest.approx(result.without_task + (0.04048 + 3 * 0.004445) * hours)
+    assert lines["public IPv4 (the task's address)"] == pytest.approx(0.005 * hours)
 
 
 def test_with_the_capture_lambda_the_stream_reads_and_the_runs_change_files_give_way_to_the_lambdas():
