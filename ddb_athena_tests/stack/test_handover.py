@@ -19,7 +19,7 @@ from ddb_athena_tests.stack.test_one_writer import REPO, dagster_stack, dynamodb
 pytestmark = [pytest.mark.stack, pytest.mark.xdist_group("stack")]
 
 RUN_START_DELAY_SECONDS = 90
-INTERVAL_SECONDS = 5
+INTERVAL_SECONDS = 10
 
 
 def commits(instance: DagsterInstance) -> list:
@@ -52,7 +52,7 @@ def test_with_runs_starting_90_s_late_the_sync_hands_over_without_a_pause_in_its
     stop_writing = threading.Event()
 
     def write():
-        while not stop_writing.wait(0.5):
+        while not stop_writing.wait(1.0):
             books.step()
 
     writer = threading.Thread(target=write)
