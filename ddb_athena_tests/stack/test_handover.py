@@ -78,9 +78,10 @@ def test_with_runs_starting_90_s_late_the_sync_hands_over_without_a_pause_in_its
         handovers = late_handovers()
         gaps = [later.timestamp - earlier.timestamp for earlier, later in handovers]
         print(f"\nCommits a handover apart (s): {', '.join(f'{gap:.1f}' for gap in gaps)}; run start delay {RUN_START_DELAY_SECONDS} s")
-        # The delay falls outside the handover: the next run's first commit comes about an interval and a cycle after the
-        # last of its predecessor, where a successor starting only once its predecessor ends waits out the 90 s.
-        assert max(gaps) < RUN_START_DELAY_SECONDS / 3
+        # The delay falls outside the handover: the next run's first commit follows the last of its predecessor by a cycle
+        # or two (11 s on a quiet machine, 40 s beside two busy test workers), where a successor that starts only once its
+        # predecessor has ended pays the whole delay, then its process's and JVM's start, before its first commit.
+        assert max(gaps) < RUN_START_DELAY_SECONDS
         for earlier, _ in handovers:
             predecessor = instance.get_run_by_id(earlier.run_id)
             assert predecessor.status == DagsterRunStatus.SUCCESS
