@@ -9,12 +9,22 @@ import threading
 import time
 
 import pytest
-from dagster import AssetKey, DagsterInstance, DagsterRunStatus
+from dagster import DagsterInstance, DagsterRunStatus
 
 from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL
 from ddb_athena_bench.delayed_location import DELAY_VARIABLE
-from ddb_athena_tests.stack.test_one_writer import REPO, dagster_stack, dynamodb_items, free_port, iceberg_rows, overlaps, wait_for, writer_runs
+from ddb_athena_tests.stack.test_one_writer import (
+    REPO,
+    dagster_stack,
+    dynamodb_items,
+    free_port,
+    iceberg_rows,
+    merges_after,
+    overlaps,
+    wait_for,
+    writer_runs,
+)
 
 pytestmark = [pytest.mark.stack, pytest.mark.xdist_group("stack")]
 
@@ -24,8 +34,7 @@ INTERVAL_SECONDS = 10
 
 def commits(instance: DagsterInstance) -> list:
     """The books_iceberg materializations that merged changes, oldest first."""
-    records = instance.fetch_materializations(AssetKey("books_iceberg"), limit=1000, ascending=True).records
-    return [record for record in records if record.asset_materialization.metadata["files_consumed"].value]
+    return sorted(merges_after(instance, 0, other_than=""), key=lambda record: record.timestamp)
 
 
 def started_late(instance: DagsterInstance, run_id: str) -> bool:
