@@ -2,6 +2,7 @@
 DynamoDB's history right after the bootstrap's commit (it used to apply the stream's retained day on top of the scan,
 one interval at a time, moving keys back and bringing deleted ones back until it caught up)."""
 
+import itertools
 import random
 import threading
 
@@ -10,10 +11,13 @@ from ddb_athena.streamed import cycle as books_cycle
 from ddb_athena.streamed.cycle import BooksSync
 
 KEYS = [f"book-{number:03d}" for number in range(150)]
+# Beside the bootstrap, a pace that changes many keys while the scan reads them; as fast as the emulator takes writes,
+# the stream it must read through grows as fast as it reads, and one bootstrap takes minutes.
+WRITES_PER_SECOND = 50
 
 
 class RandomWrites(threading.Thread):
-    """Puts and deletes on KEYS as fast as the emulator takes them, each logged (key, name or None) once it returned."""
+    """Puts and deletes on KEYS, WRITES_PER_SECOND while it runs, each logged (key, name or None) once it returned."""
 
     def __init__(self, dynamodb, table: str):
         super().__init__(daemon=True)
@@ -21,19 +25,32 @@ class RandomWrites(threading.Thread):
         self.log: list[tuple[str, str | None]] = []
         self.stop = threading.Event()
         self._random = random.Random(42)
+        self._numbers = itertools.count()
 
     def run(self) -> None:
-        while not self.stop.is_set():
+        while not self.stop.wait(1 / WRITES_PER_SECOND):
             self.write()
 
     def write(self) -> None:
-        key, number = self._random.choice(KEYS), len(self.log)
-        if self._random.random() < 0.2:
+        key, name = self._next_write(self._random.choice(KEYS))
+        if name is None:
             self._dynamodb.delete_item(TableName=self._table, Key={"id": {"S": key}})
-            self.log.append((key, None))
         else:
-            self._dynamodb.put_item(TableName=self._table, Item={"id": {"S": key}, "name": {"S": f"write-{number}"}})
-            self.log.append((key, f"write-{number}"))
+            self._dynamodb.put_item(TableName=self._table, Item={"id": {"S": key}, "name": {"S": name}})
+        self.log.append((key, name))
+
+    def write_batch(self) -> None:
+        """25 writes of distinct keys in one request (one write per key: their order in it does not matter)."""
+        writes = [self._next_write(key) for key in self._random.sample(KEYS, 25)]
+        requests = [
+            {"DeleteRequest": {"Key": {"id": {"S": key}}}} if name is None else {"PutRequest": {"Item": {"id": {"S": key}, "name": {"S": name}}}}
+            for key, name in writes
+        ]
+        assert not self._dynamodb.batch_write_item(RequestItems={self._table: requests})["UnprocessedItems"]
+        self.log.extend(writes)
+
+    def _next_write(self, key: str) -> tuple[str, str | None]:
+        return key, None if self._random.random() < 0.2 else f"write-{next(self._numbers)}"
 
 
 def never_older_than(log: list[tuple[str, str | None]], scan_started_at: int) -> dict[str, set]:
@@ -49,8 +66,8 @@ def never_older_than(log: list[tuple[str, str | None]], scan_started_at: int) ->
 def test_a_bootstrap_beside_writes_never_publishes_a_key_older_than_its_scan(spark, settings, monkeypatch):
     dynamodb = settings.client("dynamodb")
     writes = RandomWrites(dynamodb, settings.books_table)
-    for _ in range(3000):  # a retained stream many captures long: 20 per key on average
-        writes.write()
+    for _ in range(120):  # a retained stream many captures long: 3,000 writes, 20 per key on average
+        writes.write_batch()
     scan_started_at: list[int] = []
     scan = books_cycle.bootstrap_snapshot
 
