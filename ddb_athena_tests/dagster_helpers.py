@@ -4,7 +4,8 @@ from contextlib import contextmanager
 from datetime import datetime
 from unittest import mock
 
-from dagster import DagsterInstance, materialize
+from dagster import DagsterEvent, DagsterInstance, DagsterRun, DagsterRunStatus, materialize
+from dagster._core.storage.dagster_run import RunOpConcurrency
 
 from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.lib.settings import Settings
@@ -25,6 +26,18 @@ def sync_books(instance: DagsterInstance, config: dict | None = None, raise_on_e
         run_config={"ops": {"sync_books": {"config": {"run_minutes": 0, **(config or {})}}}},
         raise_on_error=raise_on_error,
     )
+
+
+def add_run(instance, job_name: str = "books_sync", status: DagsterRunStatus = DagsterRunStatus.NOT_STARTED, pools: set[str] | None = None, tags=None):
+    """A run record as the daemon or a launch leaves it (in `pools`, as a run of pooled steps is)."""
+    concurrency = RunOpConcurrency(root_key_counts={pool: 1 for pool in pools}, has_unconstrained_root_nodes=False, all_pools=pools) if pools else None
+    return instance.add_run(DagsterRun(job_name=job_name, status=status, run_op_concurrency=concurrency, tags=tags or {}))
+
+
+def start(instance, run, at: float | None = None) -> DagsterRun:
+    """The run's worker records its start (at `at`, by default now)."""
+    instance.report_dagster_event(DagsterEvent("PIPELINE_START", job_name=run.job_name), run_id=run.run_id, timestamp=at)
+    return instance.get_run_by_id(run.run_id)
 
 
 def books_synced(settings: Settings, instance: DagsterInstance, *book_ids: str) -> None:

@@ -2,24 +2,12 @@
 from the runs in the instance, and the sync job doing it against the emulator."""
 
 import pytest
-from dagster import AssetKey, DagsterEvent, DagsterInstance, DagsterRunStatus, instance_for_test
-from dagster._core.storage.dagster_run import DagsterRun, RunOpConcurrency
+from dagster import AssetKey, DagsterInstance, DagsterRunStatus, instance_for_test
 
 from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.streamed.handover import READY_TAG, SyncHandover, waiting_writer
 from ddb_athena.streamed.jobs import books_sync_job
-from ddb_athena_tests.dagster_helpers import local_resources
-
-
-def add_run(instance, job_name: str = "books_sync", status: DagsterRunStatus = DagsterRunStatus.NOT_STARTED, pools: set[str] | None = None, tags=None):
-    concurrency = RunOpConcurrency(root_key_counts={pool: 1 for pool in pools}, has_unconstrained_root_nodes=False, all_pools=pools) if pools else None
-    return instance.add_run(DagsterRun(job_name=job_name, status=status, run_op_concurrency=concurrency, tags=tags or {}))
-
-
-def start(instance, run) -> DagsterRun:
-    """The run's worker records its start (its start time is now)."""
-    instance.report_dagster_event(DagsterEvent("PIPELINE_START", job_name=run.job_name), run_id=run.run_id)
-    return instance.get_run_by_id(run.run_id)
+from ddb_athena_tests.dagster_helpers import add_run, local_resources, start
 
 
 def test_alone_a_sync_run_keeps_the_table_until_its_time_is_up():

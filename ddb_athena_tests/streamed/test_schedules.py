@@ -1,3 +1,4 @@
+import time
 from datetime import UTC
 
 from dagster import DagsterRunStatus, RunRequest, SkipReason, build_schedule_context, instance_for_test
@@ -5,6 +6,7 @@ from dagster._core.storage.dagster_run import DagsterRun
 
 from ddb_athena.lib.resources import SyncSettings
 from ddb_athena.streamed.schedules import books_every_minute
+from ddb_athena_tests.dagster_helpers import add_run, start
 
 
 def sync_settings(sync_run_minutes: float = 60) -> SyncSettings:
@@ -36,10 +38,17 @@ def test_a_tick_waits_while_the_sync_runs_and_launches_one_successor_in_its_last
         assert isinstance(tick(instance, sync_run_minutes=1), RunRequest)  # ends within 90 s: launch the successor
         successor = instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.NOT_STARTED))
         assert isinstance(tick(instance, sync_run_minutes=1), SkipReason)  # never a second successor
-        instance.delete_run(successor.run_id)
-        successor = instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.STARTED))
-        assert "handing over" in tick(instance, sync_run_minutes=1).skip_message  # nor a third sync while two run
-        for run in (running, successor):
+        for run in (successor, running):
+            instance.delete_run(run.run_id)
+        # While one hands over to the next, the newest decides (two-minute runs here): past the older one's planned
+        # end, no other; the newest near its own end (it took over late), its successor, or it would end with none.
+        older = start(instance, add_run(instance, status=DagsterRunStatus.STARTED), at=time.time() - 170)
+        newest = start(instance, add_run(instance, status=DagsterRunStatus.STARTED), at=time.time() - 20)
+        assert tick(instance, sync_run_minutes=2).skip_message == "the books_sync run is running"
+        instance.delete_run(newest.run_id)
+        newest = start(instance, add_run(instance, status=DagsterRunStatus.STARTED), at=time.time() - 40)
+        assert isinstance(tick(instance, sync_run_minutes=2), RunRequest)
+        for run in (older, newest):
             instance.delete_run(run.run_id)
         # A finished run, or another job's run, does not hold the schedule back.
         instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.SUCCESS))
@@ -48,8 +57,6 @@ def test_a_tick_waits_while_the_sync_runs_and_launches_one_successor_in_its_last
 
 
 def test_no_sync_starts_while_another_books_writer_waits_or_runs():
-    from ddb_athena_tests.streamed.test_handover import add_run
-
     with instance_for_test() as instance:
         bootstrap = add_run(instance, "books_bootstrap", DagsterRunStatus.STARTED, pools={"books_writer"})
         assert bootstrap.run_id in tick(instance).skip_message
