@@ -9,9 +9,10 @@ the table once, says it is ready (READY_TAG), and waits for the lease. The runni
 A newer run on its way but not ready keeps it cycling, up to HANDOVER_GRACE_SECONDS past its planned end.
 """
 
+import time
 from dataclasses import dataclass
 
-from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunRecord, RunsFilter
 
 from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL
 
@@ -24,6 +25,13 @@ SYNC_RUN_SLACK_MINUTES = 10
 HANDOVER_GRACE_SECONDS = SYNC_RUN_SLACK_MINUTES * 60 / 2
 
 _ON_ITS_WAY = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
+
+
+def planned_end(record: RunRecord | None, run_minutes: float) -> float:
+    """When a sync run plans to end: `run_minutes` after its start (not recorded yet: from now). The run ends there,
+    and the schedule launches its successor before it."""
+    started = record.start_time if record and record.start_time else time.time()
+    return started + run_minutes * 60
 
 
 def waiting_writer(instance: DagsterInstance, other_than: str | None = None) -> DagsterRun | None:

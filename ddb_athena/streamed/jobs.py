@@ -13,7 +13,7 @@ from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL
 from ddb_athena.lib.writer_pools import warn_unless_writers_queue
 from ddb_athena.streamed.assets import BooksSyncConfig, books_writer_branch, maintenance_observation, sync_books, sync_books_cycles
 from ddb_athena.streamed.checks import books_row_count_parity
-from ddb_athena.streamed.handover import HANDOVER_GRACE_SECONDS, SYNC_JOB_NAME, SYNC_RUN_SLACK_MINUTES, SyncHandover, waiting_writer
+from ddb_athena.streamed.handover import HANDOVER_GRACE_SECONDS, SYNC_JOB_NAME, SYNC_RUN_SLACK_MINUTES, SyncHandover, planned_end, waiting_writer
 
 BOOTSTRAP_JOB_NAME = "books_bootstrap"
 
@@ -42,8 +42,7 @@ def keep_books_in_sync(
     handover.announce_ready()
     context.log.info(f"Ready to sync {table}; taking the writer lease as soon as the running sync, if any, gives it up")
     run_minutes = sync.sync_run_minutes if config.run_minutes is None else config.run_minutes
-    record = context.instance.get_run_record_by_id(context.run_id)
-    planned_end = (record.start_time if record and record.start_time else time.time()) + run_minutes * 60
+    ends_at = planned_end(context.instance.get_run_record_by_id(context.run_id), run_minutes)
     sync_books_cycles(
         context,
         config,
@@ -51,8 +50,8 @@ def keep_books_in_sync(
         spark,
         sync,
         leases,
-        run_seconds=max(0.0, planned_end - time.time()) + HANDOVER_GRACE_SECONDS,
-        end_reason=lambda: handover.end_reason(time_is_up=time.time() >= planned_end),
+        run_seconds=max(0.0, ends_at - time.time()) + HANDOVER_GRACE_SECONDS,
+        end_reason=lambda: handover.end_reason(time_is_up=time.time() >= ends_at),
         # The running sync gives the lease up after its cycle; a hung one is ended by run monitoring within its slack.
         lease_wait_seconds=SYNC_RUN_SLACK_MINUTES * 60 + 2 * leases.ttl_seconds,
     )

@@ -17,7 +17,7 @@ from dagster import (
 
 from ddb_athena.lib.resources import SyncSettings
 from ddb_athena.lib.settings import Settings
-from ddb_athena.streamed.handover import SYNC_RUN_SLACK_MINUTES, waiting_writer
+from ddb_athena.streamed.handover import SYNC_RUN_SLACK_MINUTES, planned_end, waiting_writer
 from ddb_athena.streamed.jobs import books_key_parity, books_sync_job
 
 # A successor is launched this long before the running sync run's planned end: its process, its JVM (and on ECS its
@@ -33,10 +33,6 @@ def sync_run_tags(sync: SyncSettings) -> dict[str, str]:
     return {"dagster/max_runtime": str(int(max_runtime))}
 
 
-def _started_at(record) -> float:
-    return record.start_time or record.create_timestamp.timestamp()
-
-
 @schedule(job=books_sync_job, cron_schedule="* * * * *", default_status=DefaultScheduleStatus.RUNNING)
 def books_every_minute(context: ScheduleEvaluationContext, sync: SyncSettings):
     # One sync run at a time, which loops for sync_run_minutes. A tick starts one when none runs (first start, or
@@ -49,8 +45,8 @@ def books_every_minute(context: ScheduleEvaluationContext, sync: SyncSettings):
     if context.instance.get_runs(filters=RunsFilter(job_name=job, statuses=_WAITING), limit=1):
         return SkipReason("a books_sync run is on its way")
     running = context.instance.get_run_records(filters=RunsFilter(job_name=job, statuses=_RUNNING), limit=10)
-    newest = max(running, key=_started_at, default=None)
-    if newest is not None and _started_at(newest) + sync.sync_run_minutes * 60 - time.time() > SUCCESSOR_LEAD_SECONDS:
+    ends = [planned_end(record, sync.sync_run_minutes) for record in running]
+    if ends and max(ends) - time.time() > SUCCESSOR_LEAD_SECONDS:
         return SkipReason("the books_sync run is running")
     return RunRequest(tags=sync_run_tags(sync))
 

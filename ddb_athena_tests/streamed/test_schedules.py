@@ -2,7 +2,6 @@ import time
 from datetime import UTC
 
 from dagster import DagsterRunStatus, RunRequest, SkipReason, build_schedule_context, instance_for_test
-from dagster._core.storage.dagster_run import DagsterRun
 
 from ddb_athena.lib.resources import SyncSettings
 from ddb_athena.streamed.schedules import books_every_minute
@@ -30,13 +29,13 @@ def test_books_sync_is_launched_every_minute_with_a_max_runtime_past_its_length(
 def test_a_tick_waits_while_the_sync_runs_and_launches_one_successor_in_its_last_minute_and_a_half():
     with instance_for_test() as instance:
         # (QUEUED runs need a full code-location origin to be created; NOT_STARTED stands in for a pending run.)
-        queued = instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.NOT_STARTED))
+        queued = add_run(instance)
         assert isinstance(tick(instance), SkipReason)
         instance.delete_run(queued.run_id)
-        running = instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.STARTED))
+        running = add_run(instance, status=DagsterRunStatus.STARTED)
         assert isinstance(tick(instance), SkipReason)  # just started: an hour to go
         assert isinstance(tick(instance, sync_run_minutes=1), RunRequest)  # ends within 90 s: launch the successor
-        successor = instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.NOT_STARTED))
+        successor = add_run(instance)
         assert isinstance(tick(instance, sync_run_minutes=1), SkipReason)  # never a second successor
         for run in (successor, running):
             instance.delete_run(run.run_id)
@@ -51,8 +50,8 @@ def test_a_tick_waits_while_the_sync_runs_and_launches_one_successor_in_its_last
         for run in (older, newest):
             instance.delete_run(run.run_id)
         # A finished run, or another job's run, does not hold the schedule back.
-        instance.add_run(DagsterRun(job_name="books_sync", status=DagsterRunStatus.SUCCESS))
-        instance.add_run(DagsterRun(job_name="books_source_cleanup", status=DagsterRunStatus.STARTED))
+        add_run(instance, status=DagsterRunStatus.SUCCESS)
+        add_run(instance, "books_source_cleanup", DagsterRunStatus.STARTED)
         assert isinstance(tick(instance), RunRequest)
 
 
