@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from ddb_athena.dev.local_stack import start_moto_server
 from ddb_athena.lake.change_merge import merge_change_files
 from ddb_athena.lake.maintenance import maintain_table
-from ddb_athena.lake.table_spec import BOOKS_SPEC
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.resources import IcebergSparkResource
 from ddb_athena.lib.settings import Settings
 from ddb_athena.lib.source_layout import SourceLayout
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     ids = [f"book-{uuid.UUID(int=rng.getrandbits(128)).hex[:12]}" for _ in range(table_rows)]
     snapshot = write_change_file(s3, layout, change_file_name(t0, "snapshot"), (book(i, 0, "SNAPSHOT", rng, args.summary_bytes) for i in ids))
     started = time.monotonic()
-    merge_change_files(spark, BOOKS_SPEC, table, [layout.uri(snapshot, "s3a")], layout.uri(layout.quarantine_prefix, "s3a"))
+    merge_change_files(spark, declared("books").spec, table, [layout.uri(snapshot, "s3a")], layout.uri(layout.quarantine_prefix, "s3a"))
     load = time.monotonic() - started
     print(f"Bootstrap load of {table_rows:,} items: {load:.1f} s ({table_rows / load:,.0f} items/s, first MERGE in the session)")
 
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
                 records.append(book(new_id, sequence, "INSERT", rng, args.summary_bytes))
         key = write_change_file(s3, layout, change_file_name(t0 + timedelta(minutes=number + 1), "stream"), records)
         started = time.monotonic()
-        result = merge_change_files(spark, BOOKS_SPEC, table, [layout.uri(key, "s3a")], layout.uri(layout.quarantine_prefix, "s3a"))
+        result = merge_change_files(spark, declared("books").spec, table, [layout.uri(key, "s3a")], layout.uri(layout.quarantine_prefix, "s3a"))
         timings.append(time.monotonic() - started)
         print(f"  merge {number + 1}: {timings[-1]:.2f} s ({result.rows_written} rows written, {result.rows_removed} removed)")
     warm = timings[1:]

@@ -45,7 +45,7 @@ def _child(items: int, part_bytes: int, endpoint: str, bucket: str) -> None:
 
     s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
     started = time.monotonic()
-    result = bootstrap_snapshot(GeneratedScan(items), s3, "books", "id", SourceLayout(bucket, f"bench-{items}-{part_bytes}"), ChangeFileNamer(), part_bytes)
+    result = bootstrap_snapshot(GeneratedScan(items), s3, "books", ("id",), SourceLayout(bucket, f"bench-{items}-{part_bytes}"), ChangeFileNamer(), part_bytes)
     largest = max(s3.head_object(Bucket=bucket, Key=key)["ContentLength"] for key in result.parts)
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(

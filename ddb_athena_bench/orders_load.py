@@ -50,7 +50,7 @@ def write_export_files(directory: Path) -> list[Path]:
 def spark_load(paths: list[Path], workdir: Path) -> tuple[float, float]:
     """(seconds in a fresh JVM, as a daily job pays them; seconds in a warm JVM, as on a long-lived cluster)."""
     from ddb_athena.lake.export_load import ExportDataFile, load_export_files
-    from ddb_athena.lake.table_spec import ORDERS_SPEC
+    from ddb_athena.lib.declarations import declared
     from ddb_athena.lib.resources import IcebergSparkResource
 
     started = time.monotonic()
@@ -63,7 +63,7 @@ def spark_load(paths: list[Path], workdir: Path) -> tuple[float, float]:
 
     def load(table: str):
         started = time.monotonic()
-        result = load_export_files(spark, ORDERS_SPEC, table, files, quarantine, EXPORTED_AT)
+        result = load_export_files(spark, declared("orders").spec, table, files, quarantine, EXPORTED_AT)
         return result, time.monotonic() - started
 
     result, cold = load("bench.orders")

@@ -32,7 +32,7 @@ from typing import Protocol
 import psutil
 
 from ddb_athena.dev.simulate import BookSimulator, book_item
-from ddb_athena.lake.table_spec import BOOKS_SPEC
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.settings import Settings
 from ddb_athena.resources import resources_from_settings
 from ddb_athena.streamed.assets import BooksUpkeep, books_syncer, books_writer_branch, sync_cadence
@@ -104,7 +104,7 @@ def capacity_stack(
     """`spark_memory`: the JVM's heap (`spark.driver.memory`). `limits` (task_limits.TaskLimits): the task's size,
     entered once the emulator runs and the table is seeded, before the JVM starts."""
     with local_stack(scratch, rate=None, with_dagster=False, warehouse_on_s3=warehouse_on_s3) as (env, processes), ExitStack() as limited:
-        table = MemoryDynamoDB(Settings.from_env(env).books_table, BOOKS_SPEC.key.attribute, shards)
+        table = MemoryDynamoDB(Settings.from_env(env).books_table, declared("books").spec.key.attribute, shards)
         rng = random.Random(7)
         table.seed([book_item(f"book-{number:08d}", rng, summary_bytes) for number in range(initial_books)])
         # The table served from memory is millions of objects in this process, which a run worker would not hold:
@@ -285,7 +285,8 @@ def drained_and_compared(stack: CapacityStack) -> dict:
     while stack.table.records_waiting():
         number += 1
         syncer.cycle(f"drain-{number}")
-    keys = set(_books_table(stack.settings, stack.env["AWS_ENDPOINT_URL"]).scan(selected_fields=(BOOKS_SPEC.key.name,)).to_arrow().column(0).to_pylist())
+    key = declared("books").spec.key.name
+    keys = set(_books_table(stack.settings, stack.env["AWS_ENDPOINT_URL"]).scan(selected_fields=(key,)).to_arrow().column(0).to_pylist())
     return {"rows_at_end": len(keys), "items_at_end": len(stack.table.items), "table_equals_items": keys == set(stack.table.items)}
 
 

@@ -29,6 +29,10 @@ print(json.dumps({{name: getattr(sys.modules[name], "__file__", None) for name i
 """
 
 
+# Files a module reads at run time, shipped with it (archive name -> path in the source tree).
+DATA_FILES = {"ddb_athena.lib.declarations": {"ddb_athena/tables.toml": SOURCE_ROOT / "ddb_athena" / "tables.toml"}}
+
+
 class PackagingError(RuntimeError):
     """The entry point imports something its platform does not have."""
 
@@ -80,6 +84,7 @@ def package_files(bundle: Bundle) -> dict[str, Path]:
         if name.split(".")[0] in bundle.shipped and path:
             module_path = name.replace(".", "/")
             files[f"{module_path}/__init__.py" if path.endswith("__init__.py") else f"{module_path}.py"] = Path(path)
+            files.update(DATA_FILES.get(name, {}))
     return dict(sorted(files.items()))
 
 

@@ -89,3 +89,44 @@ def test_writer_pools_are_limited_in_the_instance_before_its_daemon_meets_them(t
         assert instance.event_log_storage.get_pool_limits() == []  # what the daemon's first pass would find
         limit_writer_pools(instance, WRITER_POOLS)
         assert {(pool.name, pool.limit) for pool in instance.event_log_storage.get_pool_limits()} == {("books_writer", 1), ("orders_writer", 1)}
+
+
+def test_the_names_an_existing_instance_keeps_its_history_and_cursors_under_stay_as_they_are():
+    """Pinned: books and orders are declarations now, and a renamed asset, check, job, schedule, sensor or pool would
+    start an existing instance's history, cursors and concurrency slots anew."""
+    graph = defs.resolve_asset_graph()
+    assert sorted(key.to_user_string() for key in graph.get_all_asset_keys()) == ["books_iceberg", "books_source", "orders_athena", "orders_export"]
+    assert sorted(f"{key.asset_key.to_user_string()}:{key.name}" for key in graph.asset_check_keys) == [
+        "books_iceberg:books_backlog",
+        "books_iceberg:books_capture_failures",
+        "books_iceberg:books_files_compact",
+        "books_iceberg:books_quarantine_empty",
+        "books_iceberg:books_row_count_parity",
+        "books_iceberg:books_unique_id",
+        "books_iceberg:freshness_check",
+        "orders_athena:freshness_check",
+        "orders_athena:orders_export_reconciles",
+        "orders_athena:orders_no_mutated_documents",
+        "orders_athena:orders_quarantine_empty",
+        "orders_athena:orders_unique_order_id",
+    ]
+    assert sorted(job.name for job in defs.jobs) == [
+        "books_bootstrap",
+        "books_key_parity",
+        "books_maintenance",
+        "books_source_cleanup",
+        "books_sync",
+        "orders_daily",
+        "orders_export_cleanup",
+    ]
+    assert sorted(schedule.name for schedule in defs.schedules) == ["books_every_minute", "books_key_parity_daily", "orders_daily_schedule"]
+    assert sorted(sensor.name for sensor in defs.sensors) == [
+        "alert_on_failed_run",
+        "alert_on_red_checks",
+        "cleanup_after_materialization",
+        "freshness_checks_sensor",
+    ]
+    pools = {pool for job in defs.jobs for pool in pools_of(defs.resolve_job_def(job.name)).values()} | set(
+        pools_of(defs.resolve_implicit_global_asset_job_def()).values()
+    )
+    assert pools == {None, "books_writer", "orders_writer"}

@@ -5,6 +5,7 @@ loading Dagster or Spark."""
 
 import argparse
 import contextlib
+import os
 import random
 import signal
 import sys
@@ -125,8 +126,8 @@ def _bootstrap(args, settings: Settings) -> int:
 
 
 def _replay_failures(args, settings: Settings) -> int:
+    from ddb_athena.lib.declarations import streamed_table_of
     from ddb_athena.lib.resources import sync_settings
-    from ddb_athena.lib.settings import BOOKS_SOURCE_PREFIX
     from ddb_athena.lib.source_layout import SourceLayout
     from ddb_athena.streamed.capture.failed_batches import replay
 
@@ -134,8 +135,12 @@ def _replay_failures(args, settings: Settings) -> int:
     if not queue_url:
         print("No queue: pass --queue-url or set DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URL (the stack's CaptureFailureQueueUrl)", file=sys.stderr)
         return 2
-    layout = SourceLayout(settings.bucket, BOOKS_SOURCE_PREFIX)
-    result = replay(settings.client("sqs"), settings.client("dynamodbstreams"), settings.client("s3"), queue_url, layout, log=print)
+
+    # Each batch into its own table's prefix: the queue may hold the batches of several streams.
+    def layout_of(stream_arn: str) -> SourceLayout:
+        return SourceLayout(settings.bucket, streamed_table_of(stream_arn, os.environ).source_prefix)
+
+    result = replay(settings.client("sqs"), settings.client("dynamodbstreams"), settings.client("s3"), queue_url, layout_of, log=print)
     print(f"{result.records} records captured again in {len(result.replayed)} change files")
     if result.kept:
         gone = ", ".join(batch.range_name for batch in result.not_replayable) or "none"

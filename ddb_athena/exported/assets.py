@@ -194,6 +194,10 @@ def orders_athena(
         context.log.warning(f"{result.mutated_documents} orders changed after they were loaded, e.g. {result.mutated_keys_sample}")
     if result.records_quarantined or result.corrupt_files:
         context.log.warning(f"Quarantined: {result.quarantine_reasons}")
+    if result.type_mismatches:
+        context.log.warning(f"Loaded, with a typed column NULL where the attribute has another type: {result.type_mismatches}")
+    if result.columns_added:
+        context.log.info(f"Columns added to {sync.orders_iceberg_table} and filled from each row's item: {', '.join(result.columns_added)}")
     seconds = time.monotonic() - started
     expected = record.item_count if record.item_count is not None else result.items_read
     return MaterializeResult(
@@ -205,6 +209,8 @@ def orders_athena(
             **({"days_loaded_from": result.days_from, "days_loaded_to": result.days_to} if result.days_from else {}),
             "deletes_ignored": result.deletes_ignored,
             "records_quarantined": result.records_quarantined,
+            "records_type_mismatched": sum(result.type_mismatches.values()),
+            "columns_added": ", ".join(result.columns_added) or "none",
             "corrupt_files": len(result.corrupt_files),
             "items_read": result.items_read,
             "bytes_read": record.data_bytes,
@@ -239,11 +245,12 @@ def orders_athena(
             ),
             AssetCheckResult(
                 check_name="orders_quarantine_empty",
-                passed=not (result.records_quarantined or result.corrupt_files),
+                passed=not (result.records_quarantined or result.corrupt_files or result.type_mismatches),
                 metadata={
                     "records_quarantined": result.records_quarantined,
+                    "records_type_mismatched": sum(result.type_mismatches.values()),
                     "corrupt_files": ", ".join(result.corrupt_files),
-                    "reasons": str(result.quarantine_reasons),
+                    "reasons": str({**result.quarantine_reasons, **result.type_mismatches}),
                     "quarantine": layout.uri(f"{layout.quarantine_prefix}{partition}/"),
                 },
             ),

@@ -14,8 +14,8 @@ from pyspark.sql import SparkSession
 
 from ddb_athena.lake.export_load import ExportDataFile, ExportLoadResult, load_export_files, record_loaded_full_export
 from ddb_athena.lake.maintenance import maintain_table, maintenance_due, record_maintained
-from ddb_athena.lake.table_spec import ORDERS_SPEC
 from ddb_athena.lake.writer_branch import WriterBranch
+from ddb_athena.lib.declarations import declared
 
 # library.orders changes once a day: its upkeep (compaction, expiry, orphans) runs with the first load of a day.
 ORDERS_MAINTENANCE_INTERVAL = timedelta(hours=20)
@@ -97,7 +97,7 @@ def load_orders_partition(spark: SparkSession, request: OrdersLoadRequest, befor
 def _load(spark: SparkSession, request: OrdersLoadRequest, before_commit: Callable[[], None], writer: WriterBranch | None) -> OrdersLoadOutcome:
     result = load_export_files(
         spark,
-        ORDERS_SPEC,
+        declared("orders").spec,
         request.target,
         request.files,
         request.quarantine_uri,

@@ -20,6 +20,7 @@ from ddb_athena.lake.commit_properties import branch_summary, committed_with, em
 from ddb_athena.lake.dynamodb_json import item_problem
 from ddb_athena.lake.identifiers import dotted_name, qualified_name, string_literal, validate_identifier
 from ddb_athena.lake.plan_settings import session_settings
+from ddb_athena.lake.table_keys import Key, key_rows_schema, row_key
 from ddb_athena.lake.table_spec import (
     CHANGED_AT_COLUMN,
     ITEM_COLUMN,
@@ -27,14 +28,19 @@ from ddb_athena.lake.table_spec import (
     SEQUENCE_COLUMN,
     SEQUENCE_DIGITS,
     SYNCED_AT_COLUMN,
+    ColumnSpec,
     TableSpec,
+    attributes_schema_ddl,
     create_table_sql,
     image_problem_sql,
     image_schema_ddl,
+    key_match_sql,
     properties_sql,
     set_properties_sql,
+    type_mismatch_sql,
     typed_columns_sql,
     upsert_merge_sql,
+    value_problem_cases,
 )
 from ddb_athena.lake.writer_branch import WriterBranch
 from ddb_athena.streamed.capture.bootstrap import snapshot_group
@@ -47,6 +53,9 @@ STREAM_FLOOR_PROPERTY = "ddb_athena.stream-floor"
 # Where the in-process capture's stream positions are committed with the data: in the summary of each books commit
 # that applies them (capture/checkpoints.py, CommittedCheckpoints).
 STREAM_POSITIONS_PROPERTY = "ddb_athena.stream-positions"
+# The typed columns whose values are in every row: a column added to a declaration joins them once its fill is
+# published (add_columns).
+FILLED_COLUMNS_PROPERTY = "ddb_athena.filled-columns"
 # Sorts after every change file name: no snapshot row is applicable.
 _NO_SNAPSHOT = "~"
 # A stream batch is a few rows to a few thousand: one shuffle partition and a static plan (adaptive execution
@@ -81,31 +90,92 @@ class MergeResult:
     snapshot_id: int | None = None
     newest_change_at: datetime | None = None
     quarantine_reasons: dict[str, int] = field(default_factory=dict)
+    # Records applied whose typed attribute has another DynamoDB type than its column (the column is NULL, the item
+    # whole): by reason, each also noted in the quarantine (without the record).
+    type_mismatches: dict[str, int] = field(default_factory=dict)
+    # Typed columns added to the table by this merge (a declaration that grew), filled from `item` in its publication.
+    columns_added: list[str] = field(default_factory=list)
+
+
+class SchemaChangeError(ValueError):
+    """A declaration changed a table in a way Iceberg cannot follow in place (a column removed, a type narrowed)."""
 
 
 def tombstone_table(target: str) -> str:
     return f"{target}_tombstones"
 
 
-def _newest_deletes_sql(target: str, key: str) -> str:
-    """`key`, `_tombstone`: each deleted key's newest delete. Tombstones are appended (one row per delete applied),
-    so that is its highest sequence number."""
-    key = validate_identifier(key, "key column")
-    return f"SELECT {key} AS key, max({SEQUENCE_COLUMN}) AS _tombstone FROM {dotted_name(tombstone_table(target))} GROUP BY {key}"
+def _newest_deletes_sql(spec: TableSpec, target: str) -> str:
+    """The key columns and `_tombstone`: each deleted key's newest delete. Tombstones are appended (one row per delete
+    applied), so that is its highest sequence number."""
+    keys = ", ".join(spec.key_names)
+    return f"SELECT {keys}, max({SEQUENCE_COLUMN}) AS _tombstone FROM {dotted_name(tombstone_table(target))} GROUP BY {keys}"
 
 
-def tombstone_versions(spark: SparkSession, target: str, key: str, keys: set[str]) -> dict[str, str]:
-    """The sequence number of the newest delete of each of `keys` that was ever deleted from the table."""
-    wanted = spark.createDataFrame([(value,) for value in sorted(keys)], "key string")
-    return {row["key"]: row["_tombstone"] for row in spark.sql(_newest_deletes_sql(target, key)).join(F.broadcast(wanted), "key").collect()}
+def tombstone_versions(spark: SparkSession, spec: TableSpec, target: str, keys: set[Key]) -> dict[Key, str]:
+    """The sequence number of the newest delete of each of `keys` (table_keys.py) that was ever deleted from the table."""
+    wanted = spark.createDataFrame(sorted(keys), key_rows_schema(spec))
+    newest = spark.sql(_newest_deletes_sql(spec, target)).join(F.broadcast(wanted), spec.key_names)
+    return {row_key(spec, row): row["_tombstone"] for row in newest.collect()}
 
 
-def ensure_table(spark: SparkSession, spec: TableSpec, target: str) -> None:
-    """Creates the namespace and the table of `spec` if they do not exist, and brings its properties up to the spec."""
+def ensure_table(spark: SparkSession, spec: TableSpec, target: str) -> list[ColumnSpec]:
+    """Creates the namespace and the table of `spec` if they do not exist, and brings its properties up to the spec.
+    Returns the typed columns the declaration added since (`add_columns` adds and fills them, after the writer took
+    the table); a column removed or a type changed is refused (SchemaChangeError)."""
     namespace = qualified_name(*target.split(".")[:-1])
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
     spark.sql(create_table_sql(spec, target))
-    _bring_properties_up_to(spark, target, dict(spec.properties))
+    properties = table_properties(spark, target)
+    existing = {column.name: column.dataType.simpleString() for column in spark.table(dotted_name(target)).schema.fields}
+    # A table made before columns were recorded as filled: every column it has was filled when it was created.
+    filled = set(properties[FILLED_COLUMNS_PROPERTY].split(",")) if FILLED_COLUMNS_PROPERTY in properties else set(existing)
+    _refuse_what_iceberg_cannot_follow(spec, target, existing)
+    _bring_properties_up_to(spark, target, {**dict(spec.properties), FILLED_COLUMNS_PROPERTY: ",".join(sorted(filled & set(existing)))})
+    return [column for column in spec.columns if column.name not in filled]
+
+
+def _refuse_what_iceberg_cannot_follow(spec: TableSpec, target: str, existing: dict[str, str]) -> None:
+    declared = {column.name: column for column in spec.all_columns}
+    sync = {name for name, _, _ in spec.sync_columns}
+    for name, sql_type in existing.items():
+        if name in sync:
+            continue
+        if name not in declared:
+            raise SchemaChangeError(
+                f"{target}: column {name} ({sql_type}) is not in the declaration of {spec.table} any more. A column is never removed "
+                "(queries and older snapshots read it): declare it again; to be rid of it, declare a new iceberg_table and bootstrap that"
+            )
+        if declared[name].sql_type != sql_type:
+            raise SchemaChangeError(
+                f"{target}: column {name} is {sql_type}, its declaration says {declared[name].sql_type}. A column's type never changes in "
+                f"place (its values would be read as the new type): declare it as {sql_type} again, or declare a column of another name"
+            )
+
+
+def add_columns(spark: SparkSession, spec: TableSpec, target: str, ref: str, columns: list[ColumnSpec]) -> None:
+    """Adds the declared `columns` to `target` and fills them for every existing row from its `item`, the fill committed
+    to `ref` (the writer's branch: it reaches readers in the writer's next publication; the schema itself is the
+    table's at once, so until then the new columns read NULL on every row, never on some). Recorded as filled only
+    once published (`record_filled`): a writer fenced before that leaves them to be filled by the next."""
+    existing = set(spark.table(dotted_name(target)).columns)
+    new = [column for column in columns if column.name not in existing]
+    if new:
+        spark.sql(f"ALTER TABLE {dotted_name(target)} ADD COLUMNS ({', '.join(f'{column.name} {column.sql_type}' for column in new)})")
+    image = f"from_json({ITEM_COLUMN}, {string_literal(attributes_schema_ddl(columns))}) AS image"
+    filled = f"SELECT {', '.join(spec.key_names)}, {', '.join(typed_columns_sql(columns, 'image'))} FROM (SELECT *, {image} FROM {ref})"
+    any_value = " OR ".join(f"s.{column.name} IS NOT NULL" for column in columns)
+    spark.sql(
+        f"MERGE INTO {ref} t USING ({filled}) s ON {key_match_sql(spec, 't', 's')} "
+        f"WHEN MATCHED AND ({any_value}) THEN UPDATE SET {', '.join(f't.{column.name} = s.{column.name}' for column in columns)}"
+    )
+
+
+def record_filled(spark: SparkSession, target: str, columns: list[ColumnSpec]) -> None:
+    """After the publication of `add_columns`' fill: those columns are whole."""
+    properties = table_properties(spark, target)
+    filled = set(filter(None, properties.get(FILLED_COLUMNS_PROPERTY, "").split(","))) | {column.name for column in columns}
+    spark.sql(set_properties_sql(target, {FILLED_COLUMNS_PROPERTY: ",".join(sorted(filled))}))
 
 
 def _bring_properties_up_to(spark: SparkSession, target: str, properties: dict[str, str]) -> None:
@@ -116,15 +186,16 @@ def _bring_properties_up_to(spark: SparkSession, target: str, properties: dict[s
         spark.sql(set_properties_sql(target, stale))
 
 
-def ensure_tables(spark: SparkSession, spec: TableSpec, target: str) -> None:
-    """The table and its tombstones."""
-    ensure_table(spark, spec, target)
+def ensure_tables(spark: SparkSession, spec: TableSpec, target: str) -> list[ColumnSpec]:
+    """The table and its tombstones; the typed columns to add (see ensure_table)."""
+    additions = ensure_table(spark, spec, target)
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {dotted_name(tombstone_table(target))} "
-        f"({spec.key.name} string, {SEQUENCE_COLUMN} string, deleted_at timestamp) USING iceberg "
+        f"({key_rows_schema(spec)}, {SEQUENCE_COLUMN} string, deleted_at timestamp) USING iceberg "
         f"TBLPROPERTIES ({properties_sql({'format-version': '2', 'write.merge.mode': 'merge-on-read', **TOMBSTONE_PROPERTIES})})"
     )
     _bring_properties_up_to(spark, tombstone_table(target), TOMBSTONE_PROPERTIES)
+    return additions
 
 
 def table_exists(spark: SparkSession, target: str) -> bool:
@@ -152,23 +223,25 @@ def table_properties(spark: SparkSession, target: str) -> dict[str, str]:
     return {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {dotted_name(target)}").collect()}
 
 
-def _tombstones_of(changes: DataFrame, key: str) -> DataFrame:
+def _tombstones_of(changes: DataFrame, spec: TableSpec) -> DataFrame:
     """Tombstone rows (the tombstone table's columns) for the REMOVE changes among `changes` (not a dropped key's)."""
-    return changes.where("event_name = 'REMOVE' AND NOT _held").select(F.col("key").alias(key), SEQUENCE_COLUMN, F.col(CHANGED_AT_COLUMN).alias("deleted_at"))
+    return changes.where("event_name = 'REMOVE' AND NOT _held").select(*spec.key_names, SEQUENCE_COLUMN, F.col(CHANGED_AT_COLUMN).alias("deleted_at"))
 
 
 def _validated_changes_sql(spec: TableSpec, lines_view: str) -> str:
     """Every line of the change files in `lines_view` (a text scan) with its parsed fields and the reason it
     cannot be applied (NULL if it can). One SQL text, not a chain of DataFrame calls: each of those is a py4j
     round trip, ~160 of them a sync cycle (docs/performance-log.md, "Python's calls into the JVM")."""
-    key = spec.key
     events = ", ".join(f"'{name}'" for name in EVENT_NAMES)
+    # Each key attribute from the record's Keys (a REMOVE has no image), typed as its column: a key that is missing or
+    # that its column cannot hold exactly is the record's problem, never a rounded or empty key.
+    key_problems = " ".join(value_problem_cases(spec.key_columns, "key_values", required=set(spec.key_columns), missing="missing key attribute"))
     envelope_problem = (
         "CASE "
         "WHEN get_json_object(line, '$') IS NULL THEN 'not valid JSON' "
         f"WHEN event_name IS NULL OR event_name NOT IN ({events}) THEN 'missing or unknown event_name' "
         f"WHEN sequence_number IS NULL OR NOT sequence_number RLIKE '^[0-9]{{1,{SEQUENCE_DIGITS}}}$' THEN 'missing or malformed sequence_number' "
-        f"WHEN key IS NULL THEN 'missing key attribute {key.attribute} ({key.type_tag})' "
+        f"{key_problems} "
         "WHEN try_cast(approximate_creation_time AS timestamp) IS NULL THEN 'missing or malformed approximate_creation_time' "
         "WHEN new_image IS NULL AND event_name <> 'REMOVE' THEN 'missing new_image' "
         "ELSE NULL END"
@@ -180,10 +253,12 @@ def _validated_changes_sql(spec: TableSpec, lines_view: str) -> str:
     )
     fields = (
         f"SELECT source_file, file_name, line, envelope.*, from_json(envelope.new_image, {string_literal(image_schema_ddl(spec))}) AS image, "
-        f"get_json_object(envelope.keys, {string_literal(f'$.{key.attribute}.{key.type_tag}')}) AS key FROM ({envelopes})"
+        f"from_json(envelope.keys, {string_literal(attributes_schema_ddl(spec.key_columns))}) AS key_values FROM ({envelopes})"
     )
     return (
-        "SELECT source_file, file_name, line, event_name, keys, new_image, sequence_number, approximate_creation_time, image, key, "
+        "SELECT source_file, file_name, line, event_name, keys, new_image, sequence_number, approximate_creation_time, image, "
+        f"{', '.join(typed_columns_sql(spec.key_columns, 'key_values'))}, "
+        f"CASE WHEN event_name <> 'REMOVE' THEN {type_mismatch_sql(spec.columns, 'new_image')} END AS type_mismatch, "
         f"coalesce(envelope_problem, {ITEM_PROBLEM_FUNCTION}(new_image), CASE WHEN event_name <> 'REMOVE' THEN {image_problem_sql(spec)} END) "
         f"AS reason FROM (SELECT *, {envelope_problem} AS envelope_problem FROM ({fields}))"
     )
@@ -212,19 +287,20 @@ def _ranked_changes_sql(spec: TableSpec, validated_view: str) -> str:
     A key whose newest change is quarantined is dropped (see _latest_changes_sql)."""
     # The key comes from the record's Keys: a REMOVE has no image to take it from.
     typed = [
-        "key",
         "event_name",
         "file_name",
         "reason",
-        f"key AS {spec.key.name}",
+        *spec.key_names,
         *typed_columns_sql(spec.columns, "image"),
         f"new_image AS {ITEM_COLUMN}",
         f"lpad(sequence_number, {SEQUENCE_DIGITS}, '0') AS {SEQUENCE_COLUMN}",
         f"CAST(approximate_creation_time AS timestamp) AS {CHANGED_AT_COLUMN}",
     ]
-    readable = f"key IS NOT NULL AND sequence_number RLIKE '^[0-9]{{1,{SEQUENCE_DIGITS}}}$'"
+    # A key its columns cannot hold exactly is NULL in them: such a record names no key, and holds none.
+    readable = " AND ".join([*(f"{name} IS NOT NULL" for name in spec.key_names), f"sequence_number RLIKE '^[0-9]{{1,{SEQUENCE_DIGITS}}}$'"])
     changes = f"SELECT {', '.join(typed)} FROM {validate_identifier(validated_view)} WHERE {readable} AND {_applicable_sql()}"
-    return f"SELECT *, row_number() OVER (PARTITION BY key ORDER BY {SEQUENCE_COLUMN} DESC, file_name DESC) AS _rank FROM ({changes})"
+    keys = ", ".join(spec.key_names)
+    return f"SELECT *, row_number() OVER (PARTITION BY {keys} ORDER BY {SEQUENCE_COLUMN} DESC, file_name DESC) AS _rank FROM ({changes})"
 
 
 def _latest_changes_sql(spec: TableSpec, validated_view: str) -> str:
@@ -236,7 +312,7 @@ def _latest_changes_sql(spec: TableSpec, validated_view: str) -> str:
     The merge time joins as data (a one-row VALUES relation), not as a literal: Spark inlines timestamp literals
     into the Java it generates, so a new literal every cycle meant new classes to compile and JIT every cycle
     (about a fifth of a warm sync run's CPU)."""
-    names = ["key", "file_name", spec.key.name, *(column.name for column in spec.columns), ITEM_COLUMN, SEQUENCE_COLUMN, CHANGED_AT_COLUMN]
+    names = ["file_name", *spec.key_names, *(column.name for column in spec.columns), ITEM_COLUMN, SEQUENCE_COLUMN, CHANGED_AT_COLUMN]
     held = "CASE WHEN reason IS NULL THEN event_name ELSE 'REMOVE' END AS event_name, reason IS NOT NULL AS _held"
     merged_at = f"SELECT CAST(col1 AS timestamp) AS {SYNCED_AT_COLUMN} FROM VALUES (:synced_at)"
     ranked = _ranked_changes_sql(spec, validated_view)
@@ -264,10 +340,16 @@ def merge_change_files(
     seal: an empty table's snapshot has no row to carry it); without it, its rows' own sequence number.
     `commit_properties` are committed with the merge, in the summary of the commit that publishes it (the stream
     positions it covers): a merge that changes no row commits them in a snapshot of their own."""
-    if ensure:
-        ensure_tables(spark, spec, target)
+    additions = ensure_tables(spark, spec, target) if ensure else []
     tables = _Tables(target, writer)
     result = MergeResult(change_files=list(change_file_uris))
+    if additions:
+        # After the writer took the table: a writer of the older declaration is fenced, and publishes nothing more.
+        with committed_with(spark, commit_properties):
+            add_columns(spark, spec, target, tables.table, additions)
+        tables.written.add(target)
+        tables.additions = additions
+        result.columns_added = [column.name for column in additions]
     if not change_file_uris:
         return _with_snapshot(spark, target, tables.carry(spark, commit_properties, result))
 
@@ -290,18 +372,24 @@ def merge_change_files(
         # One pass for every count this function needs: per file, outcome and kind of record.
         with session_settings(spark, STREAM_BATCH_PLAN):
             summary = spark.sql(
-                f"SELECT file_name, reason, count(*) AS count, count_if({_applicable_sql()}) AS applicable, "
+                f"SELECT file_name, reason, type_mismatch, count(*) AS count, count_if({_applicable_sql()}) AS applicable, "
                 f"min(CASE WHEN {_applicable_sql()} THEN lpad(sequence_number, {SEQUENCE_DIGITS}, '0') END) AS oldest "
-                f"FROM {validated_view} GROUP BY file_name, reason",
+                f"FROM {validated_view} GROUP BY file_name, reason, type_mismatch",
                 args=selection,
             ).collect()
         result.records_read = sum(row["count"] for row in summary)
         for row in summary:
             if row["reason"] is not None:
                 result.quarantine_reasons[row["reason"]] = result.quarantine_reasons.get(row["reason"], 0) + row["count"]
+            elif row["type_mismatch"] is not None:
+                result.type_mismatches[row["type_mismatch"]] = result.type_mismatches.get(row["type_mismatch"], 0) + row["count"]
         result.records_quarantined = sum(result.quarantine_reasons.values())
-        if result.records_quarantined:
-            bad = validated.where("reason IS NOT NULL").select("source_file", "line", "reason")
+        if result.records_quarantined or result.type_mismatches:
+            # A record that cannot be applied, whole (to fix and write again); a type mismatch only by its reason and
+            # stream position: the record is applied, its item whole in the table.
+            bad = validated.where("reason IS NOT NULL OR type_mismatch IS NOT NULL").selectExpr(
+                "source_file", "CASE WHEN reason IS NOT NULL THEN line END AS line", "coalesce(reason, type_mismatch) AS reason", "sequence_number"
+            )
             bad.coalesce(1).write.mode("append").json(quarantine_uri)
 
         applicable_rows = [row for row in summary if row["reason"] is None and row["applicable"]]
@@ -381,6 +469,8 @@ class _Tables:
         self.table, self.tombstones = ref(target), ref(tombstone_table(target))
         # What this merge committed to: a table it left alone needs no publication (each is a metadata commit).
         self.written: set[str] = set()
+        # Columns this merge added and filled: recorded as filled once published.
+        self.additions: list[ColumnSpec] = []
 
     def carry(self, spark: SparkSession, commit_properties: dict[str, str] | None, result: MergeResult) -> MergeResult:
         """Publishes what this merge wrote, with `commit_properties` in the table's commit: a merge that did not write
@@ -389,6 +479,9 @@ class _Tables:
             empty_commit(spark, self.target, commit_properties, branch=self.writer.name if self.writer is not None else "main")
             self.written.add(self.target)
         self.publish()
+        if self.additions:
+            record_filled(spark, self.target, self.additions)
+            self.additions = []
         return result
 
     def publish(self) -> None:
@@ -404,9 +497,8 @@ def unburied_sql(spec: TableSpec, latest_view: str, tombstones: str) -> str:
     as new as it or newer (it was applied already, or is older than that delete). The lookup is on the batch's side:
     only deletes as new as the batch's oldest change can bury one, and the bound lets Iceberg skip the files of older
     ones (a semi join, not the newest delete per key: that aggregate put a shuffle in every cycle)."""
-    key = validate_identifier(spec.key.name, "key column")
     return (
-        f"SELECT l.*, EXISTS (SELECT 1 FROM {dotted_name(tombstones)} d WHERE d.{key} = l.key "
+        f"SELECT l.*, EXISTS (SELECT 1 FROM {dotted_name(tombstones)} d WHERE {key_match_sql(spec, 'd', 'l')} "
         f"AND d.{SEQUENCE_COLUMN} >= l.{SEQUENCE_COLUMN} AND d.{SEQUENCE_COLUMN} >= :oldest) AS _buried "
         f"FROM {validate_identifier(latest_view)} l"
     )
@@ -420,7 +512,6 @@ def _upsert(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: DataF
     recorded as a tombstone, also one of a key the table no longer holds or holds newer: such a tombstone is older than
     the row, so it buries only changes the row's own sequence number already refuses. The counts are Iceberg's own,
     from the commit's summary: rows written (inserted or updated) and rows removed (deleted, or replaced by an update)."""
-    key = validate_identifier(spec.key.name, "key column")
     latest_view = validate_identifier(f"{spec.table}_latest_changes")
     latest.createOrReplaceTempView(latest_view)
     changes = spark.sql(unburied_sql(spec, latest_view, tables.tombstones), args={"oldest": oldest_sequence}).localCheckpoint()
@@ -435,7 +526,7 @@ def _upsert(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: DataF
     # Tombstones first: if the run dies between the two commits, the retry still knows the delete (and appends
     # it again, which changes no key's newest delete). An append, not a MERGE: no join, a third of the jobs.
     if deletes:
-        _tombstones_of(changes.where("NOT _buried"), key).writeTo(tables.tombstones).append()
+        _tombstones_of(changes.where("NOT _buried"), spec).writeTo(tables.tombstones).append()
         tables.written.add(tombstone_table(tables.target))
     # A delete goes to the MERGE even when recorded already: the run that recorded it may have died before its MERGE,
     # and removing a row older than a delete is always right.
@@ -456,7 +547,6 @@ def _summary_of(spark: SparkSession, tables: _Tables) -> dict[str, str]:
 
 def _rebuild(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: DataFrame, result: MergeResult) -> None:
     """Replaces the table with the snapshot plus the changes after it, in one atomic overwrite."""
-    key = spec.key.name
     target_sql, tombstones_sql = tables.table, tables.tombstones
     if not is_change_file(result.bootstrap_file):
         raise ValueError(f"{result.bootstrap_file!r} is not a change file name")
@@ -466,7 +556,7 @@ def _rebuild(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: Data
     result.rows_written, result.rows_removed = live.count(), spark.table(target_sql).count()
     result.changes, newest = latest.agg(F.count("*"), F.max(CHANGED_AT_COLUMN)).collect()[0]
     result.newest_change_at = _utc(newest)
-    removes = _tombstones_of(latest, key)
+    removes = _tombstones_of(latest, spec)
     removes.writeTo(tombstones_sql).overwrite(F.lit(True))
     live.writeTo(target_sql).overwrite(F.lit(True))
     tables.written.update((tables.target, tombstone_table(tables.target)))

@@ -20,20 +20,24 @@ from datetime import UTC, datetime, timedelta
 from pyspark.sql import DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 
-from ddb_athena.lake.change_merge import current_snapshot_id, ensure_table, table_properties
+from ddb_athena.lake.change_merge import add_columns, current_snapshot_id, ensure_table, record_filled, table_properties
 from ddb_athena.lake.identifiers import dotted_name, validate_identifier
 from ddb_athena.lake.plan_settings import session_settings
+from ddb_athena.lake.table_keys import key_text, row_key
 from ddb_athena.lake.table_spec import (
     CHANGED_AT_COLUMN,
     ITEM_COLUMN,
     SYNCED_AT_COLUMN,
     TableSpec,
+    attributes_schema_ddl,
     image_problem_sql,
     image_schema_ddl,
     insert_only_merge_sql,
     set_properties_sql,
     timestamp_literal,
+    type_mismatch_sql,
     typed_columns_sql,
+    value_problem_cases,
 )
 from ddb_athena.lake.writer_branch import WriterBranch
 
@@ -62,6 +66,9 @@ class ExportLoadResult:
     records_quarantined: int = 0
     corrupt_files: list[str] = field(default_factory=list)
     quarantine_reasons: dict[str, int] = field(default_factory=dict)
+    # Documents loaded whose typed attribute has another DynamoDB type than its column (NULL there, whole in `item`).
+    type_mismatches: dict[str, int] = field(default_factory=dict)
+    columns_added: list[str] = field(default_factory=list)
     snapshot_id: int | None = None
     # The first and last day (UTC, ISO) of the loaded documents' partition column: the partitions this load touched.
     days_from: str | None = None
@@ -113,28 +120,29 @@ def _lines(spark: SparkSession, uris: list[str]) -> DataFrame:
 
 def _records(spec: TableSpec, lines: DataFrame, exported_at: datetime, synced_at: datetime) -> DataFrame:
     """Every line as typed columns, its kind (full, put, delete) and the reason it cannot load (NULL if it can)."""
-    key = spec.key
     parsed = (
         lines.select("source_file", "line", F.json_tuple("line", "Item", "NewImage", "Keys", "Metadata"))
         .toDF("source_file", "line", "full_item", "new_image", "keys", "metadata")
         .withColumn("image_json", F.coalesce("full_item", "new_image"))
         .withColumn("image", F.from_json("image_json", image_schema_ddl(spec)))
+        .withColumn("key_values", F.from_json("keys", attributes_schema_ddl(spec.key_columns)))
         .withColumn(
             "kind",
             F.expr("CASE WHEN full_item IS NOT NULL THEN 'full' WHEN new_image IS NOT NULL THEN 'put' WHEN keys IS NOT NULL THEN 'delete' END"),
         )
     )
+    key_problems = " ".join(value_problem_cases(spec.key_columns, "key_values", required=set(spec.key_columns), missing="missing key attribute"))
     reason = F.expr(
         "CASE WHEN kind IS NULL THEN "
         "CASE WHEN get_json_object(line, '$') IS NULL THEN 'not valid JSON' ELSE 'neither Item, NewImage nor Keys' END "
-        f"WHEN kind = 'delete' THEN CASE WHEN get_json_object(keys, '$.{key.attribute}.{key.type_tag}') IS NULL "
-        f"THEN 'missing key attribute {key.attribute} ({key.type_tag})' END "
+        f"WHEN kind = 'delete' THEN CASE {key_problems} END "
         f"ELSE {image_problem_sql(spec)} END"
     )
     return parsed.withColumn("reason", reason).selectExpr(
         "source_file",
         "kind",
         "reason",
+        f"CASE WHEN kind <> 'delete' THEN {type_mismatch_sql(spec.columns, 'image_json')} END AS type_mismatch",
         # The raw line is kept only where it is needed: for the quarantine.
         "CASE WHEN reason IS NOT NULL THEN line END AS line",
         *typed_columns_sql(spec.all_columns, "image"),
@@ -151,14 +159,27 @@ def _document_fingerprint(item_column: str):
     return F.xxhash64(F.to_json(F.array_sort(F.map_entries(F.from_json(item_column, "map<string,string>")))))
 
 
+def _publish(spark: SparkSession, target: str, writer: WriterBranch | None, additions: list) -> None:
+    if writer is not None:
+        writer.publish(target)
+    if additions:
+        record_filled(spark, target, additions)
+
+
 def _quarantine(spark: SparkSession, records: DataFrame, damaged: list[tuple[str, str]], quarantine_uri: str, result: ExportLoadResult) -> None:
-    bad = records.where("reason IS NOT NULL").select("source_file", "line", "reason")
+    """Lines that cannot load, whole; loaded documents whose attribute has another type than its column, by reason only
+    (the document is whole in the table)."""
+    mismatched = records.where("reason IS NULL AND kind <> 'delete' AND type_mismatch IS NOT NULL")
+    mismatched = mismatched.selectExpr("source_file", "CAST(NULL AS string) AS line", "type_mismatch AS reason", "true AS loaded")
+    bad = records.where("reason IS NOT NULL").selectExpr("source_file", "line", "reason", "false AS loaded").unionByName(mismatched)
     if damaged:
-        bad = bad.unionByName(spark.createDataFrame([(path, None, reason) for path, reason in damaged], "source_file string, line string, reason string"))
+        rows = [(path, None, reason, False) for path, reason in damaged]
+        bad = bad.unionByName(spark.createDataFrame(rows, "source_file string, line string, reason string, loaded boolean"))
     bad = bad.persist()  # few rows: written, then counted by reason, from one read of the files
     try:
-        bad.coalesce(1).write.mode("append").json(quarantine_uri)
-        result.quarantine_reasons.update({row["reason"]: row["count"] for row in bad.groupBy("reason").count().collect()})
+        bad.drop("loaded").coalesce(1).write.mode("append").json(quarantine_uri)
+        for row in bad.groupBy("reason", "loaded").count().collect():
+            (result.type_mismatches if row["loaded"] else result.quarantine_reasons)[row["reason"]] = row["count"]
     finally:
         bad.unpersist()
 
@@ -173,12 +194,12 @@ _LOAD_PLAN_SETTINGS = {
 }
 
 
-def _one_copy_per_key(records: DataFrame, key: str) -> DataFrame:
+def _one_copy_per_key(records: DataFrame, keys: list[str]) -> DataFrame:
     """One row per key; which copy is kept does not matter (copies differ only if mutated, and that is counted).
 
     A row number per key costs one shuffle and one sort, where dropDuplicates sorts the rows twice
     (a first() over strings aggregates by sorting, before and after the shuffle)."""
-    copy_number = F.row_number().over(Window.partitionBy(key).orderBy(key))
+    copy_number = F.row_number().over(Window.partitionBy(*keys).orderBy(*keys))
     return records.withColumn("_copy", copy_number).where("_copy = 1").drop("_copy")
 
 
@@ -260,15 +281,21 @@ def load_export_files(
     partition_column = spec.partition_column
     if partition_column is None or partition_column.sql_type != "timestamp":
         raise ValueError(f"table {spec.table}: an export load needs a timestamp partition column for its match condition")
-    ensure_table(spark, spec, target)
+    additions = ensure_table(spark, spec, target)
     if writer is not None:
         writer.take(target)
-    result = ExportLoadResult()
+    ref = writer.ref(target) if writer is not None else target
+    result = ExportLoadResult(columns_added=[column.name for column in additions])
+    if additions:
+        # After the writer took the table: a writer of the older declaration is fenced, and publishes nothing more.
+        before_commit()
+        add_columns(spark, spec, target, ref, additions)
     if not files:
+        _publish(spark, target, writer, additions)
         result.snapshot_id = current_snapshot_id(spark, target)
         return result
 
-    key, partition = spec.key.name, partition_column.name
+    keys, partition = spec.key_names, partition_column.name
     records = _records(spec, _lines(spark, [file.uri for file in files]), exported_at, datetime.now(UTC))
     document = "reason IS NULL AND kind <> 'delete'"
     read = Observation("export_read")
@@ -279,19 +306,19 @@ def load_export_files(
         F.count_if(F.col("reason").isNotNull()).alias("quarantined"),
         F.count_if(F.expr("reason IS NULL AND kind = 'delete'")).alias("deletes"),
         F.count_if(F.expr(document)).alias("documents"),
+        F.count_if(F.expr(f"{document} AND type_mismatch IS NOT NULL")).alias("mismatched"),
         # Epoch microseconds: observed timestamps do not come back as Python values.
         F.unix_micros(F.min(F.when(F.expr(document), F.col(partition)))).alias("low"),
         F.unix_micros(F.max(F.when(F.expr(document), F.col(partition)))).alias("high"),
     )
-    deduplicated = _one_copy_per_key(observed.where(document), key).observe(batch, F.count("*").alias("distinct"))
+    deduplicated = _one_copy_per_key(observed.where(document), keys).observe(batch, F.count("*").alias("distinct"))
     view = validate_identifier(f"{spec.table}_export_batch")
     deduplicated.select(*spec.table_column_names).createOrReplaceTempView(view)
     before = current_snapshot_id(spark, target)
     before_commit()
     with session_settings(spark, _LOAD_PLAN_SETTINGS):
-        spark.sql(insert_only_merge_sql(spec, writer.ref(target) if writer is not None else target, view))
-    if writer is not None:
-        writer.publish(target)
+        spark.sql(insert_only_merge_sql(spec, ref, view))
+    _publish(spark, target, writer, additions)
     result.snapshot_id = current_snapshot_id(spark, target)
     result.rows_inserted = _inserted_rows(spark, target, before, result.snapshot_id)
 
@@ -302,40 +329,40 @@ def load_export_files(
     result.duplicates_skipped = counts["documents"] - result.rows_inserted
     damaged = _damaged_files(spark, files, result.items_read)
     result.corrupt_files = [path for path, _ in damaged]
-    if result.records_quarantined or damaged:
+    if result.records_quarantined or damaged or counts["mismatched"]:
         _quarantine(spark, records, damaged, quarantine_uri, result)
     valid = records.where(document)
     changed = []
     if distinct < counts["documents"]:
-        changed.append(_changed_copies(valid, key))
+        changed.append(_changed_copies(valid, keys))
     if result.rows_inserted < distinct:
         low, high = (datetime.fromtimestamp(counts[end] / 1e6, UTC) for end in ("low", "high"))
         changed.append(_changed_since_loaded(spark, spec, target, valid, low, high))
     if changed:
-        keys = changed[0] if len(changed) == 1 else changed[0].unionByName(changed[1]).distinct()
-        keys = keys.persist()
+        mutated = changed[0] if len(changed) == 1 else changed[0].unionByName(changed[1]).distinct()
+        mutated = mutated.persist()
         try:
-            result.mutated_documents = keys.count()
-            result.mutated_keys_sample = sorted(row[key] for row in keys.limit(MUTATED_KEYS_SAMPLE).collect())
+            result.mutated_documents = mutated.count()
+            result.mutated_keys_sample = sorted(key_text(row_key(spec, row)) for row in mutated.limit(MUTATED_KEYS_SAMPLE).collect())
         finally:
-            keys.unpersist()
+            mutated.unpersist()
     return result
 
 
-def _changed_copies(valid: DataFrame, key: str) -> DataFrame:
+def _changed_copies(valid: DataFrame, keys: list[str]) -> DataFrame:
     """Keys that appear more than once in the batch with different content."""
-    versions = valid.groupBy(key).agg(F.countDistinct(_document_fingerprint(ITEM_COLUMN)).alias("versions"))
-    return versions.where("versions > 1").select(key)
+    versions = valid.groupBy(*keys).agg(F.countDistinct(_document_fingerprint(ITEM_COLUMN)).alias("versions"))
+    return versions.where("versions > 1").select(*keys)
 
 
 def _changed_since_loaded(spark: SparkSession, spec: TableSpec, target: str, batch: DataFrame, low: datetime, high: datetime) -> DataFrame:
     """Keys of the batch already in the table with other content (read only in the batch's partitions)."""
-    key, partition = spec.key.name, spec.partition_column.name
+    keys, partition = spec.key_names, spec.partition_column.name
     existing = (
         spark.table(dotted_name(target))
         .where(F.col(partition).between(F.lit(low.date()).cast("timestamp"), F.lit((high + timedelta(days=1)).date()).cast("timestamp")))
-        .select(F.col(key), F.col(ITEM_COLUMN).alias("_stored_item"))
+        .select(*keys, F.col(ITEM_COLUMN).alias("_stored_item"))
     )
     # Identical text is the same document; only differing text is compared attribute by attribute.
     differs = (F.col(ITEM_COLUMN) != F.col("_stored_item")) & (_document_fingerprint(ITEM_COLUMN) != _document_fingerprint("_stored_item"))
-    return batch.join(existing, key).where(differs).select(key).distinct()
+    return batch.join(existing, keys).where(differs).select(*keys).distinct()

@@ -19,7 +19,10 @@ TRANSFORMS = {
     "boolean": ("BOOL", "boolean"),
     "json_list": ("L", "string"),
     "json_map": ("M", "string"),
+    "binary": ("B", "binary"),
 }
+# A key attribute's DynamoDB type -> the transform of its column: compared exactly (table_keys.py).
+KEY_TRANSFORMS = {"S": "string", "N": "decimal", "B": "binary"}
 
 # Columns every synced table carries besides the typed ones: name, type, comment.
 ITEM_COLUMN = "item"
@@ -35,6 +38,12 @@ SYNC_COLUMNS = (
 # Tables loaded from exports have no stream position: their documents are written once.
 EXPORT_SYNC_COLUMNS = tuple(column for column in SYNC_COLUMNS if column[0] != SEQUENCE_COLUMN)
 SOURCES = {"stream": SYNC_COLUMNS, "export": EXPORT_SYNC_COLUMNS}
+# Names the merge and the load give their own columns beside the table's (and the tombstones' column): a declared
+# column may not take one.
+INTERNAL_COLUMNS = frozenset(
+    {"source_file", "file_name", "line", "event_name", "keys", "key_values", "new_image", "sequence_number", "approximate_creation_time"}
+    | {"image", "image_json", "envelope", "envelope_problem", "reason", "kind", "full_item", "metadata", "deleted_at", "content", "path"}
+)
 # Stream sequence numbers are decimal strings of up to 40 digits; left-padding makes them sort as text.
 SEQUENCE_DIGITS = 40
 # Fractional digits a decimal attribute is compared at to tell whether the column would round it.
@@ -72,32 +81,50 @@ class ColumnSpec:
 
 @dataclass(frozen=True)
 class TableSpec:
+    """A table's shape: its key (a partition key and an optional sort key, as in DynamoDB), typed columns, partitioning
+    and properties. The key's canonical form, in SQL and in Python, is table_keys.py's."""
+
     table: str
     key: ColumnSpec
     columns: tuple[ColumnSpec, ...]
     partition_by: tuple[str, ...] = ()
     properties: tuple[tuple[str, str], ...] = field(default=())
     source: str = "stream"
+    sort_key: ColumnSpec | None = None
 
     def __post_init__(self):
         validate_identifier(self.table, "table name")
         if self.source not in SOURCES:
             raise ValueError(f"table {self.table}: source {self.source!r} is not one of {sorted(SOURCES)}")
-        if self.key.transform != "string":
-            raise ValueError("the key column must be a string (S) attribute")
+        for role, column in zip(("partition key", "sort key"), self.key_columns, strict=False):
+            if column.transform not in KEY_TRANSFORMS.values():
+                raise ValueError(
+                    f"table {self.table}: the {role} {column.attribute!r} must be S, N or B (transform string, decimal or binary), not {column.transform}"
+                )
         names = [column.name for column in self.all_columns]
-        reserved = {name for name, _, _ in SYNC_COLUMNS}
-        duplicates = {name for name in names if names.count(name) > 1} | (set(names) & reserved)
+        reserved = {name for name, _, _ in SYNC_COLUMNS} | INTERNAL_COLUMNS
+        duplicates = {name for name in names if names.count(name) > 1} | (set(names) & reserved) | {name for name in names if name.startswith("_")}
         if duplicates:
-            raise ValueError(f"table {self.table}: duplicate or reserved column names {sorted(duplicates)}")
+            raise ValueError(
+                f"table {self.table}: duplicate or reserved column names {sorted(duplicates)} (reserved: names starting with _, {sorted(reserved)})"
+            )
         for transform in self.partition_by:
             _, column = _partition_parts(transform)
             if column not in names:
                 raise InvalidIdentifierError(f"partition column {column!r} is not a column of {self.table}")
 
     @property
+    def key_columns(self) -> tuple[ColumnSpec, ...]:
+        """The partition key's column, then the sort key's, if any: together they name one item."""
+        return (self.key,) if self.sort_key is None else (self.key, self.sort_key)
+
+    @property
+    def key_names(self) -> list[str]:
+        return [column.name for column in self.key_columns]
+
+    @property
     def all_columns(self) -> tuple[ColumnSpec, ...]:
-        return (self.key, *self.columns)
+        return (*self.key_columns, *self.columns)
 
     @property
     def sync_columns(self) -> tuple[tuple[str, str, str], ...]:
@@ -147,7 +174,12 @@ def image_schema_ddl(spec: TableSpec) -> str:
     Spark keeps a nested JSON value whose schema says `string` as its raw JSON text, which is how
     lists and maps become JSON columns.
     """
-    fields = [f"`{column.attribute}`: struct<`{column.type_tag}`: string>" for column in spec.all_columns]
+    return attributes_schema_ddl(spec.all_columns)
+
+
+def attributes_schema_ddl(columns: Iterable[ColumnSpec]) -> str:
+    """Spark DDL for from_json over DynamoDB JSON holding these attributes (an image, or a record's Keys)."""
+    fields = [f"`{column.attribute}`: struct<`{column.type_tag}`: string>" for column in columns]
     return f"struct<{', '.join(fields)}>"
 
 
@@ -161,7 +193,8 @@ def typed_value_sql(column: ColumnSpec, image: str = "image") -> str:
     if column.transform in ("string", "json_list", "json_map"):
         return raw
     if column.transform == "decimal":
-        return f"try_cast({raw} AS {column.sql_type})"
+        # NULL, not rounded, when the column cannot hold the number exactly (a key must never move to another).
+        return f"CASE WHEN {exact_decimal_sql(raw, column.scale)} THEN try_cast({raw} AS {column.sql_type}) END"
     if column.transform == "epoch_nanos_timestamp":
         # Iceberg timestamps are microseconds: nanoseconds are truncated, the exact value stays in `item`.
         return f"timestamp_micros(CAST(floor(try_cast({raw} AS decimal(38,0)) / 1000) AS bigint))"
@@ -169,7 +202,23 @@ def typed_value_sql(column: ColumnSpec, image: str = "image") -> str:
         return f"try_cast({raw} AS timestamp)"
     if column.transform == "boolean":
         return f"try_cast({raw} AS boolean)"
+    if column.transform == "binary":
+        # DynamoDB JSON carries B as base64.
+        return f"try_to_binary({raw}, 'base64')"
     raise AssertionError(column.transform)
+
+
+def type_mismatch_sql(columns: Iterable[ColumnSpec], image_json: str, image: str = "image") -> str:
+    """A SQL expression naming the first typed attribute whose DynamoDB type is not its column's (`image_json`, the
+    image's text, holds it under another tag; the column is NULL), with both types, never the value; NULL if none."""
+    cases = []
+    for column in columns:
+        present_as = f"regexp_extract(get_json_object({validate_identifier(image_json)}, '$.{column.attribute}'), '^[{{]\"([A-Z]+)\"', 1)"
+        cases.append(
+            f"WHEN {raw_value_sql(column, image)} IS NULL AND {present_as} NOT IN ('', 'NULL') "
+            f"THEN concat('attribute {column.attribute} is ', {present_as}, ' where its column {column.name} expects {column.type_tag}')"
+        )
+    return f"CASE {' '.join(cases)} END" if cases else "CAST(NULL AS string)"
 
 
 def typed_columns_sql(columns: Iterable[ColumnSpec], image: str = "image") -> list[str]:
@@ -178,22 +227,44 @@ def typed_columns_sql(columns: Iterable[ColumnSpec], image: str = "image") -> li
 
 def image_problem_sql(spec: TableSpec, image: str = "image") -> str:
     """A SQL expression giving the first reason an image cannot be loaded, or NULL when it can."""
+    cases = value_problem_cases(spec.all_columns, image, required=set(spec.key_columns), missing="missing required attribute")
+    return f"CASE {' '.join(cases)} ELSE NULL END" if cases else "CAST(NULL AS string)"
+
+
+def value_problem_cases(columns: Iterable[ColumnSpec], struct: str, required: set[ColumnSpec], missing: str) -> list[str]:
+    """`WHEN ... THEN '<reason>'` clauses, one a problem, for the typed attributes of `struct` (an image or Keys); the
+    reasons name the attribute and the types, never the value."""
     cases = []
-    for column in spec.all_columns:
-        raw = raw_value_sql(column, image)
-        if column.required or column is spec.key:
-            cases.append(f"WHEN {raw} IS NULL THEN 'missing required attribute {column.attribute} ({column.type_tag})'")
-        if column.transform not in ("string", "json_list", "json_map"):
-            cases.append(
-                f"WHEN {raw} IS NOT NULL AND {typed_value_sql(column, image)} IS NULL THEN 'attribute {column.attribute} is not a valid {column.sql_type}'"
-            )
+    for column in columns:
+        raw = raw_value_sql(column, struct)
+        if column.required or column in required:
+            cases.append(f"WHEN {raw} IS NULL THEN '{missing} {column.attribute} ({column.type_tag})'")
         if column.transform == "decimal":
             # A cast rounds to the column's scale; a value that would lose digits is refused, not rounded.
             cases.append(
-                f"WHEN {typed_value_sql(column, image)} <> try_cast({raw} AS decimal(38,{EXACTNESS_SCALE})) "
+                f"WHEN try_cast({raw} AS {column.sql_type}) IS NOT NULL AND NOT {exact_decimal_sql(raw, column.scale)} "
                 f"THEN 'attribute {column.attribute} has more digits than {column.sql_type} keeps'"
             )
-    return f"CASE {' '.join(cases)} ELSE NULL END" if cases else "CAST(NULL AS string)"
+        if column.transform not in ("string", "json_list", "json_map"):
+            cases.append(
+                f"WHEN {raw} IS NOT NULL AND {typed_value_sql(column, struct)} IS NULL THEN 'attribute {column.attribute} is not a valid {column.sql_type}'"
+            )
+    return cases
+
+
+# A number in plain notation: its fractional digits are read as text, so no cast can round them away.
+_PLAIN_NUMBER = r"^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)$"
+
+
+def exact_decimal_sql(raw: str, scale: int) -> str:
+    """Whether the DynamoDB number `raw` (SQL) has no non-zero digit past `scale` fractional digits: its cast to a
+    decimal of that scale loses nothing. In plain notation (DynamoDB's own), told from the digits as text; in exponent
+    notation, by comparison with a cast of EXACTNESS_SCALE digits. The same rule as table_keys.exact_number."""
+    fraction = f"regexp_extract({raw}, '[.]([0-9]*)$', 1)"
+    return (
+        f"(CASE WHEN {raw} RLIKE '{_PLAIN_NUMBER}' THEN substr({fraction}, {int(scale) + 1}) RLIKE '^0*$' "
+        f"ELSE try_cast({raw} AS decimal(38,{int(scale)})) = try_cast({raw} AS decimal(38,{EXACTNESS_SCALE})) END)"
+    )
 
 
 def create_table_sql(spec: TableSpec, catalog_table: str) -> str:
@@ -228,12 +299,11 @@ def properties_sql(properties: Mapping[str, str]) -> str:
 
 def upsert_merge_sql(spec: TableSpec, catalog_table: str, source_view: str) -> str:
     """MERGE applying the latest change per key: newer changes win, REMOVE deletes, never the reverse."""
-    key = spec.key.name
     columns = spec.table_column_names
     newer = f"t.{SEQUENCE_COLUMN} < s.{SEQUENCE_COLUMN}"
     return (
         f"MERGE INTO {dotted_name(catalog_table)} t "
-        f"USING {validate_identifier(source_view)} s ON t.{key} = s.{key} "
+        f"USING {validate_identifier(source_view)} s ON {key_match_sql(spec, 't', 's')} "
         f"WHEN MATCHED AND s.event_name = 'REMOVE' AND {newer} THEN DELETE "
         f"WHEN MATCHED AND s.event_name <> 'REMOVE' AND {newer} THEN UPDATE SET "
         + ", ".join(f"t.{name} = s.{name}" for name in columns)
@@ -248,15 +318,21 @@ def insert_only_merge_sql(spec: TableSpec, catalog_table: str, source_view: str)
     The partition column is part of the match (documents are immutable, so it is equal whenever the
     key is), which lets Iceberg read only the partitions the batch touches.
     """
-    key = spec.key.name
     columns = spec.table_column_names
-    match = f"t.{key} = s.{key}"
-    if spec.partition_column is not None and spec.partition_column is not spec.key:
+    match = key_match_sql(spec, "t", "s")
+    if spec.partition_column is not None and spec.partition_column not in spec.key_columns:
         match += f" AND t.{spec.partition_column.name} = s.{spec.partition_column.name}"
     return (
         f"MERGE INTO {dotted_name(catalog_table)} t USING {validate_identifier(source_view)} s ON {match} "
         f"WHEN NOT MATCHED THEN INSERT ({', '.join(columns)}) VALUES ({', '.join('s.' + name for name in columns)})"
     )
+
+
+def key_match_sql(spec: TableSpec, left: str, right: str) -> str:
+    """Whether rows `left` and `right` hold the same item: every key column equal, each compared as its type (text,
+    an exact decimal, bytes), never through a joined string."""
+    left, right = validate_identifier(left), validate_identifier(right)
+    return " AND ".join(f"{left}.{name} = {right}.{name}" for name in spec.key_names)
 
 
 # Every commit writes a new metadata.json; without these each one stays forever (a commit every few seconds).
@@ -269,40 +345,17 @@ METADATA_UPKEEP_PROPERTIES = (
     ("commit.manifest.min-count-to-merge", "2"),
 )
 
-BOOKS_SPEC = TableSpec(
-    table="books",
-    key=ColumnSpec("id", "id", "string", required=True),
-    columns=(
-        ColumnSpec("name", "name"),
-        ColumnSpec("author", "author"),
-        ColumnSpec("summary", "summary"),
-        ColumnSpec("published_at", "date", "epoch_nanos_timestamp"),
-    ),
-    properties=(
+# The properties of every table of a kind (lib/declarations.py): "stream" tables merge every few seconds, "export"
+# tables load a day of immutable documents at a time.
+SOURCE_PROPERTIES = {
+    "stream": (
         *METADATA_UPKEEP_PROPERTIES,
         # One position-delete file a commit, not one for each data file a MERGE touches: between compactions every
         # commit touched all the files the previous ones added, so a 10-s cycle wrote up to 12 delete files
         # (`make bench-requests`); the one file's few thousand positions cost a reader nothing to skip.
         ("write.delete.granularity", "partition"),
     ),
-)
-
-
-ORDERS_SPEC = TableSpec(
-    table="orders",
-    key=ColumnSpec("order_id", "order_id", "string", required=True),
-    columns=(
-        ColumnSpec("customer_id", "customer_id"),
-        ColumnSpec("amount", "amount", "decimal", precision=18, scale=2),
-        ColumnSpec("currency", "currency"),
-        # Required: it is the partition column, and part of the match condition of the load.
-        ColumnSpec("created_at", "created_at", "iso_timestamp", required=True),
-        ColumnSpec("items", "items", "json_list"),
-        ColumnSpec("paid", "paid", "boolean"),
-    ),
-    # Athena prunes by day; each day of orders is one partition.
-    partition_by=("days(created_at)",),
-    properties=(
+    "export": (
         # Ids and the item JSON never fit a dictionary, yet Parquet builds one per row group up to
         # this size before falling back; 64 KB still holds the dictionaries of columns like currency.
         ("write.parquet.dict-size-bytes", "65536"),
@@ -310,5 +363,4 @@ ORDERS_SPEC = TableSpec(
         ("write.parquet.compression-level", "1"),
         *METADATA_UPKEEP_PROPERTIES,
     ),
-    source="export",
-)
+}

@@ -16,8 +16,8 @@ from ddb_athena.lake.class_lookups import keep_class_lookups
 from ddb_athena.lake.identifiers import qualified_name
 from ddb_athena.lake.local_jars import aws_profile_jar_paths, local_file_system_jar, local_jar_paths
 from ddb_athena.lake.session_config import SparkIcebergOptions, iceberg_spark_config, python_workers_from, runs_in_this_process, sigint_handler_kept
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.settings import (
-    BOOKS_SOURCE_PREFIX,
     DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS,
     DEFAULT_MERGE_INTERVAL_SECONDS,
     DEFAULT_SYNC_RUN_MINUTES,
@@ -30,7 +30,6 @@ from ddb_athena.lib.settings import (
     MIN_MERGE_INTERVAL_SECONDS,
     MIN_WRITER_LEASE_SECONDS,
     MIN_WRITER_STALL_SECONDS,
-    ORDERS_EXPORT_PREFIX,
     SETTING_PREFIX,
     Settings,
     SettingsError,
@@ -292,19 +291,19 @@ class SyncSettings(ConfigurableResource):
 
     @property
     def books_layout(self) -> SourceLayout:
-        return SourceLayout(self.bucket, BOOKS_SOURCE_PREFIX)
+        return SourceLayout(self.bucket, declared("books").source_prefix)
 
     @property
     def books_iceberg_table(self) -> str:
-        return qualified_name(self.namespace, "books")
+        return qualified_name(self.namespace, declared("books").iceberg_table)
 
     @property
     def orders_layout(self) -> SourceLayout:
-        return SourceLayout(self.bucket, ORDERS_EXPORT_PREFIX)
+        return SourceLayout(self.bucket, declared("orders").source_prefix)
 
     @property
     def orders_iceberg_table(self) -> str:
-        return qualified_name(self.namespace, "orders")
+        return qualified_name(self.namespace, declared("orders").iceberg_table)
 
     @property
     def snapshot_retention(self) -> timedelta:

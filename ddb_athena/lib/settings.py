@@ -8,6 +8,7 @@ from datetime import date
 from pathlib import Path
 
 from ddb_athena.lake.identifiers import validate_identifier
+from ddb_athena.lib.declarations import declared
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCAL_STATE_DIR = REPO_ROOT / ".ddb_athena"
@@ -32,8 +33,6 @@ EMR_SETTINGS = {
 }
 EMR_REQUIRED = ("emr_application_id", "emr_execution_role_arn", "emr_code_uri", "emr_log_group")
 NAMESPACE = "library"
-BOOKS_SOURCE_PREFIX = "books_source"
-ORDERS_EXPORT_PREFIX = "orders_export"
 DEFAULT_ORDERS_START_DATE = "2026-11-01"
 DEFAULT_ORDERS_SCHEDULE_HOUR = 2
 # The key parity check scans the user's DynamoDB table: once a day, at this hour (UTC).
@@ -172,9 +171,10 @@ class Settings:
             profile=profile,
             bucket=bucket,
             warehouse=warehouse,
-            # DynamoDB table names allow '-' and '.', which never reach SQL; Iceberg names are fixed.
-            books_table=env.get("DDB_ATHENA_BOOKS_TABLE", "books"),
-            orders_table=env.get("DDB_ATHENA_ORDERS_TABLE", "orders"),
+            # As declared (ddb_athena/tables.toml), or named by the declaration's variable: DynamoDB table names allow '-'
+            # and '.', which never reach SQL.
+            books_table=declared("books").dynamodb_table_name(env),
+            orders_table=declared("orders").dynamodb_table_name(env),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
             namespace=validate_identifier(env.get("DDB_ATHENA_NAMESPACE", NAMESPACE), "namespace"),
             credentials=credentials,

@@ -8,10 +8,11 @@ from pyspark.sql import SparkSession
 from ddb_athena.lake.identifiers import dotted_name, validate_identifier
 
 
-def unique_key_result(spark: SparkSession, table: str, key: str, days: tuple[str, str, str] | None = None) -> AssetCheckResult:
-    """Passes when no value of `key` appears twice in `table`, or with `days` (a timestamp column, the first and the
-    last day, ISO), among the rows of those days: the partitions a load touched, not the whole table."""
-    key = validate_identifier(key, "key column")
+def unique_key_result(spark: SparkSession, table: str, keys: list[str], days: tuple[str, str, str] | None = None) -> AssetCheckResult:
+    """Passes when no key (the values of the `keys` columns together) appears twice in `table`, or with `days` (a
+    timestamp column, the first and the last day, ISO), among the rows of those days: the partitions a load touched,
+    not the whole table."""
+    key = ", ".join(validate_identifier(name, "key column") for name in keys)
     where, args = "", {}
     if days is not None:
         column, first, last = validate_identifier(days[0], "day column"), date.fromisoformat(days[1]), date.fromisoformat(days[2])

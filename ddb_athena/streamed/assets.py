@@ -26,6 +26,7 @@ from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY, tombstone_ta
 from ddb_athena.lake.maintenance import CompactionResult, MaintenanceResult, MaintenanceState, compact_if_due, maintenance_state
 from ddb_athena.lake.session_config import runs_in_this_process
 from ddb_athena.lake.writer_branch import WriterBranch
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.settings import MAX_MERGE_INTERVAL_SECONDS, MAX_SYNC_RUN_MINUTES, MIN_MERGE_INTERVAL_SECONDS
 from ddb_athena.lib.upkeep import maintain
@@ -103,6 +104,7 @@ def books_syncer(
         writer=writer,
         # Spark reads the driver's local files only when its tasks run in this process.
         hold_changes=runs_in_this_process(spark.master),
+        spec=declared("books").spec,
     )
 
 

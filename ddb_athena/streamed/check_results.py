@@ -3,15 +3,18 @@ its cycles (`cycle_check_results`), and `checks.py` defines each as an asset che
 
 import json
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 from dagster import AssetCheckResult, AssetCheckSeverity
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from ddb_athena.lake.change_merge import tombstone_versions
-from ddb_athena.lake.identifiers import dotted_name, validate_identifier
+from ddb_athena.lake.identifiers import dotted_name
 from ddb_athena.lake.maintenance import TableFiles
-from ddb_athena.lake.table_spec import BOOKS_SPEC, ITEM_COLUMN, SEQUENCE_COLUMN
+from ddb_athena.lake.table_keys import Key, item_key, key_rows_schema, row_key
+from ddb_athena.lake.table_spec import ITEM_COLUMN, SEQUENCE_COLUMN, TableSpec
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.lib.table_checks import unique_key_result
 from ddb_athena.streamed.capture.change_files import is_change_file, list_keys
@@ -86,35 +89,33 @@ def key_parity_result(parity: KeyParity, scans: list[KeyScan]) -> AssetCheckResu
     )
 
 
-def iceberg_rows(spark: SparkSession, target: str, key: str, keys: set[str] | None = None) -> dict[str, Row]:
+def iceberg_rows(spark: SparkSession, spec: TableSpec, target: str, keys: set[Key] | None = None) -> dict[Key, Row]:
     """Every row of `target` (or those of `keys`): the sequence number of the change it was written from, and the
     digest of its item, computed by the executors (only digests come back, never items)."""
     if keys is not None and not keys:
         return {}
-    rows = spark.table(dotted_name(target)).select(
-        F.col(validate_identifier(key, "key column")).alias("key"), F.col(SEQUENCE_COLUMN).alias("version"), F.col(ITEM_COLUMN).alias("item")
-    )
+    rows = spark.table(dotted_name(target)).select(*spec.key_names, F.col(SEQUENCE_COLUMN).alias("version"), F.col(ITEM_COLUMN).alias("item"))
     if keys is not None:
-        rows = rows.join(F.broadcast(spark.createDataFrame([(value,) for value in sorted(keys)], "key string")), "key")
-    digests = rows.select("key", "version", F.udf(item_json_digest, "string")("item").alias("digest"))
-    return {row["key"]: Row(row["version"], row["digest"]) for row in digests.collect()}
+        rows = rows.join(F.broadcast(spark.createDataFrame(sorted(keys), key_rows_schema(spec))), spec.key_names)
+    digests = rows.select(*spec.key_names, "version", F.udf(item_json_digest, "string")("item").alias("digest"))
+    return {row_key(spec, row): Row(row["version"], row["digest"]) for row in digests.collect()}
 
 
 def key_parity_readers(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, scans: list[KeyScan]) -> tuple:
     """What a ParityTracker reads: library.books's rows (all, or some keys'), DynamoDB's items (a paced scan, appended
     to `scans`), the newest tombstones of some keys."""
-    key = BOOKS_SPEC.key
+    spec = declared("books").spec
     dynamodb = aws.client("dynamodb")
     rate = read_rate_for(dynamodb, sync.books_table, sync.parity_scan_capacity_share, sync.parity_scan_read_units_per_second)
 
-    def dynamodb_items() -> dict[str, str]:
-        scans.append(paced_item_digests(dynamodb, sync.books_table, key.attribute, key.type_tag, rate, sync.parity_scan_segments))
+    def dynamodb_items() -> dict[Key, str]:
+        scans.append(paced_item_digests(dynamodb, sync.books_table, partial(item_key, spec), rate, sync.parity_scan_segments))
         return scans[-1].digests
 
     return (
-        lambda keys=None: iceberg_rows(spark.spark_session, sync.books_iceberg_table, key.name, keys),
+        lambda keys=None: iceberg_rows(spark.spark_session, spec, sync.books_iceberg_table, keys),
         dynamodb_items,
-        lambda keys: tombstone_versions(spark.spark_session, sync.books_iceberg_table, key.name, keys),
+        lambda keys: tombstone_versions(spark.spark_session, spec, sync.books_iceberg_table, keys),
     )
 
 
@@ -168,7 +169,7 @@ def cycle_check_results(
     if sync.capture_failure_queue_url:
         results["books_capture_failures"] = capture_failures_result(aws, sync)
     if with_table:
-        unique = unique_key_result(spark.spark_session, sync.books_iceberg_table, BOOKS_SPEC.key.name)
+        unique = unique_key_result(spark.spark_session, sync.books_iceberg_table, declared("books").spec.key_names)
         # Between the daily key parity scans, a free signal beside the table's row count: DynamoDB's own item count
         # (DescribeTable, no read units; AWS refreshes it about every six hours, so it lags the table).
         item_count = aws.client("dynamodb").describe_table(TableName=sync.books_table)["Table"].get("ItemCount", 0)

@@ -6,12 +6,11 @@ and schedule), paced to a share of the table's read capacity, its consumed read 
 can be run on its own from the UI. Freshness is evaluated by its sensor, so it turns red even when no sync runs."""
 
 import warnings
-from datetime import timedelta
 
 from dagster import AssetCheckResult, SupersessionWarning, asset_check, build_last_update_freshness_checks
 
 from ddb_athena.lake.maintenance import table_files
-from ddb_athena.lake.table_spec import BOOKS_SPEC
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.lib.table_checks import unique_key_result
 from ddb_athena.streamed.assets import books_iceberg
@@ -24,7 +23,7 @@ from ddb_athena.streamed.check_results import (
     quarantine_result,
 )
 
-BOOKS_FRESHNESS = timedelta(minutes=2)
+BOOKS_FRESHNESS = declared("books").freshness
 
 # Superseded in 1.13 by FreshnessPolicy, which is not an asset check; this one is, and its sensor
 # evaluates it even when the pipeline has stalled and no run would.
@@ -56,7 +55,7 @@ def books_capture_failures(aws: AwsClientsResource, sync: SyncSettings) -> Asset
 
 @asset_check(asset=books_iceberg.key, description="No id appears twice in library.books.")
 def books_unique_id(spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:
-    return unique_key_result(spark.spark_session, sync.books_iceberg_table, BOOKS_SPEC.key.name)
+    return unique_key_result(spark.spark_session, sync.books_iceberg_table, declared("books").spec.key_names)
 
 
 @asset_check(

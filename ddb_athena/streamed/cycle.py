@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from ddb_athena.lake.change_merge import BOOTSTRAP_FILE_PROPERTY, STREAM_POSITIONS_PROPERTY, merge_change_files, table_exists, table_properties
 from ddb_athena.lake.commit_properties import newest_published
-from ddb_athena.lake.table_spec import BOOKS_SPEC
+from ddb_athena.lake.table_spec import TableSpec
 from ddb_athena.lake.writer_branch import WriterBranch
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.bootstrap import bootstrap_snapshot, delete_unsealed_parts, pending_snapshot, snapshot_position, with_snapshot_parts
@@ -62,6 +62,8 @@ class BooksSync:
         layout: SourceLayout,
         log: Callable[[str], None],
         warn: Callable[[str], None],
+        *,
+        spec: TableSpec,
         capture_stream: bool = True,
         before_write: Callable[[], None] = lambda: None,
         capture_seconds: float | None = None,
@@ -73,8 +75,8 @@ class BooksSync:
         table and its tombstones: a commit that outlived the lease is never published (lake/writer_branch.py). A capture
         reads the stream for at most `capture_seconds` (the cycle's interval): behind, the table still moves every cycle.
         `hold_changes` (the run's own capture, Spark in this process): change files on local disk, positions committed
-        with the data."""
-        self._dynamodb, self._s3, self._spark = dynamodb, s3, spark
+        with the data. `spec` is the table's shape (its key, its typed columns)."""
+        self._dynamodb, self._s3, self._spark, self._spec = dynamodb, s3, spark, spec
         self._before_write, self._writer = before_write, writer
         self._scheme, self._table_name, self._iceberg_table, self._layout = source_scheme, table_name, iceberg_table, layout
         self._log, self._warn, self._capture_stream = log, warn, capture_stream
@@ -138,7 +140,7 @@ class BooksSync:
                     self._dynamodb,
                     self._s3,
                     self._table_name,
-                    BOOKS_SPEC.key.attribute,
+                    tuple(column.attribute for column in self._spec.key_columns),
                     self._layout,
                     self._namer,
                     stream_position=StreamCapture.newest(positions),
@@ -197,7 +199,7 @@ class BooksSync:
         self._before_write()
         result = merge_change_files(
             self._spark(),
-            BOOKS_SPEC,
+            self._spec,
             self._iceberg_table,
             files,
             self._layout.uri(f"{self._layout.quarantine_prefix}{batch}", self._scheme),
@@ -214,6 +216,10 @@ class BooksSync:
             # A bootstrap's manifest also lists its snapshot parts, which lie beside the change prefix.
             files_prefix = f"{self._layout.prefix}/" if result.bootstrap_file else None
             manifest = write_commit_manifest(self._s3, self._layout, batch, staged, self._iceberg_table, result.snapshot_id, files_prefix=files_prefix)
+        if result.columns_added:
+            self._log(f"Columns added to {self._iceberg_table} and filled from each row's item: {', '.join(result.columns_added)}")
+        if result.type_mismatches:
+            self._warn(f"Merged, with a typed column NULL where the attribute has another type (noted in the quarantine): {result.type_mismatches}")
         if result.records_quarantined:
             self._warn(
                 f"Quarantined {result.records_quarantined} records: {result.quarantine_reasons}; {result.keys_held} keys dropped from the "
@@ -228,6 +234,7 @@ class BooksSync:
             "files_consumed": len(files),
             "records_consumed": result.records_read,
             "records_quarantined": result.records_quarantined,
+            "records_type_mismatched": sum(result.type_mismatches.values()),
             "keys_held": result.keys_held,
             "foreign_files_quarantined": len(foreign),
             "records_superseded_by_bootstrap": result.records_superseded,

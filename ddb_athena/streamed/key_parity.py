@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ddb_athena.lake.dynamodb_json import item_to_wire
+from ddb_athena.lake.table_keys import Key, key_text
 
 # Keys quoted in a result: enough to start an investigation, few enough for the UI. Never values.
 EXAMPLE_KEYS = 5
@@ -118,8 +119,12 @@ class KeyParity:
             "keys_in_flight": len(self.in_flight),
             "unexplained_keys": len(self.unexplained),
             "unexplained_values": sum(where == DIFFERENT for where in self.unexplained.values()),
-            "unexplained_examples": ", ".join(f"{key} ({where})" for key, where in examples.items()) or "none",
+            "unexplained_examples": ", ".join(f"{_shown(key)} ({where})" for key, where in examples.items()) or "none",
         }
+
+
+def _shown(key: Key | str) -> str:
+    return key_text(key) if isinstance(key, tuple) else key
 
 
 # Readers: the table's rows (every row when called without an argument, else those of the given keys), DynamoDB's
@@ -218,13 +223,13 @@ class KeyScan:
     """A scan paced to a read rate: the digest of every item it read by key, and the read units DynamoDB says it
     consumed."""
 
-    digests: dict[str, str] = field(default_factory=dict)
+    digests: dict[Key, str] = field(default_factory=dict)
     read_units: float = 0.0
     seconds: float = 0.0
     pages: int = 0
 
     @property
-    def keys(self) -> list[str]:
+    def keys(self) -> list[Key]:
         return list(self.digests)
 
 
@@ -238,8 +243,7 @@ def read_rate_for(dynamodb, table_name: str, capacity_share: float, on_demand_re
 def paced_item_digests(
     dynamodb,
     table_name: str,
-    attribute: str,
-    type_tag: str,
+    key_of: Callable[[Mapping[str, Any]], Key],
     read_units_per_second: float,
     segments: int = 4,
     clock: Callable[[], float] = time.monotonic,
@@ -256,7 +260,7 @@ def paced_item_digests(
     for segment in range(segments):
         pages = paginator.paginate(TableName=table_name, Segment=segment, TotalSegments=segments, ReturnConsumedCapacity="TOTAL")
         for page in pages:
-            scan.digests.update((item[attribute][type_tag], item_digest(item_to_wire(item))) for item in page["Items"])
+            scan.digests.update((key_of(item), item_digest(item_to_wire(item))) for item in page["Items"])
             scan.read_units += page.get("ConsumedCapacity", {}).get("CapacityUnits", 0.0)
             scan.pages += 1
             # Paced by what was consumed so far: the next page waits until the average is back at the rate.

@@ -93,7 +93,7 @@ class SyncRun:
         # also on an idle table's recorded cycles, a minute apart); at once when the cycle found trouble.
         periodic = self._recorded_merges % self._cadence.table_checks_every_cycles == 0
         behind = None if outcome.source.get("stream_caught_up", True) else outcome.source["capture_lag_seconds"]
-        quarantined = bool(outcome.merged.get("records_quarantined") or outcome.merged.get("foreign_files_quarantined"))
+        quarantined = any(outcome.merged.get(name) for name in ("records_quarantined", "records_type_mismatched", "foreign_files_quarantined"))
         report.checks = self._checks(periodic and not outcome.idle, behind, periodic or outcome.idle, quarantined)
         self._recorded_at = self._clock()
         self._recorded_merges += not outcome.idle

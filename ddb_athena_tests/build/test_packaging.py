@@ -12,7 +12,7 @@ import pytest
 
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import list_change_files
-from ddb_athena_build.packaging import CAPTURE_LAMBDA, JOB_ARCHIVE_NAME, PackagingError, build_emr_job, build_zip, package_files
+from ddb_athena_build.packaging import CAPTURE_LAMBDA, JOB_ARCHIVE_NAME, SOURCE_ROOT, PackagingError, build_emr_job, build_zip, package_files
 from ddb_athena_tests.streamed.capture.test_lambda_handler import EVENT, unreadable
 
 # Runs in the unpacked zip's directory, as the Lambda runtime would: the handler and nothing from this checkout.
@@ -57,6 +57,8 @@ def test_the_zip_holds_the_handler_and_only_what_it_imports(unpacked):
     assert "ddb_athena/streamed/capture/lambda_handler.py" in files
     # Nothing of Spark, Dagster, the assets or the stream reader: the handler does not import them.
     assert not any(part in name for name in files for part in ("spark", "assets", "stream_reader", "definitions"))
+    # The declarations it finds the stream's table in (ddb_athena/tables.toml) go with it.
+    assert (unpacked / "ddb_athena" / "tables.toml").read_bytes() == (SOURCE_ROOT / "ddb_athena" / "tables.toml").read_bytes()
 
 
 def test_the_unpacked_handler_writes_a_stream_batch_as_one_change_file(unpacked, settings):

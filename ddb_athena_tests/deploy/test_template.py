@@ -3,11 +3,13 @@ in its shape (no `*` action, `*` resources only where IAM has no resource scopin
 the handler expects it, and a deployment into the emulator of every resource type moto can create."""
 
 import json
+import re
 import time
 
 import pytest
 from cfnlint.api import ManualArgs, lint_file
 
+from ddb_athena.lib.declarations import declared_tables
 from ddb_athena.lib.settings import Settings
 from ddb_athena_build.packaging import CAPTURE_LAMBDA, build_zip
 from ddb_athena_tests.deploy.policies import TEMPLATE, as_list
@@ -179,3 +181,18 @@ def test_the_capture_alarms_on_its_errors_its_lag_and_its_failed_batches_to_the_
     assert all(alarm["Properties"]["AlarmActions"] == [{"Ref": "AlertTopic"}] for alarm in alarms.values())
     assert alarms["IteratorAge"]["Properties"]["Threshold"] <= 120_000  # milliseconds: the freshness promise
     assert alarms["ApproximateNumberOfMessagesVisible"]["Properties"]["Dimensions"][0]["Value"] == {"Fn::GetAtt": ["CaptureFailureQueue", "QueueName"]}
+
+
+def test_the_grants_follow_the_declared_tables_and_name_no_other():
+    """Drift between ddb_athena/tables.toml and the template's literal grants: every declared table has its DynamoDB
+    table parameter and its S3 prefix granted, and every source prefix the template names belongs to a declared table
+    (besides the platform's own: the warehouse, the writer leases, Dagster's logs)."""
+    text = TEMPLATE.read_text()
+    named = set(re.findall(r"\$\{Bucket\}/([A-Za-z0-9_-]+)/", text)) | set(re.findall(r"Prefix: ([A-Za-z0-9_]+)/", text))
+    named |= {prefix for listed in re.findall(r"s3:prefix: \[([^]]*)\]", text) for prefix in re.findall(r"(?:^|, )([A-Za-z0-9_-]+)/", listed)}
+    tables = declared_tables().values()
+    assert named - {"warehouse", "_writer_leases", "dagster"} == {table.source_prefix for table in tables}
+    parameters = template()["Parameters"]
+    for table in tables:
+        parameter = f"{table.name.capitalize()}TableName"
+        assert parameter in parameters and f"table/${{{parameter}}}" in text, f"{table.name}: no {parameter} granted"

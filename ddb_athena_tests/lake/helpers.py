@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ddb_athena.lake.change_merge import MergeResult, merge_change_files
-from ddb_athena.lake.table_spec import BOOKS_SPEC
 from ddb_athena.lake.writer_branch import WriterBranch
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import ChangeRecord, change_file_name, list_change_files, write_change_file
 from ddb_athena.streamed.capture.quarantine import quarantined_records
@@ -59,7 +59,7 @@ class ChangeFiles:
         keys = self.present() if keys is None else keys
         uris = [self.layout.uri(key, "s3a") for key in keys]
         quarantine = self.layout.uri(self.layout.quarantine_prefix + f"batch-{self.minute}", "s3a")
-        return merge_change_files(self.spark, BOOKS_SPEC, self.table, uris, quarantine, writer=writer)
+        return merge_change_files(self.spark, declared("books").spec, self.table, uris, quarantine, writer=writer)
 
     def delete(self, keys: list[str]) -> None:
         for key in keys:

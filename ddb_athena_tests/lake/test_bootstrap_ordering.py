@@ -1,7 +1,7 @@
 """A bootstrap scan with writes landing between its pages still converges to DynamoDB exactly."""
 
 from ddb_athena.lake.change_merge import merge_change_files
-from ddb_athena.lake.table_spec import BOOKS_SPEC
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.bootstrap import bootstrap_snapshot, with_snapshot_parts
 from ddb_athena.streamed.capture.change_files import ChangeFileNamer, list_change_files
@@ -54,13 +54,13 @@ def test_changes_made_during_the_scan_are_ordered_after_it(spark, settings):
     capture = StreamCapture(dynamodb, settings.client("dynamodbstreams"), s3, "books", layout, namer=namer)
     positions = capture.present_end()
     # Parts of about five items: a snapshot of several parts, as a big table's is.
-    snapshot = bootstrap_snapshot(WritesBetweenScanPages(dynamodb, write_during_scan), s3, "books", "id", layout, namer, part_bytes=500)
+    snapshot = bootstrap_snapshot(WritesBetweenScanPages(dynamodb, write_during_scan), s3, "books", ("id",), layout, namer, part_bytes=500)
     assert snapshot.items >= 14 and len(snapshot.parts) >= 3
     capture.restart_from(positions)
     capture.capture()  # the stream from where it ended before the scan: the changes made during it
     table = f"{settings.namespace}.books"
     files = with_snapshot_parts(s3, layout, list_change_files(s3, layout))
-    merge_change_files(spark, BOOKS_SPEC, table, [layout.uri(k, "s3a") for k in files], layout.uri(layout.quarantine_prefix, "s3a"))
+    merge_change_files(spark, declared("books").spec, table, [layout.uri(k, "s3a") for k in files], layout.uri(layout.quarantine_prefix, "s3a"))
     expected = dynamodb_rows(dynamodb, "books")
     assert expected["b00"]["name"] == "updated-after-it-was-scanned" and "b01" not in expected
     assert iceberg_rows(spark, table) == expected

@@ -8,7 +8,8 @@ import pytest
 from ddb_athena.lake import change_merge
 from ddb_athena.lake.change_merge import BOOTSTRAP_FILE_PROPERTY, STREAM_BATCH_PLAN, STREAM_FLOOR_PROPERTY, unburied_sql
 from ddb_athena.lake.plan_settings import session_settings
-from ddb_athena.lake.table_spec import BOOKS_SPEC, SEQUENCE_COLUMN
+from ddb_athena.lake.table_spec import SEQUENCE_COLUMN
+from ddb_athena.lib.declarations import declared
 from ddb_athena_tests.lake.helpers import T0, ChangeFiles, change
 
 
@@ -325,10 +326,10 @@ def test_the_lookup_of_deletes_reads_only_the_tombstone_files_as_new_as_the_batc
         files.merge([files.write(change(sequence, book_id, "INSERT"))])
     for sequence, book_id in enumerate("abcde", start=10):
         files.merge([files.write(change(sequence, book_id, "REMOVE"))])
-    latest = files.spark.createDataFrame([("e", "MODIFY", "13".zfill(40), False)], f"key string, event_name string, {SEQUENCE_COLUMN} string, _held boolean")
+    latest = files.spark.createDataFrame([("e", "MODIFY", "13".zfill(40), False)], f"id string, event_name string, {SEQUENCE_COLUMN} string, _held boolean")
     latest.createOrReplaceTempView("replayed_changes")
     with session_settings(files.spark, STREAM_BATCH_PLAN):
-        classified = files.spark.sql(unburied_sql(BOOKS_SPEC, "replayed_changes", f"{files.table}_tombstones"), args={"oldest": "13".zfill(40)})
+        classified = files.spark.sql(unburied_sql(declared("books").spec, "replayed_changes", f"{files.table}_tombstones"), args={"oldest": "13".zfill(40)})
         assert [row["_buried"] for row in classified.collect()] == [True]
     scan = _scan_metrics(classified, f"{files.table}_tombstones")
     # The deletes at 13 and 14 could be newer than the change; the three older files are not read at all.

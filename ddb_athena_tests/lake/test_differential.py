@@ -8,7 +8,7 @@ from decimal import Decimal
 from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.lake.change_merge import merge_change_files
 from ddb_athena.lake.dynamodb_json import item_to_wire
-from ddb_athena.lake.table_spec import BOOKS_SPEC
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import ChangeFileNamer, list_change_files
 from ddb_athena.streamed.capture.commit_manifests import delete_committed_files, write_commit_manifest
@@ -59,7 +59,7 @@ def test_rounds_of_random_changes_converge_to_dynamodb_column_by_column(spark, s
         capture.capture()
         files = list_change_files(s3, layout)
         result = merge_change_files(
-            spark, BOOKS_SPEC, table, [layout.uri(k, "s3a") for k in files], layout.uri(f"{layout.quarantine_prefix}r{round_number}", "s3a")
+            spark, declared("books").spec, table, [layout.uri(k, "s3a") for k in files], layout.uri(f"{layout.quarantine_prefix}r{round_number}", "s3a")
         )
         assert result.records_quarantined == 0
         manifest = write_commit_manifest(s3, layout, f"round-{round_number}", files, table, result.snapshot_id)

@@ -8,8 +8,8 @@ import pytest
 
 from ddb_athena.dev.simulate import order_item
 from ddb_athena.lake.export_load import ExportDataFile, gzip_problem, load_export_files
-from ddb_athena.lake.table_spec import ORDERS_SPEC
 from ddb_athena.lake.writer_branch import WriterBranch, WriterFencedError
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.quarantine import quarantined_records
 from ddb_athena_tests.exported.aws_layout import full_line, gzip_lines, incremental_line, write_export
@@ -39,7 +39,7 @@ class ExportLoad:
     def load(self, files: list[ExportDataFile]):
         self.loads += 1
         quarantine = self.layout.uri(f"{self.layout.quarantine_prefix}load-{self.loads}", "s3a")
-        return load_export_files(self.spark, ORDERS_SPEC, self.table, files, quarantine, EXPORTED_AT)
+        return load_export_files(self.spark, declared("orders").spec, self.table, files, quarantine, EXPORTED_AT)
 
     def rows(self) -> dict[str, dict]:
         return {row["order_id"]: row.asDict() for row in self.spark.table(self.table).collect()}
@@ -150,11 +150,11 @@ def test_a_table_created_before_the_spec_gained_write_properties_takes_them_on_t
 
     from ddb_athena.lake.change_merge import ensure_table, table_properties
 
-    ensure_table(export_load.spark, replace(ORDERS_SPEC, properties=()), export_load.table)
+    ensure_table(export_load.spark, replace(declared("orders").spec, properties=()), export_load.table)
     assert "write.parquet.dict-size-bytes" not in table_properties(export_load.spark, export_load.table)
     export_load.load(export_load.write([[full_line(item) for item in orders(2)]]))
     properties = table_properties(export_load.spark, export_load.table)
-    assert all(properties[name] == value for name, value in ORDERS_SPEC.properties)
+    assert all(properties[name] == value for name, value in declared("orders").spec.properties)
 
 
 def test_the_load_plans_with_its_own_settings_and_gives_the_session_back_as_it_was(export_load):
@@ -184,5 +184,5 @@ def test_a_load_whose_table_another_writer_took_meanwhile_publishes_nothing(spar
 
     quarantine = export_load.layout.uri(f"{export_load.layout.quarantine_prefix}fenced", "s3a")
     with pytest.raises(WriterFencedError):
-        load_export_files(spark, ORDERS_SPEC, export_load.table, files, quarantine, EXPORTED_AT, before_commit=taken_meanwhile, writer=paused)
+        load_export_files(spark, declared("orders").spec, export_load.table, files, quarantine, EXPORTED_AT, before_commit=taken_meanwhile, writer=paused)
     assert export_load.rows() == before

@@ -13,6 +13,7 @@ from ddb_athena.lake.maintenance import (
     record_maintained,
     table_totals,
 )
+from ddb_athena.lib.declarations import declared
 from ddb_athena.streamed.jobs import books_maintenance
 from ddb_athena_tests.dagster_helpers import local_resources
 from ddb_athena_tests.lake.helpers import ChangeFiles, change, plant_file
@@ -196,11 +197,11 @@ def test_manifests_are_merged_at_commit_so_a_query_reads_few_of_them(spark, sett
 
 def test_a_tombstone_table_created_before_the_upkeep_properties_takes_them_at_the_next_run(spark, settings):
     from ddb_athena.lake.change_merge import ensure_tables, table_properties
-    from ddb_athena.lake.table_spec import BOOKS_SPEC, METADATA_UPKEEP_PROPERTIES
+    from ddb_athena.lake.table_spec import METADATA_UPKEEP_PROPERTIES
 
     files = ChangeFiles(spark, settings)
     files.merge([files.write(change(1, "k", "INSERT"))])
     tombstones = tombstone_table(files.table)
     spark.sql(f"ALTER TABLE {tombstones} UNSET TBLPROPERTIES ('commit.manifest.min-count-to-merge')")
-    ensure_tables(spark, BOOKS_SPEC, files.table)
+    ensure_tables(spark, declared("books").spec, files.table)
     assert all(table_properties(spark, tombstones).get(name) == value for name, value in METADATA_UPKEEP_PROPERTIES)

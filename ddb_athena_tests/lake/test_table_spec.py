@@ -1,20 +1,12 @@
 import pytest
 
 from ddb_athena.lake.identifiers import InvalidIdentifierError
-from ddb_athena.lake.table_spec import (
-    BOOKS_SPEC,
-    ColumnSpec,
-    TableSpec,
-    create_table_sql,
-    image_problem_sql,
-    image_schema_ddl,
-    typed_value_sql,
-    upsert_merge_sql,
-)
+from ddb_athena.lake.table_spec import ColumnSpec, TableSpec, create_table_sql, image_problem_sql, image_schema_ddl, typed_value_sql, upsert_merge_sql
+from ddb_athena.lib.declarations import declared
 
 
 def test_image_schema_reads_only_typed_attributes_with_their_tags():
-    assert image_schema_ddl(BOOKS_SPEC) == (
+    assert image_schema_ddl(declared("books").spec) == (
         "struct<`id`: struct<`S`: string>, `name`: struct<`S`: string>, `author`: struct<`S`: string>, "
         "`summary`: struct<`S`: string>, `date`: struct<`N`: string>>"
     )
@@ -22,7 +14,8 @@ def test_image_schema_reads_only_typed_attributes_with_their_tags():
 
 def test_typed_values_per_transform():
     assert typed_value_sql(ColumnSpec("name", "name")) == "image.`name`.`S`"
-    assert typed_value_sql(ColumnSpec("amount", "amount", "decimal", 12, 2)) == "try_cast(image.`amount`.`N` AS decimal(12,2))"
+    amount = typed_value_sql(ColumnSpec("amount", "amount", "decimal", 12, 2))
+    assert amount.startswith("CASE WHEN (CASE WHEN image.`amount`.`N` RLIKE") and amount.endswith("THEN try_cast(image.`amount`.`N` AS decimal(12,2)) END")
     nanos = typed_value_sql(ColumnSpec("published_at", "date", "epoch_nanos_timestamp"))
     assert nanos == "timestamp_micros(CAST(floor(try_cast(image.`date`.`N` AS decimal(38,0)) / 1000) AS bigint))"
     assert typed_value_sql(ColumnSpec("created_at", "created_at", "iso_timestamp")) == "try_cast(image.`created_at`.`S` AS timestamp)"
@@ -30,7 +23,7 @@ def test_typed_values_per_transform():
 
 
 def test_create_table_sql_from_the_books_spec():
-    sql = create_table_sql(BOOKS_SPEC, "library.books")
+    sql = create_table_sql(declared("books").spec, "library.books")
     assert sql.startswith(
         "CREATE TABLE IF NOT EXISTS library.books (id string, name string, author string, summary string, published_at timestamp, item string COMMENT"
     )
@@ -53,7 +46,7 @@ def test_partitioning_is_validated_and_rendered():
 
 
 def test_merge_sql_guards_against_older_changes_and_deletes_on_remove():
-    sql = upsert_merge_sql(BOOKS_SPEC, "library.books", "books_changes")
+    sql = upsert_merge_sql(declared("books").spec, "library.books", "books_changes")
     assert sql.startswith("MERGE INTO library.books t USING books_changes s ON t.id = s.id ")
     assert "WHEN MATCHED AND s.event_name = 'REMOVE' AND t._sequence_number < s._sequence_number THEN DELETE" in sql
     assert "WHEN MATCHED AND s.event_name <> 'REMOVE' AND t._sequence_number < s._sequence_number THEN UPDATE SET" in sql
@@ -61,7 +54,7 @@ def test_merge_sql_guards_against_older_changes_and_deletes_on_remove():
 
 
 def test_problem_sql_names_missing_keys_and_unparseable_values():
-    sql = image_problem_sql(BOOKS_SPEC)
+    sql = image_problem_sql(declared("books").spec)
     assert "WHEN image.`id`.`S` IS NULL THEN 'missing required attribute id (S)'" in sql
     assert "'attribute date is not a valid timestamp'" in sql
 
@@ -74,11 +67,14 @@ def test_problem_sql_names_missing_keys_and_unparseable_values():
         lambda: ColumnSpec("x", "x", "nope"),
         lambda: ColumnSpec("x", "x", "decimal", 40, 0),
         lambda: TableSpec("books;", ColumnSpec("id", "id"), ()),
-        lambda: TableSpec("books", ColumnSpec("id", "id", "decimal"), ()),
+        lambda: TableSpec("books", ColumnSpec("id", "id", "boolean"), ()),
+        lambda: TableSpec("books", ColumnSpec("id", "id"), (), sort_key=ColumnSpec("at", "at", "iso_timestamp")),
+        lambda: TableSpec("books", ColumnSpec("id", "id"), (ColumnSpec("reason", "reason"),)),
+        lambda: TableSpec("books", ColumnSpec("id", "id"), (ColumnSpec("_mine", "mine"),)),
         lambda: TableSpec("books", ColumnSpec("id", "id"), (ColumnSpec("id", "other"),)),
         lambda: TableSpec("books", ColumnSpec("id", "id"), (ColumnSpec("item", "item"),)),
-        lambda: create_table_sql(BOOKS_SPEC, "library.books; DROP TABLE x"),
-        lambda: upsert_merge_sql(BOOKS_SPEC, "library.books", "v; --"),
+        lambda: create_table_sql(declared("books").spec, "library.books; DROP TABLE x"),
+        lambda: upsert_merge_sql(declared("books").spec, "library.books", "v; --"),
     ],
 )
 def test_bad_specs_and_names_are_refused(make):
@@ -87,22 +83,22 @@ def test_bad_specs_and_names_are_refused(make):
 
 
 def test_the_orders_load_is_insert_only_and_matches_on_the_partition_column_too():
-    from ddb_athena.lake.table_spec import ORDERS_SPEC, insert_only_merge_sql
+    from ddb_athena.lake.table_spec import insert_only_merge_sql
 
-    sql = insert_only_merge_sql(ORDERS_SPEC, "library.orders", "batch")
+    sql = insert_only_merge_sql(declared("orders").spec, "library.orders", "batch")
     assert " ON t.order_id = s.order_id AND t.created_at = s.created_at WHEN NOT MATCHED THEN INSERT " in sql
     assert "WHEN MATCHED" not in sql and "UPDATE" not in sql and "DELETE" not in sql  # a loaded order is never rewritten
     with pytest.raises(InvalidIdentifierError):
-        insert_only_merge_sql(ORDERS_SPEC, "library.orders", "batch; DROP TABLE x")
+        insert_only_merge_sql(declared("orders").spec, "library.orders", "batch; DROP TABLE x")
 
 
 def test_the_orders_table_is_partitioned_by_day_and_carries_no_stream_position():
-    from ddb_athena.lake.table_spec import ORDERS_SPEC, SEQUENCE_COLUMN
+    from ddb_athena.lake.table_spec import SEQUENCE_COLUMN
 
-    sql = create_table_sql(ORDERS_SPEC, "library.orders")
+    sql = create_table_sql(declared("orders").spec, "library.orders")
     assert "PARTITIONED BY (days(created_at))" in sql and "amount decimal(18,2)" in sql
-    assert SEQUENCE_COLUMN not in sql and SEQUENCE_COLUMN not in ORDERS_SPEC.table_column_names
-    assert ORDERS_SPEC.partition_column.name == "created_at"
+    assert SEQUENCE_COLUMN not in sql and SEQUENCE_COLUMN not in declared("orders").spec.table_column_names
+    assert declared("orders").spec.partition_column.name == "created_at"
     with pytest.raises(ValueError, match="source"):
         TableSpec(table="t", key=ColumnSpec("id", "id"), columns=(), source="scan")
 
@@ -117,9 +113,9 @@ def test_timestamp_literals_are_utc():
 
 
 def test_table_properties_are_rendered_and_text_that_could_break_out_of_a_quote_is_refused():
-    from ddb_athena.lake.table_spec import ORDERS_SPEC, set_properties_sql
+    from ddb_athena.lake.table_spec import set_properties_sql
 
-    assert "'write.parquet.dict-size-bytes'='65536'" in create_table_sql(ORDERS_SPEC, "library.orders")
+    assert "'write.parquet.dict-size-bytes'='65536'" in create_table_sql(declared("orders").spec, "library.orders")
     assert set_properties_sql("library.orders", {"a.b": "1"}) == "ALTER TABLE library.orders SET TBLPROPERTIES ('a.b'='1')"
     for bad in ({"a": "1'); DROP TABLE x; --"}, {"a'": "1"}, {"a": "x\\"}):
         with pytest.raises(ValueError, match="not allowed"):

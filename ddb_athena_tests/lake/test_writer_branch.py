@@ -11,8 +11,8 @@ import pytest
 
 from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY, merge_change_files
 from ddb_athena.lake.commit_properties import newest_published
-from ddb_athena.lake.table_spec import BOOKS_SPEC
 from ddb_athena.lake.writer_branch import WriterBranch, WriterFencedError
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.writer_lease import WriterLease
 from ddb_athena_tests.lake.helpers import ChangeFiles, change
 
@@ -26,7 +26,7 @@ FROZEN_WRITER = textwrap.dedent(
     import boto3
     from ddb_athena.lake import change_merge, writer_branch
     from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY, merge_change_files, tombstone_table
-    from ddb_athena.lake.table_spec import BOOKS_SPEC
+    from ddb_athena.lib.declarations import declared
     from ddb_athena.lib.resources import IcebergSparkResource
     from ddb_athena.lib.writer_lease import WriterLease
 
@@ -50,7 +50,7 @@ FROZEN_WRITER = textwrap.dedent(
     pausing(module, pause_at)
     try:
         positions = {STREAM_POSITIONS_PROPERTY: "the frozen writer's positions"}
-        merge_change_files(spark, BOOKS_SPEC, table, uris, quarantine, writer=writer, commit_properties=positions)
+        merge_change_files(spark, declared("books").spec, table, uris, quarantine, writer=writer, commit_properties=positions)
         print("committed", flush=True)
     except writer_branch.WriterFencedError as error:
         print(f"fenced: {error}", flush=True)
@@ -158,7 +158,7 @@ def test_the_fence_repeats_the_stream_positions_so_snapshot_expiry_never_loses_t
     files = ChangeFiles(spark, settings)
     uris = [files.layout.uri(files.write(change(1, "a")), "s3a")]
     quarantine = files.layout.uri(files.layout.quarantine_prefix + "positions", "s3a")
-    merge_change_files(spark, BOOKS_SPEC, files.table, uris, quarantine, commit_properties={STREAM_POSITIONS_PROPERTY: "after record 1"})
+    merge_change_files(spark, declared("books").spec, files.table, uris, quarantine, commit_properties={STREAM_POSITIONS_PROPERTY: "after record 1"})
     tables = (files.table, f"{files.table}_tombstones")
     for token in ("first", "second"):  # two runs take the table: each fence commit repeats the newest positions
         writer = WriterBranch(lambda: spark, "lake", tables, token, carried=(STREAM_POSITIONS_PROPERTY,))

@@ -15,7 +15,7 @@ from dagster import AssetKey, DagsterInstance
 from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY
 from ddb_athena.lake.commit_properties import empty_commit, newest_published
-from ddb_athena.lake.table_spec import BOOKS_SPEC
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed import cycle as books_cycle
 from ddb_athena.streamed.capture import bootstrap
@@ -54,7 +54,7 @@ def simulator_writing(simulator: BookSimulator, every_seconds: float) -> Iterato
 
 
 def assert_same_keys(spark, settings, dynamodb):
-    iceberg = [row[0] for row in spark.table(f"{settings.namespace}.books").select(BOOKS_SPEC.key.name).collect()]
+    iceberg = [row[0] for row in spark.table(f"{settings.namespace}.books").select(declared("books").spec.key.name).collect()]
     pages = dynamodb.get_paginator("scan").paginate(TableName=settings.books_table, ConsistentRead=True)
     assert sorted(iceberg) == sorted(item["id"]["S"] for page in pages for item in page["Items"])
 

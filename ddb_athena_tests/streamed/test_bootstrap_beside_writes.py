@@ -6,6 +6,7 @@ import itertools
 import random
 import threading
 
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed import cycle as books_cycle
 from ddb_athena.streamed.cycle import BooksSync
@@ -89,6 +90,7 @@ def test_a_bootstrap_beside_writes_never_publishes_a_key_older_than_its_scan(spa
         log=print,
         warn=print,
         capture_seconds=0.2,  # a capture far shorter than the retained stream takes to read, as on a busy table
+        spec=declared("books").spec,
     )
     writes.start()
     try:

@@ -1,9 +1,13 @@
 """The books checks turn red for the right reasons, and only then."""
 
+from functools import partial
+
 import pytest
 from dagster import AssetCheckSeverity, DagsterInstance
 
 from ddb_athena.dev.simulate import BookSimulator
+from ddb_athena.lake.table_keys import item_key
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import change_file_name
 from ddb_athena.streamed.check_results import cycle_check_results, key_parity_readers
@@ -72,7 +76,7 @@ def test_parity_tells_a_change_in_flight_from_a_row_deleted_by_hand(spark, setti
     # Written after the merge, before the check's scan: in flight, and merged by the next cycle.
     simulator.insert("book-in-flight")
     first = tracker.observe(*readers)
-    assert first.passed and first.in_flight == {"book-in-flight": MISSING}
+    assert first.passed and first.in_flight == {("book-in-flight",): MISSING}
     sync_books(instance)
     assert tracker.observe(*readers).in_flight == {}
 
@@ -102,7 +106,7 @@ def test_a_key_changed_again_between_two_looks_is_in_flight_at_both_and_stuck_on
 
     simulator.insert("book-c")  # in flight at the first look: missing from Iceberg
     delete("book-b")  # in flight: only in Iceberg
-    assert look().in_flight == {"book-c": MISSING, "book-b": EXTRA}
+    assert look().in_flight == {("book-c",): MISSING, ("book-b",): EXTRA}
     sync_books(instance)
     delete("book-c")
     simulator.insert("book-b")
@@ -110,9 +114,9 @@ def test_a_key_changed_again_between_two_looks_is_in_flight_at_both_and_stuck_on
     simulator.insert("book-c")  # in flight again, the same way, after a merged delete
     delete("book-b")  # in flight again, the same way, from another row
     again = look()
-    assert again.passed and again.in_flight == {"book-c": MISSING, "book-b": EXTRA}
+    assert again.passed and again.in_flight == {("book-c",): MISSING, ("book-b",): EXTRA}
     stuck = look()  # nothing merged since
-    assert not stuck.passed and stuck.unexplained == {"book-c": MISSING, "book-b": EXTRA}
+    assert not stuck.passed and stuck.unexplained == {("book-c",): MISSING, ("book-b",): EXTRA}
 
 
 def test_a_foreign_file_in_the_change_prefix_is_quarantined_turns_the_check_red_and_the_rest_flows(spark, settings, instance):
@@ -167,10 +171,12 @@ def test_the_item_scan_is_segmented_eventually_consistent_and_paced_to_its_read_
     assert read_rate_for(PagedScan(1, 1), "books", 0.1, 100) == 100
     assert read_rate_for(PagedScan(1, 1, provisioned=200), "books", 0.1, 100) == 20
     dynamodb, clock = PagedScan(pages=10, units=50.0), FakeClock()
-    scan = paced_item_digests(dynamodb, "books", "id", "S", read_units_per_second=20, segments=4, clock=clock, sleep=clock.sleep)
+    scan = paced_item_digests(
+        dynamodb, "books", partial(item_key, declared("books").spec), read_units_per_second=20, segments=4, clock=clock, sleep=clock.sleep
+    )
     assert len(scan.keys) == 40 and scan.read_units == 2000 and scan.pages == 40
     # Whole items (a projection would cost the same units), kept as digests only.
-    assert scan.digests["s0-0"] == item_digest({"id": {"S": "s0-0"}}) and all("ProjectionExpression" not in request for request in dynamodb.requests)
+    assert scan.digests[("s0-0",)] == item_digest({"id": {"S": "s0-0"}}) and all("ProjectionExpression" not in request for request in dynamodb.requests)
     assert scan.seconds >= 2000 / 20 - 50 / 20  # every page but the last waited its share
     assert scan.read_units / scan.seconds <= 20 * 1.05
     assert [request["Segment"] for request in dynamodb.requests] == [0, 1, 2, 3]

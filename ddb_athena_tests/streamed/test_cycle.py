@@ -2,6 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed import cycle as books_cycle
 from ddb_athena.streamed.capture.change_files import change_file_name, change_record, write_change_file
@@ -22,6 +23,7 @@ def books_sync(spark, settings, **options) -> BooksSync:
         SourceLayout(settings.bucket, "books_source"),
         log=print,
         warn=print,
+        spec=declared("books").spec,
         **options,
     )
 

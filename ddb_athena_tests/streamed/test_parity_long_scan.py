@@ -72,14 +72,14 @@ def test_a_value_merged_or_changed_again_after_the_scan_is_in_flight_and_one_the
     for book_id in ("book-a", "book-b"):
         update_name(dynamodb, settings.books_table, book_id, "Second Title")  # in flight at the scan
     first = tracker.observe(read_rows, scan, read_tombstones)
-    assert first.passed and first.in_flight == {"book-a": DIFFERENT, "book-b": DIFFERENT}
+    assert first.passed and first.in_flight == {("book-a",): DIFFERENT, ("book-b",): DIFFERENT}
     update_name(dynamodb, settings.books_table, "book-b", "Third Title")  # changed again after the scan
     sync_books(instance)
     # book-a's row now holds what the scan read: merged. book-b's holds a later change: in flight, not divergence.
     second = tracker.recheck(read_rows, read_tombstones)
-    assert second.passed and second.in_flight == {"book-b": DIFFERENT} and second.unexplained == {}
+    assert second.passed and second.in_flight == {("book-b",): DIFFERENT} and second.unexplained == {}
 
     update_name(dynamodb, settings.books_table, "book-a", "Lost Title")  # a change no sync merges
-    assert tracker.observe(read_rows, scan, read_tombstones).in_flight == {"book-a": DIFFERENT}
+    assert tracker.observe(read_rows, scan, read_tombstones).in_flight == {("book-a",): DIFFERENT}
     stuck = tracker.recheck(read_rows, read_tombstones)
-    assert not stuck.passed and stuck.unexplained == {"book-a": DIFFERENT}
+    assert not stuck.passed and stuck.unexplained == {("book-a",): DIFFERENT}

@@ -89,7 +89,7 @@ def bootstrap_snapshot(
     dynamodb,
     s3,
     table_name: str,
-    key_attribute: str,
+    key_attributes: tuple[str, ...],
     layout: SourceLayout,
     namer: ChangeFileNamer,
     part_bytes: int = DEFAULT_PART_BYTES,
@@ -113,7 +113,7 @@ def bootstrap_snapshot(
         buffer.truncate()
 
     for item in scan_table(dynamodb, table_name):
-        buffer.write(snapshot_record(item, key_attribute, scanned_at, stream_position).to_json().encode("utf-8") + b"\n")
+        buffer.write(snapshot_record(item, key_attributes, scanned_at, stream_position).to_json().encode("utf-8") + b"\n")
         items += 1
         if items % PROGRESS_ITEMS == 0:
             on_progress()

@@ -60,13 +60,13 @@ def change_record(stream_record: Mapping[str, Any], shard_id: str | None = None)
     )
 
 
-def snapshot_record(item: Mapping[str, Any], key_attribute: str, scanned_at: datetime, stream_position: str = "0") -> ChangeRecord:
+def snapshot_record(item: Mapping[str, Any], key_attributes: tuple[str, ...], scanned_at: datetime, stream_position: str = "0") -> ChangeRecord:
     """A scanned item, ranked at `stream_position` (the stream's end before the scan): above every change older than
     the scan, below every change made from its start on."""
     wire_item = item_to_wire(item)
     return ChangeRecord(
         event_name="SNAPSHOT",
-        keys={key_attribute: wire_item[key_attribute]},
+        keys={attribute: wire_item[attribute] for attribute in key_attributes},
         new_image=wire_item,
         sequence_number=stream_position,
         approximate_creation_time=_utc_iso(scanned_at),

@@ -114,8 +114,11 @@ def read_range(streams, batch: FailedBatch) -> list[dict]:
     raise RangeNotReadError(f"{batch.range_name}: not read to its end within {MAX_PAGES_PER_RANGE} GetRecords calls")
 
 
-def replay(sqs, streams, s3, queue_url: str, layout: SourceLayout, log: Callable[[str], None], namer: ChangeFileNamer | None = None) -> ReplayResult:
-    """Captures every failed batch in the queue again; a message is deleted once its change file is durable."""
+def replay(
+    sqs, streams, s3, queue_url: str, layout_of: Callable[[str], SourceLayout], log: Callable[[str], None], namer: ChangeFileNamer | None = None
+) -> ReplayResult:
+    """Captures every failed batch in the queue again, into the source layout of its stream's table (`layout_of` a
+    stream ARN); a message is deleted once its change file is durable."""
     namer, result = namer or ChangeFileNamer(), ReplayResult()
     while True:
         # Messages kept (gone from the stream, or not read to their end) stay invisible for this call's duration, so the loop ends.
@@ -135,7 +138,9 @@ def replay(sqs, streams, s3, queue_url: str, layout: SourceLayout, log: Callable
                 log(f"{error}; its message stays for a later replay")
                 continue
             if records:
-                key = write_change_file(s3, layout, namer.next_name(REPLAY_KIND), [change_record(record, batch.shard_id) for record in records])
+                key = write_change_file(
+                    s3, layout_of(batch.stream_arn), namer.next_name(REPLAY_KIND), [change_record(record, batch.shard_id) for record in records]
+                )
                 result.replayed.append(key)
                 result.records += len(records)
             log(f"{batch.shard_id} {batch.first_sequence}..{batch.last_sequence}: {len(records)} records captured again")

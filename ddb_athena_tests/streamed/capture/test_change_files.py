@@ -56,7 +56,7 @@ def test_records_from_boto3_and_from_lambda_are_the_same():
 
 
 def test_snapshot_records_rank_below_every_stream_change():
-    record = snapshot_record({"id": {"S": "b1"}, "x": {"N": "1"}}, "id", datetime(2026, 11, 22, tzinfo=UTC))
+    record = snapshot_record({"id": {"S": "b1"}, "x": {"N": "1"}}, ("id",), datetime(2026, 11, 22, tzinfo=UTC))
     assert record.event_name == "SNAPSHOT" and record.sequence_number == "0" and record.keys == {"id": {"S": "b1"}}
 
 

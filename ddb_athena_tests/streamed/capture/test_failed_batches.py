@@ -45,7 +45,7 @@ def test_a_failed_range_is_captured_again_and_one_the_stream_no_longer_holds_is_
     sqs.send_message(QueueUrl=url, MessageBody=on_failure_message(STREAM_ARN, "shard-old", "10", "12", 3))
     assert failure_queue_depth(sqs, url) == 2
 
-    result = replay(sqs, streams, s3, url, layout, log=lambda line: None)
+    result = replay(sqs, streams, s3, url, lambda arn: layout, log=lambda line: None)
     assert result.records == 3 and len(result.replayed) == 1 and list_change_files(s3, layout) == result.replayed
     body = s3.get_object(Bucket=settings.bucket, Key=result.replayed[0])["Body"].read().decode()
     assert [json.loads(line)["sequence_number"] for line in body.splitlines()] == ["3", "4", "5"]
@@ -74,7 +74,7 @@ def replay_one(settings, streams, shard_id: str, first: str, last: str):
     layout, url = SourceLayout(settings.bucket, "books_source"), queue(settings)
     sqs.send_message(QueueUrl=url, MessageBody=on_failure_message(STREAM_ARN, shard_id, first, last, 3))
     lines = []
-    result = replay(sqs, streams, s3, url, layout, log=lines.append)
+    result = replay(sqs, streams, s3, url, lambda arn: layout, log=lines.append)
     return result, failure_queue_depth(sqs, url), list_change_files(s3, layout), lines
 
 
@@ -137,7 +137,7 @@ def test_the_check_is_red_while_a_batch_waits_and_the_replayed_changes_reach_the
         assert not red.passed and red.metadata["failed_batches"].value == 1
 
         resources = local_resources(**options)
-        result = replay(sqs, streams, settings.client("s3"), url, resources["sync"].books_layout, log=lambda line: None)
+        result = replay(sqs, streams, settings.client("s3"), url, lambda arn: resources["sync"].books_layout, log=lambda line: None)
         assert result.records == 3 and not result.not_replayable
         green = check_results(sync_books(instance, **options))["books_capture_failures"]
         assert green.passed and books_capture_failures(aws=resources["aws"], sync=resources["sync"]).passed

@@ -1,8 +1,11 @@
 import json
 
+import pytest
+
+from ddb_athena.lib.declarations import UndeclaredStreamError
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import list_change_files
-from ddb_athena.streamed.capture.lambda_handler import handle_stream_event, handler
+from ddb_athena.streamed.capture.lambda_handler import handle_stream_event, handler, source_prefix
 
 # The shape AWS documents for a DynamoDB Streams event delivered to Lambda (epoch-second
 # timestamps, base64 binary), with INSERT, MODIFY and REMOVE records.
@@ -110,3 +113,25 @@ def test_an_unreadable_record_is_retried_from_and_the_records_before_it_are_kept
         "batchItemFailures": [{"itemIdentifier": "150"}],
         "changeFile": None,
     }
+
+
+def test_the_stream_names_the_declared_table_whose_prefix_gets_the_files():
+    assert source_prefix(EVENT, {}) == "books_source"
+    assert source_prefix({"Records": []}, {}) is None
+    # A deployment's own table name reaches the function as the declaration's variable.
+    renamed = {"Records": [{**record, "eventSourceARN": SOURCE_ARN.replace("table/books/", "table/prod-books/")} for record in EVENT["Records"]]}
+    assert source_prefix(renamed, {"DDB_ATHENA_BOOKS_TABLE": "prod-books"}) == "books_source"
+    with pytest.raises(UndeclaredStreamError, match="'prod-books'"):
+        source_prefix(renamed, {})
+    # orders is declared, but not streamed.
+    exported = {"Records": [{**EVENT["Records"][0], "eventSourceARN": SOURCE_ARN.replace("table/books/", "table/orders/")}]}
+    with pytest.raises(UndeclaredStreamError):
+        source_prefix(exported, {})
+
+
+def test_a_stream_of_no_declared_table_fails_the_batch_and_writes_nothing(settings, monkeypatch):
+    monkeypatch.setenv("DDB_ATHENA_BUCKET", settings.bucket)
+    stranger = {"Records": [{**EVENT["Records"][0], "eventSourceARN": SOURCE_ARN.replace("table/books/", "table/strangers/")}]}
+    with pytest.raises(UndeclaredStreamError):
+        handler(stranger, context=None)
+    assert settings.client("s3").list_objects_v2(Bucket=settings.bucket).get("KeyCount", 0) == 0

@@ -1,7 +1,7 @@
 """`ddb-athena replay-failures` against the emulator: what it deletes from the on-failure queue, and its exit code."""
 
 from ddb_athena.dev.cli import main
-from ddb_athena.lib.settings import BOOKS_SOURCE_PREFIX
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import list_change_files
 from ddb_athena.streamed.capture.failed_batches import failure_queue_depth
@@ -26,7 +26,7 @@ def test_a_range_read_to_its_end_is_replayed_and_its_message_deleted(settings, c
     sqs.send_message(QueueUrl=url, MessageBody=on_failure_message(stream_arn, shard_id, sequences[0], sequences[-1], 3))
     assert main(["replay-failures", "--queue-url", url]) == 0
     assert failure_queue_depth(sqs, url) == 0
-    assert len(list_change_files(settings.client("s3"), SourceLayout(settings.bucket, BOOKS_SOURCE_PREFIX))) == 1
+    assert len(list_change_files(settings.client("s3"), SourceLayout(settings.bucket, declared("books").source_prefix))) == 1
     assert capsys.readouterr().err == ""
 
 
@@ -37,6 +37,6 @@ def test_a_range_whose_end_is_never_reached_keeps_its_message_and_fails(settings
     sqs.send_message(QueueUrl=url, MessageBody=on_failure_message(stream_arn, shard_id, sequences[0], beyond, 13))
     assert main(["replay-failures", "--queue-url", url]) != 0
     assert failure_queue_depth(sqs, url) == 1
-    assert list_change_files(settings.client("s3"), SourceLayout(settings.bucket, BOOKS_SOURCE_PREFIX)) == []
+    assert list_change_files(settings.client("s3"), SourceLayout(settings.bucket, declared("books").source_prefix)) == []
     error = capsys.readouterr().err
     assert len(error.strip().splitlines()) == 1 and "kept" in error

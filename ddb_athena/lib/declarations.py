@@ -1,0 +1,233 @@
+"""The tables ddb_athena keeps, as declared in ddb_athena/tables.toml: read and validated here, once, with errors that
+name the table and the field. No Dagster and nothing beyond the standard library and the table specs, so the code
+location, the CLI, the capture Lambda, the EMR job and the tests of the templates read the same declarations.
+"""
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ddb_athena.lake.identifiers import validate_identifier
+from ddb_athena.lake.table_spec import KEY_TRANSFORMS, SOURCE_PROPERTIES, TRANSFORMS, ColumnSpec, TableSpec
+
+DECLARATIONS_FILE = Path(__file__).resolve().parents[1] / "tables.toml"
+# A kind of table -> (its TableSpec source, the suffixes of its two assets and of its S3 prefix).
+KINDS = {"streamed": "stream", "exported": "export"}
+_ASSET_SUFFIXES = {"streamed": ("source", "iceberg"), "exported": ("export", "athena")}
+_FIELDS = {
+    "kind": "streamed or exported",
+    "dynamodb_table": "the DynamoDB table's name",
+    "dynamodb_table_variable": "an environment variable that overrides dynamodb_table",
+    "iceberg_table": "the Iceberg table's name in the namespace",
+    "partition_key": "{ attribute, type = S | N | B }",
+    "sort_key": "{ attribute, type = S | N | B }",
+    "columns": "a list of { name, attribute, transform, precision, scale, required }",
+    "partition_by": 'a list like ["days(created_at)"]',
+    "freshness_minutes": "minutes without an update before the freshness check turns red",
+}
+_REQUIRED = ("kind", "dynamodb_table", "iceberg_table", "partition_key", "freshness_minutes")
+_KEY_FIELDS = ("attribute", "type", "name", "precision", "scale")
+_COLUMN_FIELDS = ("name", "attribute", "transform", "precision", "scale", "required")
+# DynamoDB's rule for table names; they never reach SQL.
+_DYNAMODB_TABLE = re.compile(r"[A-Za-z0-9_.-]{3,255}")
+_VARIABLE = re.compile(r"[A-Z_][A-Z0-9_]*")
+TOMBSTONES_SUFFIX = "_tombstones"
+
+
+class DeclarationError(ValueError):
+    """A table declaration that cannot work; the message names the table and the field."""
+
+
+@dataclass(frozen=True)
+class TableDeclaration:
+    name: str
+    kind: str
+    dynamodb_table: str
+    dynamodb_table_variable: str | None
+    spec: TableSpec
+    freshness: timedelta
+
+    @property
+    def iceberg_table(self) -> str:
+        return self.spec.table
+
+    @property
+    def source_asset(self) -> str:
+        """The asset of the table's DynamoDB side (books_source, orders_export), also its S3 prefix."""
+        return f"{self.name}_{_ASSET_SUFFIXES[self.kind][0]}"
+
+    @property
+    def table_asset(self) -> str:
+        """The asset of the Iceberg table Athena reads (books_iceberg, orders_athena)."""
+        return f"{self.name}_{_ASSET_SUFFIXES[self.kind][1]}"
+
+    @property
+    def source_prefix(self) -> str:
+        return self.source_asset
+
+    def dynamodb_table_name(self, environ: Mapping[str, str]) -> str:
+        """The DynamoDB table's name: its variable's value where the environment sets it, else the declared name."""
+        name = environ.get(self.dynamodb_table_variable) if self.dynamodb_table_variable else None
+        return name or self.dynamodb_table
+
+
+def _fail(table: str, field: str, problem: str) -> DeclarationError:
+    return DeclarationError(f"{DECLARATIONS_FILE.name}: table {table}, field {field}: {problem}")
+
+
+def _unknown_fields(table: str, where: str, entry: Mapping[str, Any], known) -> None:
+    unknown = sorted(set(entry) - set(known))
+    if unknown:
+        raise _fail(table, where, f"unknown field {unknown[0]!r}; a {where} may say {', '.join(known)}")
+
+
+def _typed(table: str, field: str, value: Any, kind: type, meaning: str) -> Any:
+    # bool is an int in Python; a number field given true is refused.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise _fail(table, field, f"expected {meaning}, got {value!r}")
+    return value
+
+
+def _key_column(table: str, field: str, entry: Any) -> ColumnSpec:
+    _typed(table, field, entry, dict, 'a table like { attribute = "id", type = "S" }')
+    _unknown_fields(table, field, entry, _KEY_FIELDS)
+    if "attribute" not in entry or "type" not in entry:
+        raise _fail(table, field, "needs an attribute and a type (S, N or B)")
+    key_type = entry["type"]
+    if key_type not in KEY_TRANSFORMS:
+        raise _fail(table, f"{field}.type", f"{key_type!r} is not a key type of DynamoDB: S, N or B")
+    try:
+        return ColumnSpec(
+            name=entry.get("name", entry["attribute"]),
+            attribute=entry["attribute"],
+            transform=KEY_TRANSFORMS[key_type],
+            precision=entry.get("precision", 38),
+            scale=entry.get("scale", 0),
+            required=True,
+        )
+    except ValueError as error:
+        raise _fail(table, field, str(error)) from None
+
+
+def _column(table: str, index: int, entry: Any) -> ColumnSpec:
+    field = f"columns[{index}]"
+    _typed(table, field, entry, dict, 'a table like { name = "title", attribute = "title" }')
+    _unknown_fields(table, field, entry, _COLUMN_FIELDS)
+    if "name" not in entry or "attribute" not in entry:
+        raise _fail(table, field, "needs a name and an attribute")
+    transform = entry.get("transform", "string")
+    if transform not in TRANSFORMS:
+        raise _fail(table, f"{field}.transform", f"{transform!r} is not one of {', '.join(TRANSFORMS)}")
+    try:
+        return ColumnSpec(
+            name=entry["name"],
+            attribute=entry["attribute"],
+            transform=transform,
+            precision=entry.get("precision", 38),
+            scale=entry.get("scale", 0),
+            required=entry.get("required", False),
+        )
+    except ValueError as error:
+        raise _fail(table, field, str(error)) from None
+
+
+def declaration(name: str, entry: Any) -> TableDeclaration:
+    """One table's declaration, validated."""
+    try:
+        validate_identifier(name, "table name")
+    except ValueError as error:
+        raise _fail(name, "[name]", str(error)) from None
+    _typed(name, "[name]", entry, dict, "a table of fields")
+    _unknown_fields(name, "table", entry, _FIELDS)
+    for field in _REQUIRED:
+        if field not in entry:
+            raise _fail(name, field, f"missing: {_FIELDS[field]}")
+    kind = entry["kind"]
+    if kind not in KINDS:
+        raise _fail(name, "kind", f"{kind!r} is not one of {', '.join(KINDS)}")
+    dynamodb_table = _typed(name, "dynamodb_table", entry["dynamodb_table"], str, "a DynamoDB table name")
+    if not _DYNAMODB_TABLE.fullmatch(dynamodb_table):
+        raise _fail(name, "dynamodb_table", f"{dynamodb_table!r} is not a DynamoDB table name (3-255 letters, digits, _ . -)")
+    variable = entry.get("dynamodb_table_variable")
+    if variable is not None and not (isinstance(variable, str) and _VARIABLE.fullmatch(variable)):
+        raise _fail(name, "dynamodb_table_variable", f"{variable!r} is not an environment variable name (capitals, digits, _)")
+    iceberg_table = _typed(name, "iceberg_table", entry["iceberg_table"], str, "an Iceberg table name")
+    columns = _typed(name, "columns", entry.get("columns", []), list, "a list of columns")
+    partition_by = _typed(name, "partition_by", entry.get("partition_by", []), list, "a list of partition transforms")
+    freshness = _typed(name, "freshness_minutes", entry["freshness_minutes"], int | float, "a number of minutes")
+    if isinstance(freshness, bool) or freshness <= 0:
+        raise _fail(name, "freshness_minutes", f"expected a positive number of minutes, got {freshness!r}")
+    key = _key_column(name, "partition_key", entry["partition_key"])
+    sort_key = _key_column(name, "sort_key", entry["sort_key"]) if "sort_key" in entry else None
+    typed_columns = tuple(_column(name, index, column) for index, column in enumerate(columns))
+    source = KINDS[kind]
+    try:
+        spec = TableSpec(
+            table=iceberg_table,
+            key=key,
+            sort_key=sort_key,
+            columns=typed_columns,
+            partition_by=tuple(partition_by),
+            properties=SOURCE_PROPERTIES[source],
+            source=source,
+        )
+    except ValueError as error:
+        raise _fail(name, "iceberg_table, columns or partition_by", str(error)) from None
+    if kind == "exported" and (spec.partition_column is None or spec.partition_column.sql_type != "timestamp"):
+        raise _fail(name, "partition_by", "an exported table needs a timestamp partition column (its load matches on it), e.g. days(created_at)")
+    return TableDeclaration(name, kind, dynamodb_table, variable, spec, timedelta(minutes=freshness))
+
+
+def parse_declarations(text: str) -> dict[str, TableDeclaration]:
+    """Every table of a declarations file's text, validated, and checked against each other."""
+    try:
+        entries = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise DeclarationError(f"{DECLARATIONS_FILE.name}: not valid TOML: {error}") from None
+    tables = {name: declaration(name, entry) for name, entry in entries.items()}
+    if not tables:
+        raise DeclarationError(f"{DECLARATIONS_FILE.name}: no table declared")
+    iceberg_names = {}
+    for table in tables.values():
+        # A table's tombstones are <iceberg_table>_tombstones beside it: no declared table may take that name.
+        for name in (table.iceberg_table, table.iceberg_table + TOMBSTONES_SUFFIX):
+            if name in iceberg_names:
+                other = iceberg_names[name]
+                raise _fail(table.name, "iceberg_table", f"{table.iceberg_table!r} collides with table {other}'s {name!r}")
+        iceberg_names[table.iceberg_table] = table.name
+        if table.kind == "streamed":
+            iceberg_names[table.iceberg_table + TOMBSTONES_SUFFIX] = table.name
+    return tables
+
+
+@cache
+def declared_tables() -> dict[str, TableDeclaration]:
+    """The tables of ddb_athena/tables.toml, read once per process."""
+    return parse_declarations(DECLARATIONS_FILE.read_text(encoding="utf-8"))
+
+
+class UndeclaredStreamError(LookupError):
+    """A DynamoDB stream of a table no streamed declaration names."""
+
+
+def streamed_table_of(stream_arn: str, environ: Mapping[str, str]) -> TableDeclaration:
+    """The streamed table whose DynamoDB table owns the stream `stream_arn`
+    (`arn:aws:dynamodb:<region>:<account>:table/<name>/stream/<label>`): by its declared name, or the one its variable
+    gives in `environ`."""
+    name = stream_arn.split(":table/", 1)[-1].split("/stream/", 1)[0]
+    for table in declared_tables().values():
+        if table.kind == "streamed" and table.dynamodb_table_name(environ) == name:
+            return table
+    raise UndeclaredStreamError(f"no streamed table in {DECLARATIONS_FILE.name} is the DynamoDB table {name!r} (is its dynamodb_table_variable set?)")
+
+
+def declared(name: str) -> TableDeclaration:
+    tables = declared_tables()
+    if name not in tables:
+        raise DeclarationError(f"{DECLARATIONS_FILE.name}: no table {name!r} is declared (declared: {', '.join(tables)})")
+    return tables[name]

@@ -1,0 +1,115 @@
+"""ddb_athena/tables.toml: books and orders as they were, each malformed declaration refused naming its table and field,
+and the declarations readable where Dagster is not."""
+
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+
+from ddb_athena.lake.table_spec import SOURCE_PROPERTIES, create_table_sql
+from ddb_athena.lib.declarations import DeclarationError, declared, declared_tables, parse_declarations
+from ddb_athena.lib.settings import Settings
+
+BOOKS_TABLE_SQL = (
+    "CREATE TABLE IF NOT EXISTS library.books (id string, name string, author string, summary string, published_at timestamp, item string COMMENT "
+    "'the whole item as DynamoDB JSON: every attribute, exact types', _sequence_number string COMMENT 'stream sequence number of the last applied "
+    "change, zero-padded', _changed_at timestamp COMMENT 'approximate time of the last applied change in DynamoDB', _synced_at timestamp COMMENT "
+    "'when the change was merged into this table') USING iceberg TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read', "
+    "'write.update.mode'='merge-on-read', 'write.delete.mode'='merge-on-read', 'write.metadata.delete-after-commit.enabled'='true', "
+    "'write.metadata.previous-versions-max'='20', 'commit.manifest.min-count-to-merge'='2', 'write.delete.granularity'='partition')"
+)
+ORDERS_TABLE_SQL = (
+    "CREATE TABLE IF NOT EXISTS library.orders (order_id string, customer_id string, amount decimal(18,2), currency string, created_at timestamp, "
+    "items string, paid boolean, item string COMMENT 'the whole item as DynamoDB JSON: every attribute, exact types', _changed_at timestamp COMMENT "
+    "'approximate time of the last applied change in DynamoDB', _synced_at timestamp COMMENT 'when the change was merged into this table') USING "
+    "iceberg PARTITIONED BY (days(created_at)) TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read', 'write.update.mode'='merge-on-read', "
+    "'write.delete.mode'='merge-on-read', 'write.parquet.dict-size-bytes'='65536', 'write.parquet.compression-level'='1', "
+    "'write.metadata.delete-after-commit.enabled'='true', 'write.metadata.previous-versions-max'='20', 'commit.manifest.min-count-to-merge'='2')"
+)
+
+
+def test_books_and_orders_are_two_entries_that_create_the_tables_they_always_did():
+    books, orders = declared("books"), declared("orders")
+    assert list(declared_tables()) == ["books", "orders"]
+    # The tables an existing deployment holds: the same columns, types, partitioning and properties.
+    assert create_table_sql(books.spec, "library.books") == BOOKS_TABLE_SQL
+    assert create_table_sql(orders.spec, "library.orders") == ORDERS_TABLE_SQL
+    assert (books.kind, books.source_asset, books.table_asset, books.source_prefix) == ("streamed", "books_source", "books_iceberg", "books_source")
+    assert (orders.kind, orders.source_asset, orders.table_asset, orders.source_prefix) == ("exported", "orders_export", "orders_athena", "orders_export")
+    assert (books.freshness, orders.freshness) == (timedelta(minutes=2), timedelta(hours=26))
+    assert books.spec.properties == SOURCE_PROPERTIES["stream"] and orders.spec.properties == SOURCE_PROPERTIES["export"]
+
+
+def test_the_dynamodb_table_is_the_declared_name_or_the_one_its_variable_gives():
+    assert declared("books").dynamodb_table_name({}) == "books"
+    assert declared("books").dynamodb_table_name({"DDB_ATHENA_BOOKS_TABLE": "prod-books"}) == "prod-books"
+    settings = Settings.from_env({"DDB_ATHENA_ORDERS_TABLE": "prod.orders"})
+    assert (settings.books_table, settings.orders_table) == ("books", "prod.orders")
+
+
+REVIEWS = """
+[reviews]
+kind = "streamed"
+dynamodb_table = "reviews"
+iceberg_table = "reviews"
+partition_key = { attribute = "book_id", type = "S" }
+sort_key = { attribute = "review_id", type = "N" }
+columns = [{ name = "stars", attribute = "stars", transform = "decimal", precision = 3 }]
+freshness_minutes = 2
+"""
+
+
+def test_a_table_with_a_composite_key_is_a_declaration():
+    reviews = parse_declarations(REVIEWS)["reviews"]
+    assert reviews.spec.key_names == ["book_id", "review_id"]
+    assert [column.sql_type for column in reviews.spec.key_columns] == ["string", "decimal(38,0)"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (('kind = "streamed"', 'kind = "lambda"'), "table reviews, field kind: 'lambda' is not one of streamed, exported"),
+        (('type = "N"', 'type = "BOOL"'), "table reviews, field sort_key.type: 'BOOL' is not a key type of DynamoDB: S, N or B"),
+        (("freshness_minutes = 2", 'freshness_minutes = "2"'), "table reviews, field freshness_minutes: expected a number of minutes"),
+        (("freshness_minutes = 2", "freshness_minutes = 0"), "table reviews, field freshness_minutes: expected a positive number"),
+        (("freshness_minutes = 2", ""), "table reviews, field freshness_minutes: missing"),
+        (('iceberg_table = "reviews"', 'iceberg_table = "re-views"'), "table reviews, field iceberg_table, columns or partition_by: table name 're-views'"),
+        (('dynamodb_table = "reviews"', 'dynamodb_table = "r"'), "table reviews, field dynamodb_table: 'r' is not a DynamoDB table name"),
+        (('dynamodb_table = "reviews"', 'dynamodb_table = "reviews"\ncolums = []'), "table reviews, field table: unknown field 'colums'"),
+        (('transform = "decimal"', 'transform = "money"'), "table reviews, field columns[0].transform: 'money' is not one of"),
+        (('name = "stars", ', ""), "table reviews, field columns[0]: needs a name and an attribute"),
+        (('name = "stars"', 'name = "item"'), "duplicate or reserved column names ['item']"),
+        (('name = "stars"', 'name = "review_id"'), "duplicate or reserved column names ['review_id']"),
+        (("precision = 3", "precision = 40"), "table reviews, field columns[0]: column stars: decimal(40,0) is not valid"),
+        (('attribute = "book_id"', 'attribute = "book id"'), "table reviews, field partition_key: column name 'book id' is not allowed"),
+        (('type = "S" }', 'type = "S", size = 3 }'), "table reviews, field partition_key: unknown field 'size'"),
+        (('kind = "streamed"', 'kind = "exported"'), "table reviews, field partition_by: an exported table needs a timestamp partition column"),
+        (("[reviews]", "[reviews"), "not valid TOML"),
+        (("[reviews]", '["re views"]'), "table re views, field [name]: table name 're views' is not allowed"),
+    ],
+)
+def test_each_malformed_declaration_is_refused_naming_its_table_and_field(change, message):
+    text = REVIEWS.replace(*change)
+    assert text != REVIEWS
+    with pytest.raises(DeclarationError) as refused:
+        parse_declarations(text)
+    assert message in str(refused.value)
+
+
+def test_a_name_that_collides_with_another_tables_tombstones_is_refused():
+    tombstones = REVIEWS.replace("[reviews]", "[reviews_tombstones]").replace('iceberg_table = "reviews"', 'iceberg_table = "reviews_tombstones"')
+    for text in (REVIEWS + tombstones, tombstones + REVIEWS):
+        with pytest.raises(DeclarationError, match="collides with table"):
+            parse_declarations(text)
+    with pytest.raises(DeclarationError, match="collides with table"):
+        parse_declarations(REVIEWS + REVIEWS.replace("[reviews]", "[reviews2]"))
+    with pytest.raises(DeclarationError, match="no table declared"):
+        parse_declarations("")
+
+
+def test_the_declarations_are_read_without_dagster_or_spark():
+    probe = (
+        "import sys, ddb_athena.lib.declarations as d; d.declared_tables(); print(sorted(m for m in sys.modules if m.split('.')[0] in ('dagster', 'pyspark')))"
+    )
+    assert subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout.strip() == "[]"
