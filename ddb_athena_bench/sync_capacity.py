@@ -35,7 +35,7 @@ from ddb_athena.dev.simulate import BookSimulator, book_item
 from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.settings import Settings
 from ddb_athena.resources import resources_from_settings
-from ddb_athena.streamed.assets import BooksUpkeep, books_syncer, books_writer_branch, sync_cadence
+from ddb_athena.streamed.assets import StreamedUpkeep, stream_syncer, sync_cadence, writer_branch_of
 from ddb_athena.streamed.check_results import cycle_check_results
 from ddb_athena.streamed.sync_run import SyncRun
 from ddb_athena_bench.freshness import OUT, _percentile, local_stack
@@ -128,14 +128,16 @@ def capacity_stack(
 
 def _writer(stack: CapacityStack):
     """Fenced as a deployment's sync is: each cycle publishes its branch (lake/writer_branch.py)."""
-    return books_writer_branch(stack.resources["spark"], stack.resources["sync"], "bench")
+    return writer_branch_of(stack.resources["spark"], stack.resources["sync"], "bench")
 
 
 def _syncer(stack: CapacityStack, clients, before_write: Callable[[], None] = lambda: None, interval: float | None = None, writer=None):
     """A sync run's cycle state, on the memory table and stream (`clients`)."""
     spark, sync = stack.resources["spark"], stack.resources["sync"]
     writer = writer or _writer(stack)
-    return books_syncer(clients, spark, sync, log=lambda _: None, warn=print, before_write=before_write, capture_seconds=interval, writer=writer)
+    return stream_syncer(
+        clients, spark, sync, declared("books"), log=lambda _: None, warn=print, before_write=before_write, capture_seconds=interval, writer=writer
+    )
 
 
 class Instruments(Protocol):
@@ -166,7 +168,7 @@ def measure(
     writer = _writer(stack)
     syncer = _syncer(stack, instruments.clients(clients) if instruments else clients, before_write, interval, writer)
     checks = lambda *when: cycle_check_results(aws, spark, sync, *when)  # noqa: E731
-    upkeep = BooksUpkeep(spark, sync, before_write=before_write, writer=writer)
+    upkeep = StreamedUpkeep(spark, sync, before_write=before_write, writer=writer)
     if instruments:
         syncer.capture, syncer.merge = instruments.step("capture", syncer.capture), instruments.step("merge", syncer.merge)
         checks = instruments.step("checks", checks)

@@ -1,4 +1,4 @@
-"""Where a warm books sync cycle spends its CPU: the cycle code without Dagster (BooksSync and the per-cycle
+"""Where a warm books sync cycle spends its CPU: the cycle code without Dagster (StreamSync and the per-cycle
 checks), against the emulator and the simulator at 1 write/s, one cycle every `--interval` seconds after a
 few warm-up cycles.
 
@@ -20,11 +20,12 @@ from pathlib import Path
 
 import psutil
 
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.settings import Settings
 from ddb_athena.resources import resources_from_settings
-from ddb_athena.streamed.assets import books_syncer, books_writer_branch
+from ddb_athena.streamed.assets import stream_syncer, writer_branch_of
 from ddb_athena.streamed.check_results import cycle_check_results
-from ddb_athena.streamed.cycle import BooksSync
+from ddb_athena.streamed.cycle import StreamSync
 from ddb_athena_bench.freshness import OUT, local_stack
 
 WARM_UP_CYCLES = 4
@@ -65,14 +66,16 @@ def _jstat(option: str, pid: int) -> int:
 @contextmanager
 def warm_sync(
     scratch: Path, interval: float, warm_up_cycles: int, rate: float = 1.0, warehouse_on_s3: bool = False
-) -> Iterator[tuple[dict, BooksSync, set[int]]]:
+) -> Iterator[tuple[dict, StreamSync, set[int]]]:
     """The local stack without Dagster (the simulator at `rate` writes a second), and a books sync warmed up by a few
     cycles `interval` apart: the resources, the sync, and the pids whose CPU is not the cycle's (the emulator, the
     simulator)."""
     with local_stack(scratch, rate=rate, with_dagster=False, warehouse_on_s3=warehouse_on_s3) as (env, processes):
         resources = resources_from_settings(Settings.from_env(env))
-        writer = books_writer_branch(resources["spark"], resources["sync"], "bench")  # fenced, as a deployment's sync is
-        syncer = books_syncer(resources["aws"], resources["spark"], resources["sync"], log=lambda _: None, warn=print, before_write=lambda: None, writer=writer)
+        writer = writer_branch_of(resources["spark"], resources["sync"], "bench")  # fenced, as a deployment's sync is
+        syncer = stream_syncer(
+            resources["aws"], resources["spark"], resources["sync"], declared("books"), log=lambda _: None, warn=print, before_write=lambda: None, writer=writer
+        )
         for number in range(warm_up_cycles):
             syncer.cycle(f"warm-up-{number}")
             time.sleep(interval)

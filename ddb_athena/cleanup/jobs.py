@@ -1,9 +1,10 @@
 """The cleanup jobs the sensor requests: they delete exactly the source files that successful materializations
-consumed (books change files, orders export files)."""
+consumed (a streamed table's change files, orders export files)."""
 
 from dagster import Config, OpExecutionContext, job, op
 from pydantic import Field
 
+from ddb_athena.lib.declarations import declared_tables
 from ddb_athena.lib.resources import AwsClientsResource
 from ddb_athena.lib.writer_lease import ORDERS_WRITER_POOL
 from ddb_athena.streamed.capture.commit_manifests import delete_committed_files
@@ -29,15 +30,26 @@ def _delete_committed_source_files(context: OpExecutionContext, config: CleanupC
 
 
 DELETE_DESCRIPTION = "Deletes exactly the source files that successful materializations consumed."
-# Books change files are never read again once committed: their cleanup never waits for the hour-long sync.
+# A streamed table's change files are never read again once committed: their cleanup never waits for the hour-long sync.
 delete_committed_change_files = op(name="delete_committed_change_files", description=DELETE_DESCRIPTION)(_delete_committed_source_files)
 # A re-run of an orders partition re-uses its export's files: their cleanup waits in the orders writers' queue.
 delete_loaded_export_files = op(name="delete_loaded_export_files", description=DELETE_DESCRIPTION, pool=ORDERS_WRITER_POOL)(_delete_committed_source_files)
 
 
-@job(description="Deletes the books change files that commits consumed (requested by the cleanup sensor).", tags=SMALL_TASK_TAGS)
-def books_source_cleanup():
-    delete_committed_change_files()
+def source_cleanup_job(name: str):
+    @job(
+        name=f"{name}_source_cleanup",
+        description=f"Deletes the {name} change files that commits consumed (requested by the cleanup sensor).",
+        tags=SMALL_TASK_TAGS,
+    )
+    def source_cleanup():
+        delete_committed_change_files()
+
+    return source_cleanup
+
+
+SOURCE_CLEANUPS = {name: source_cleanup_job(name) for name, table in declared_tables().items() if table.kind == "streamed"}
+books_source_cleanup = SOURCE_CLEANUPS["books"]
 
 
 @job(

@@ -1,10 +1,10 @@
 """Sensors: cleanup of the source files each successful materialization consumed.
 
-Books change files are deleted as soon as their merge committed; orders export files after
+A streamed table's change files are deleted as soon as their merge committed; orders export files after
 `export_retention_days` (0: at once). Removing them never affects readers: the Iceberg tables
 do not reference source files. One cleanup run per table and tick takes every manifest found
 since the last tick, every DDB_ATHENA_CLEANUP_INTERVAL_SECONDS (5 minutes by default): a run is a process
-of its own, so one per 10-second sync cycle would cost more than the merges. Books cleanup runs never wait
+of its own, so one per 10-second sync cycle would cost more than the merges. Change file cleanup runs never wait
 behind the sync; orders cleanup runs are in the orders writers' pool (a re-run of a partition re-uses its files).
 """
 
@@ -13,11 +13,11 @@ import time
 
 from dagster import AssetKey, AssetRecordsFilter, DefaultSensorStatus, JobDefinition, RunRequest, SensorEvaluationContext, SkipReason, sensor
 
-from ddb_athena.cleanup.jobs import CLEANUP_TAG, books_source_cleanup, orders_export_cleanup
+from ddb_athena.cleanup.jobs import CLEANUP_TAG, SOURCE_CLEANUPS, orders_export_cleanup
 from ddb_athena.exported.assets import orders_athena
 from ddb_athena.lib.resources import SyncSettings
 from ddb_athena.lib.settings import Settings
-from ddb_athena.streamed.assets import books_iceberg
+from ddb_athena.streamed.assets import STREAMED, books_iceberg
 
 SECONDS_PER_DAY = 86_400
 # Materializations one cleanup run covers at most (about a quarter of an hour of 10-second cycles).
@@ -61,17 +61,15 @@ def _cursors(cursor: str | None) -> dict[str, int]:
 
 
 @sensor(
-    jobs=[books_source_cleanup, orders_export_cleanup],
+    jobs=[*SOURCE_CLEANUPS.values(), orders_export_cleanup],
     minimum_interval_seconds=Settings.from_env().cleanup_interval_seconds,
     default_status=DefaultSensorStatus.RUNNING,
 )
 def cleanup_after_materialization(context: SensorEvaluationContext, sync: SyncSettings):
     cursors = _cursors(context.cursor)
     requests = []
-    for asset_key, job, retention_days in (
-        (books_iceberg.key, books_source_cleanup, 0.0),
-        (orders_athena.key, orders_export_cleanup, sync.export_retention_days),
-    ):
+    consumers = [(assets.iceberg.key, SOURCE_CLEANUPS[name], 0.0) for name, assets in STREAMED.items()]
+    for asset_key, job, retention_days in (*consumers, (orders_athena.key, orders_export_cleanup, sync.export_retention_days)):
         name = asset_key.to_user_string()
         found, cursor = cleanup_requests(context, asset_key, sync.bucket, job, cursors.get(name), retention_days * SECONDS_PER_DAY)
         requests += found

@@ -12,6 +12,7 @@ import sys
 import threading
 from datetime import UTC
 
+from ddb_athena.lib.declarations import declared_tables
 from ddb_athena.lib.settings import LOCAL_STACK_PORT, Settings
 
 # Long enough for a webserver that is up to answer; `make dev`, which launches before its webserver starts, waits longer.
@@ -120,9 +121,8 @@ def _launch(args, settings: Settings) -> int:
 
 def _bootstrap(args, settings: Settings) -> int:
     from ddb_athena.dev.launch import launch_run
-    from ddb_athena.streamed.jobs import BOOTSTRAP_JOB_NAME
 
-    return _followed(args, launch_run(args.webserver, BOOTSTRAP_JOB_NAME, {}, f" for {args.table}", args.ready_timeout, _print_now))
+    return _followed(args, launch_run(args.webserver, f"{args.table}_bootstrap", {}, f" for {args.table}", args.ready_timeout, _print_now))
 
 
 def _replay_failures(args, settings: Settings) -> int:
@@ -203,10 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     bootstrap = commands.add_parser(
         "bootstrap",
-        help="rebuild a streamed table from a scan of DynamoDB (the recovery from a stream gap): queues the books_bootstrap "
-        "run through the running Dagster webserver; the running sync ends its cycle and resumes after it",
+        help="rebuild a streamed table from a scan of DynamoDB (the recovery from a stream gap): queues its <table>_bootstrap "
+        "run through the running Dagster webserver; the running sync gives the table up after its cycle and takes it back after",
     )
-    bootstrap.add_argument("table", choices=["books"])
+    bootstrap.add_argument("table", choices=[name for name, table in declared_tables().items() if table.kind == "streamed"])
     _webserver_arguments(bootstrap)
     bootstrap.set_defaults(handler=_bootstrap)
 

@@ -3,6 +3,7 @@
 import time
 import urllib.request
 
+from ddb_athena.lib.declarations import TableDeclaration, declared_tables
 from ddb_athena.lib.settings import Settings
 
 
@@ -28,6 +29,20 @@ def wait_for_endpoint(url: str, timeout_seconds: float = 30.0) -> None:
             time.sleep(0.2)
 
 
+def create_dynamodb_table(dynamodb, name: str, table: TableDeclaration) -> None:
+    """A DynamoDB table with the declared key (and a stream of new and old images, if streamed)."""
+    roles = zip(table.spec.key_columns, ("HASH", "RANGE"), strict=False)
+    keys = [(column.attribute, role, column.type_tag) for column, role in roles]
+    stream = {"StreamSpecification": {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}} if table.kind == "streamed" else {}
+    dynamodb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": attribute, "KeyType": role} for attribute, role, _ in keys],
+        AttributeDefinitions=[{"AttributeName": attribute, "AttributeType": tag} for attribute, _, tag in keys],
+        BillingMode="PAY_PER_REQUEST",
+        **stream,
+    )
+
+
 def _table_exists(dynamodb, name: str) -> bool:
     try:
         dynamodb.describe_table(TableName=name)
@@ -37,28 +52,18 @@ def _table_exists(dynamodb, name: str) -> bool:
 
 
 def create_demo_resources(settings: Settings) -> list[str]:
-    """Creates, if missing, the books and orders tables and the bucket. Returns what it did."""
+    """Creates, if missing, every declared table (ddb_athena/tables.toml: its key; a stream for a streamed one, point-in-
+    time recovery for an exported one) and the bucket. Returns what it did."""
     dynamodb, s3 = settings.client("dynamodb"), settings.client("s3")
     done = []
-    if not _table_exists(dynamodb, settings.books_table):
-        dynamodb.create_table(
-            TableName=settings.books_table,
-            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
-        )
-        done.append(f"created table {settings.books_table} (stream NEW_AND_OLD_IMAGES)")
-    if not _table_exists(dynamodb, settings.orders_table):
-        dynamodb.create_table(
-            TableName=settings.orders_table,
-            KeySchema=[{"AttributeName": "order_id", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "order_id", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
-        done.append(f"created table {settings.orders_table}")
-    dynamodb.get_waiter("table_exists").wait(TableName=settings.orders_table)
-    dynamodb.update_continuous_backups(TableName=settings.orders_table, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True})
+    for table in declared_tables().values():
+        name = settings.dynamodb_tables.get(table.name, table.dynamodb_table)
+        if not _table_exists(dynamodb, name):
+            create_dynamodb_table(dynamodb, name, table)
+            done.append(f"created table {name}" + (" (stream NEW_AND_OLD_IMAGES)" if table.kind == "streamed" else ""))
+        if table.kind == "exported":
+            dynamodb.get_waiter("table_exists").wait(TableName=name)
+            dynamodb.update_continuous_backups(TableName=name, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True})
     existing = {bucket["Name"] for bucket in s3.list_buckets().get("Buckets", [])}
     if settings.bucket not in existing:
         if settings.region == "us-east-1":

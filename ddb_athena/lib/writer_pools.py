@@ -2,7 +2,7 @@
 
 Every writer of a table is in that table's pool (writer_lease.py). Without a queue that admits one run of the pool at a
 time, a writer launched beside a running one (a bootstrap beside the sync) starts at once instead of waiting QUEUED,
-and the running sync, which gives way only to a queued writer (streamed/assets.py, waiting_writer), keeps the table
+and the running sync, which gives way only to a queued writer (streamed/handover.py, waiting_writers), keeps the table
 until its run ends: the newcomer waits for the writer lease and fails once it has waited twice its time to live (with
 op granularity, its step waits for the pool's slot instead, up to the sync's hour). Nothing is written twice
 (the lease and the branch fence keep one writer), so a writer run warns and goes on; `ddb-athena writer-pools` sets

@@ -1,13 +1,15 @@
-"""Books assets: the stream captured as change files (books_source) and MERGEd into Iceberg (books_iceberg), by one
-long-lived sync run that keeps its SparkSession warm and cycles every few seconds.
+"""Streamed tables' assets: a table's stream captured as change files (<name>_source, books_source) and MERGEd into
+Iceberg (<name>_iceberg, books_iceberg), for every streamed table declared in ddb_athena/tables.toml. One long-lived
+sync run keeps every streamed table in sync in one JVM, cycling every few seconds: a table costs its commits, not a
+task. Each table keeps its own lease, writer branch and checks; one table's failure leaves the others syncing.
 
-Every cycle that does something is recorded as a materialization of both assets (idle cycles once a minute,
-so freshness holds and the event log stays small), with the books_iceberg checks evaluated beside it:
-backlog and quarantine every time, the checks that read the table or DynamoDB every few cycles.
+Every cycle that does something for a table is recorded as a materialization of its two assets (idle cycles once a
+minute, so freshness holds and the event log stays small), with the table's checks evaluated beside it: backlog and
+quarantine every time, the checks that read the table every few cycles.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from dagster import (
@@ -25,38 +27,55 @@ from pydantic import Field
 from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY, tombstone_table
 from ddb_athena.lake.maintenance import CompactionResult, MaintenanceResult, MaintenanceState, compact_if_due, maintenance_state
 from ddb_athena.lake.session_config import runs_in_this_process
-from ddb_athena.lake.writer_branch import WriterBranch
-from ddb_athena.lib.declarations import declared
+from ddb_athena.lake.writer_branch import WriterBranch, WriterFencedError
+from ddb_athena.lib.declarations import TableDeclaration, declared, declared_tables
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.settings import MAX_MERGE_INTERVAL_SECONDS, MAX_SYNC_RUN_MINUTES, MIN_MERGE_INTERVAL_SECONDS
 from ddb_athena.lib.upkeep import maintain
-from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL
+from ddb_athena.lib.writer_lease import LeaseHeldError, LeaseLostError
 from ddb_athena.lib.writer_pools import warn_unless_writers_queue
 from ddb_athena.streamed.check_results import cycle_check_results, files_compact_result
-from ddb_athena.streamed.cycle import BooksSync
-from ddb_athena.streamed.handover import waiting_writer
+from ddb_athena.streamed.cycle import StreamSync
+from ddb_athena.streamed.handover import waiting_writers
 from ddb_athena.streamed.run_loop import StopRequest, run_cycles
 from ddb_athena.streamed.sync_run import SyncCadence, SyncRun
 
-# The specs are skippable: each cycle's materializations are logged as events, no output is returned.
-books_source = AssetSpec(
-    "books_source",
-    group_name="books",
-    kinds={"dynamodb", "s3"},
-    description="DynamoDB stream changes of the books table, captured as change files under s3://<bucket>/books_source/.",
-    skippable=True,
-)
-books_iceberg = AssetSpec(
-    "books_iceberg",
-    deps=[books_source],
-    group_name="books",
-    kinds={"spark", "iceberg"},
-    description="library.books: the books table in Iceberg, kept in sync by a MERGE INTO every few seconds.",
-    skippable=True,
-)
+
+@dataclass(frozen=True)
+class StreamedAssets:
+    """The two assets of a streamed table. The specs are skippable: each cycle's materializations are logged as events,
+    no output is returned."""
+
+    table: TableDeclaration
+    source: AssetSpec
+    iceberg: AssetSpec
 
 
-class BooksSyncConfig(Config):
+def streamed_assets(table: TableDeclaration) -> StreamedAssets:
+    source = AssetSpec(
+        table.source_asset,
+        group_name=table.name,
+        kinds={"dynamodb", "s3"},
+        description=f"DynamoDB stream changes of the {table.name} table, captured as change files under s3://<bucket>/{table.source_prefix}/.",
+        skippable=True,
+    )
+    iceberg = AssetSpec(
+        table.table_asset,
+        deps=[source],
+        group_name=table.name,
+        kinds={"spark", "iceberg"},
+        description=f"<namespace>.{table.iceberg_table}: the {table.name} table in Iceberg, kept in sync by a MERGE INTO every few seconds.",
+        skippable=True,
+    )
+    return StreamedAssets(table, source, iceberg)
+
+
+STREAMED = {name: streamed_assets(table) for name, table in declared_tables().items() if table.kind == "streamed"}
+BOOKS = STREAMED["books"]
+books_source, books_iceberg = BOOKS.source, BOOKS.iceberg
+
+
+class SyncConfig(Config):
     bootstrap: bool = Field(
         default=False,
         description="Scan the whole table and replay the stream after it (first cycle): the recovery from a stream gap.",
@@ -66,7 +85,7 @@ class BooksSyncConfig(Config):
         ge=0,
         le=MAX_SYNC_RUN_MINUTES,
         description="How long this run keeps syncing; 0: one cycle. Default: the sync resource's sync_run_minutes for a "
-        "books_sync run, one cycle for any other (Materialize in the UI, a bootstrap).",
+        "books_sync run (every streamed table), one cycle for any other (Materialize in the UI, a bootstrap).",
     )
     merge_interval_seconds: float | None = Field(
         default=None,
@@ -76,26 +95,27 @@ class BooksSyncConfig(Config):
     )
 
 
-def books_syncer(
+def stream_syncer(
     aws: AwsClientsResource,
     spark: IcebergSparkResource,
     sync: SyncSettings,
+    table: TableDeclaration,
     log: Callable[[str], None],
     warn: Callable[[str], None],
     before_write: Callable[[], None],
     capture_seconds: float | None = None,
     writer: WriterBranch | None = None,
-) -> BooksSync:
-    """The sync cycle's state, from the resources (its SparkSession is created by the first cycle that needs it)."""
-    return BooksSync(
+) -> StreamSync:
+    """A table's sync cycle state, from the resources (its SparkSession is created by the first cycle that needs it)."""
+    return StreamSync(
         aws.client("dynamodb"),
         aws.client("dynamodbstreams"),
         aws.client("s3"),
         lambda: spark.spark_session,
         spark.source_scheme,
-        sync.books_table,
-        sync.books_iceberg_table,
-        sync.books_layout,
+        sync.dynamodb_table_of(table),
+        sync.iceberg_table_of(table),
+        sync.layout_of(table),
         log=log,
         warn=warn,
         capture_stream=sync.books_capture == "run",
@@ -104,7 +124,7 @@ def books_syncer(
         writer=writer,
         # Spark reads the driver's local files only when its tasks run in this process.
         hold_changes=runs_in_this_process(spark.master),
-        spec=declared("books").spec,
+        spec=table.spec,
     )
 
 
@@ -119,28 +139,29 @@ def sync_cadence(sync: SyncSettings, interval_seconds: float) -> SyncCadence:
 
 
 @dataclass
-class BooksUpkeep:
-    """library.books' upkeep for a SyncRun, with the sync resource's settings; `before_write` guards each writer. Upkeep
-    rewrites files on `main` (compaction never changes a row); the writer's branch then follows it."""
+class StreamedUpkeep:
+    """A streamed table's upkeep for a SyncRun, with the sync resource's settings; `before_write` guards each writer.
+    Upkeep rewrites files on `main` (compaction never changes a row); the writer's branch then follows it."""
 
     spark: IcebergSparkResource
     sync: SyncSettings
+    table: TableDeclaration = field(default_factory=lambda: declared("books"))
     before_write: Callable[[], None] = lambda: None
     writer: WriterBranch | None = None
 
     def state(self) -> MaintenanceState:
-        return maintenance_state(self.spark.spark_session, self.sync.books_iceberg_table)
+        return maintenance_state(self.spark.spark_session, self.sync.iceberg_table_of(self.table))
 
     def maintain(self, now: datetime, remove_orphans: bool) -> MaintenanceResult:
         self.before_write()
-        table = self.sync.books_iceberg_table
+        table = self.sync.iceberg_table_of(self.table)
         result = maintain(self.spark, self.sync, table, with_tombstones=True, now=now, remove_orphans=remove_orphans, writer=self.writer)
         self._follow_main()
         return result
 
     def compact(self) -> CompactionResult | None:
         self.before_write()
-        result = compact_if_due(self.spark.spark_session, self.spark.catalog, self.sync.books_iceberg_table, self.sync.compaction_file_threshold)
+        result = compact_if_due(self.spark.spark_session, self.spark.catalog, self.sync.iceberg_table_of(self.table), self.sync.compaction_file_threshold)
         if result is not None:
             self._follow_main()
         return result
@@ -151,22 +172,22 @@ class BooksUpkeep:
                 self.writer.follow_main(table)
 
 
-def books_writer_branch(spark: IcebergSparkResource, sync: SyncSettings, token: str) -> WriterBranch:
-    """The branch of library.books and its tombstones that a holding of the lease (its `token`) writes (created by its
-    first merge)."""
-    target = sync.books_iceberg_table
+def writer_branch_of(spark: IcebergSparkResource, sync: SyncSettings, token: str, table: TableDeclaration | None = None) -> WriterBranch:
+    """The branch of a streamed table (books by default) and its tombstones that a holding of the lease (its `token`)
+    writes (created by its first merge)."""
+    target = sync.iceberg_table_of(table or declared("books"))
     return WriterBranch(lambda: spark.spark_session, spark.catalog, (target, tombstone_table(target)), token, carried=(STREAM_POSITIONS_PROPERTY,))
 
 
-def maintenance_observation(result: MaintenanceResult) -> AssetObservation:
-    """What maintenance did, shown on the books_iceberg asset page beside the materializations."""
-    return AssetObservation(asset_key=books_iceberg.key, metadata={f"maintenance_{k}": v for k, v in result.metadata().items()})
+def maintenance_observation(result: MaintenanceResult, assets: StreamedAssets = BOOKS) -> AssetObservation:
+    """What maintenance did, shown on the table's asset page beside the materializations."""
+    return AssetObservation(asset_key=assets.iceberg.key, metadata={f"maintenance_{k}": v for k, v in result.metadata().items()})
 
 
-def evaluation(result: AssetCheckResult, check_name: str) -> AssetCheckEvaluation:
+def evaluation(result: AssetCheckResult, check_name: str, assets: StreamedAssets = BOOKS) -> AssetCheckEvaluation:
     """A check's result as an event of the running sync (a check runs in many cycles of one run)."""
     return AssetCheckEvaluation(
-        asset_key=books_iceberg.key,
+        asset_key=assets.iceberg.key,
         check_name=check_name,
         passed=result.passed,
         metadata=result.metadata,
@@ -175,81 +196,217 @@ def evaluation(result: AssetCheckResult, check_name: str) -> AssetCheckEvaluatio
     )
 
 
-def sync_books_cycles(
+class RunProgress:
+    """Steps of a run's work on any of its tables. Each table's lease watches them (with Spark's tasks) for progress:
+    a bootstrap scanning one table for an hour keeps every lease of the run alive, and a run that hangs lets them all
+    lapse."""
+
+    def __init__(self, spark: IcebergSparkResource):
+        self._spark, self.steps = spark, 0
+
+    def step(self) -> None:
+        self.steps += 1
+
+    def seen(self) -> tuple:
+        return self.steps, self._spark.tasks_in_progress()
+
+
+class TableInRun:
+    """One streamed table in a sync run: its lease, writer branch, cycle state and asset events."""
+
+    def __init__(self, context, assets: StreamedAssets, aws, spark, sync: SyncSettings, leases: WriterLeases, interval: float, progress: RunProgress):
+        self.context, self.assets, self.table = context, assets, assets.table
+        self._aws, self._spark, self._sync, self._leases, self._interval, self._progress = aws, spark, sync, leases, interval, progress
+        self.target = sync.iceberg_table_of(self.table)
+        self.run: SyncRun | None = None
+        self._writer: WriterBranch | None = None
+
+    @property
+    def held(self) -> bool:
+        return self.run is not None
+
+    def take(self, wait_seconds: float | None = None) -> None:
+        """Takes the table's lease (waiting up to `wait_seconds`; LeaseHeldError if another writer keeps it), then its
+        writer branch: from here on this run writes the table."""
+        lease = self._leases.hold(self.context, self._aws.client("s3"), self._sync.bucket, self.target, progress=self._progress.seen, wait_seconds=wait_seconds)
+
+        def before_write() -> None:
+            self._progress.step()
+            lease.check()
+
+        self._writer = writer_branch_of(self._spark, self._sync, lease.token, self.table)
+        # A capture reads the stream for at most one interval: behind, the table still moves every cycle.
+        syncer = stream_syncer(
+            self._aws,
+            self._spark,
+            self._sync,
+            self.table,
+            log=self.context.log.info,
+            warn=self.context.log.warning,
+            before_write=before_write,
+            capture_seconds=self._interval,
+            writer=self._writer,
+        )
+        self.run = SyncRun(
+            syncer,
+            sync_cadence(self._sync, self._interval),
+            checks=lambda *when: cycle_check_results(self._aws, self._spark, self._sync, self.table, *when),
+            upkeep=StreamedUpkeep(self._spark, self._sync, self.table, before_write=before_write, writer=self._writer),
+        )
+
+    def give_up(self, reason: str) -> None:
+        """Stops writing the table (its branch dropped, its lease released): another writer takes it, or this run later."""
+        self.context.log.info(f"Giving {self.target} up: {reason}")
+        self.run = None
+        try:
+            if self._writer is not None:
+                self._writer.drop()
+        finally:
+            self._writer = None
+            self._leases.release(self.target)
+
+    def cycle(self, number: int, bootstrap: bool) -> bool:
+        """One cycle of the table, its events logged; whether it found work."""
+        report = self.run.cycle(f"{self.context.run.run_id}-{number}", bootstrap=bootstrap)
+        for message in report.messages:
+            self.context.log.info(message)
+        if report.recorded:
+            # How often cycles come: the interval, or more when cycles overrun it or a quiet table backs off.
+            pacing = {"seconds_since_previous_cycle": report.seconds_since_previous_cycle, "cycle": number}
+            self.context.log_event(AssetMaterialization(asset_key=self.assets.source.key, metadata={**report.outcome.source, "cycle": number}))
+            self.context.log_event(AssetMaterialization(asset_key=self.assets.iceberg.key, metadata={**report.outcome.merged, **pacing}))
+            for name, result in report.checks.items():
+                self.context.log_event(evaluation(result, name, self.assets))
+        if report.maintenance is not None:
+            self.context.log_event(maintenance_observation(report.maintenance, self.assets))
+            self.context.log_event(evaluation(files_compact_result(report.maintenance.after), f"{self.table.name}_files_compact", self.assets))
+        return not report.outcome.idle
+
+
+def sync_cycles(
     context,
-    config: BooksSyncConfig,
+    config: SyncConfig,
     aws: AwsClientsResource,
     spark: IcebergSparkResource,
     sync: SyncSettings,
     leases: WriterLeases,
+    tables: list[StreamedAssets],
     run_seconds: float,
     end_reason: Callable[[], str | None],
     lease_wait_seconds: float | None = None,
+    gives_way: bool = True,
 ) -> None:
-    """Takes the lease of library.books, then cycles every interval for up to `run_seconds` (0: one cycle), logging each
-    cycle's materializations and checks; ends after a cycle for which `end_reason()` gave a reason."""
+    """Takes the leases of `tables`, then cycles every interval for up to `run_seconds` (0: one cycle), each cycle
+    merging every table it holds, logging their materializations and checks; ends after a cycle for which
+    `end_reason()` gave a reason.
+
+    With `gives_way` (the sync, which is in no pool), a table another writer waits for (its pool) is given up after its
+    cycle and taken again once that writer is done; a run of the table's pool (Materialize, a bootstrap) is ahead of
+    the writers queued behind it, and ends by its `end_reason`. A table whose cycle fails, or whose lease was lost, is
+    logged and tried again at the next cycle while the others go on. Alone in the run, such a failure fails the run, as
+    it always did (Materialize, a bootstrap, a one-table sync: the schedule starts the next)."""
     interval = sync.merge_interval_seconds if config.merge_interval_seconds is None else config.merge_interval_seconds
-    lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.books_iceberg_table, progress=spark.tasks_in_progress, wait_seconds=lease_wait_seconds)
-    writer = books_writer_branch(spark, sync, lease.token)
-    # A capture reads the stream for at most one interval: behind, the table still moves every cycle.
-    syncer = books_syncer(aws, spark, sync, log=context.log.info, warn=context.log.warning, before_write=lease.check, capture_seconds=interval, writer=writer)
-    run = SyncRun(
-        syncer,
-        sync_cadence(sync, interval),
-        checks=lambda *when: cycle_check_results(aws, spark, sync, *when),
-        upkeep=BooksUpkeep(spark, sync, before_write=lease.check, writer=writer),
-    )
+    progress = RunProgress(spark)
+    in_run = [TableInRun(context, assets, aws, spark, sync, leases, interval, progress) for assets in tables]
+    alone = len(in_run) == 1
+    waiting = waiting_writers(context.instance, other_than=context.run.run_id) if gives_way else {}
+    for table in in_run:
+        if table.table.writer_pool in waiting:
+            writer = waiting[table.table.writer_pool]
+            context.log.info(f"Not syncing {table.target} for now: run {writer.run_id} ({writer.job_name}) writes it")
+            continue
+        try:
+            table.take(lease_wait_seconds)
+        except LeaseHeldError as error:
+            if alone:
+                raise
+            context.log.warning(f"{error}; the other tables sync meanwhile, and this run takes it as soon as it is free")
+    if not any(table.held for table in in_run):
+        context.log.info("Not syncing: every table has another writer; the schedule starts the sync after them")
+        return
     stop = StopRequest()
 
     def cycle(number: int) -> bool:
         reason = None if stop.requested else end_reason()
         if reason is not None:
-            context.log.info(f"Ending the sync of {sync.books_iceberg_table} after this cycle: {reason}")
+            context.log.info(f"Ending the sync of {', '.join(table.target for table in in_run)} after this cycle: {reason}")
             stop.end_after_cycle()
-        report = run.cycle(f"{context.run.run_id}-{number}", bootstrap=config.bootstrap and number == 1)
-        for message in report.messages:
-            context.log.info(message)
-        if report.recorded:
-            # How often cycles come: the interval, or more when cycles overrun it or a quiet table backs off.
-            pacing = {"seconds_since_previous_cycle": report.seconds_since_previous_cycle, "cycle": number}
-            context.log_event(AssetMaterialization(asset_key=books_source.key, metadata={**report.outcome.source, "cycle": number}))
-            context.log_event(AssetMaterialization(asset_key=books_iceberg.key, metadata={**report.outcome.merged, **pacing}))
-            for name, result in report.checks.items():
-                context.log_event(evaluation(result, name))
-        if report.maintenance is not None:
-            context.log_event(maintenance_observation(report.maintenance))
-            context.log_event(evaluation(files_compact_result(report.maintenance.after), "books_files_compact"))
-        return not report.outcome.idle
+        waiting = waiting_writers(context.instance, other_than=context.run.run_id) if gives_way else {}
+        busy = False
+        for table in in_run:
+            writer = waiting.get(table.table.writer_pool)
+            # A table another writer waits for is not taken again; one held is given up after its cycle.
+            if writer is None or table.held:
+                busy |= cycle_table(table, number)
+            if writer is not None and table.held:
+                table.give_up(f"run {writer.run_id} ({writer.job_name}) waits to write it")
+        if waiting and all(table.table.writer_pool in waiting for table in in_run):
+            context.log.info(f"Ending the sync after this cycle: every table it syncs has another writer ({', '.join(sorted(waiting))})")
+            stop.end_after_cycle()
+        return busy
+
+    def cycle_table(table: TableInRun, number: int) -> bool:
+        try:
+            if not table.held:
+                table.take(wait_seconds=0)
+            return table.cycle(number, bootstrap=config.bootstrap and number == 1)
+        except LeaseHeldError:
+            return False
+        except (LeaseLostError, WriterFencedError) as error:
+            if alone:
+                raise
+            context.log.warning(f"{table.target}: {error}; the other tables go on, and this run takes it again when it is free")
+            table.give_up("its lease was lost")
+            return False
+        except Exception as error:
+            if alone:
+                raise
+            # A bad batch, a failed request, a bootstrap that failed: this table's next cycle reads it again.
+            context.log.error(f"{table.target}: its cycle failed ({type(error).__name__}: {error}); the other tables go on, this one tries again")
+            return False
 
     try:
         cycles = run_cycles(cycle, interval, run_seconds, stop=stop, idle_interval_seconds=sync.longest_merge_interval_seconds)
     finally:
-        writer.drop()
+        for table in in_run:
+            if table.held:
+                table.give_up("the run ends")
     context.log.info(f"Sync run done after {cycles} cycles (one every {interval:g} s or more)")
 
 
-@multi_asset(
-    name="sync_books",
-    specs=[books_source, books_iceberg],
-    pool=BOOKS_WRITER_POOL,
-    description="Captures the books stream and MERGEs it into library.books: one cycle (Materialize, the bootstrap), or "
-    "every merge_interval_seconds for run_minutes. The long-lived sync is the books_sync job.",
-)
-def sync_books(
-    context: AssetExecutionContext,
-    config: BooksSyncConfig,
-    aws: AwsClientsResource,
-    spark: IcebergSparkResource,
-    sync: SyncSettings,
-    leases: WriterLeases,
-):
-    # Unless the books writers queue one run at a time, two of them start at once and the second waits for the lease.
-    warn_unless_writers_queue(context, BOOKS_WRITER_POOL)
-    run_minutes = config.run_minutes or 0.0
+def sync_table_asset(assets: StreamedAssets):
+    """Materialize (one cycle of this table), the bootstrap's job, a backfill: a run in the table's writers' pool."""
+    table = assets.table
 
-    def end_reason() -> str | None:
-        waiting = waiting_writer(context.instance, other_than=context.run.run_id)
-        return None if waiting is None else f"run {waiting.run_id} ({waiting.job_name}) waits to write"
+    @multi_asset(
+        name=f"sync_{table.name}",
+        specs=[assets.source, assets.iceberg],
+        pool=table.writer_pool,
+        description=f"Captures the {table.name} stream and MERGEs it into <namespace>.{table.iceberg_table}: one cycle "
+        "(Materialize, the bootstrap), or every merge_interval_seconds for run_minutes. The long-lived sync of every "
+        "streamed table is the books_sync job.",
+    )
+    def sync_table(
+        context: AssetExecutionContext,
+        config: SyncConfig,
+        aws: AwsClientsResource,
+        spark: IcebergSparkResource,
+        sync: SyncSettings,
+        leases: WriterLeases,
+    ):
+        # Unless the table's writers queue one run at a time, two of them start at once and the second waits for the lease.
+        warn_unless_writers_queue(context, table.writer_pool)
+        run_minutes = config.run_minutes or 0.0
 
-    sync_books_cycles(context, config, aws, spark, sync, leases, run_minutes * 60, end_reason)
-    yield from ()
+        def end_reason() -> str | None:
+            writer = waiting_writers(context.instance, other_than=context.run.run_id).get(table.writer_pool)
+            return None if writer is None else f"run {writer.run_id} ({writer.job_name}) waits to write"
+
+        sync_cycles(context, config, aws, spark, sync, leases, [assets], run_minutes * 60, end_reason, gives_way=False)
+        yield from ()
+
+    return sync_table
+
+
+SYNC_ASSETS = {name: sync_table_asset(assets) for name, assets in STREAMED.items()}
+sync_books = SYNC_ASSETS["books"]

@@ -14,7 +14,7 @@ from ddb_athena.lake.identifiers import dotted_name
 from ddb_athena.lake.maintenance import TableFiles
 from ddb_athena.lake.table_keys import Key, item_key, key_rows_schema, row_key
 from ddb_athena.lake.table_spec import ITEM_COLUMN, SEQUENCE_COLUMN, TableSpec
-from ddb_athena.lib.declarations import declared
+from ddb_athena.lib.declarations import TableDeclaration
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.lib.table_checks import unique_key_result
 from ddb_athena.streamed.capture.change_files import is_change_file, list_keys
@@ -30,11 +30,16 @@ SMALL_TABLE_MAX_FILES = 50
 PARITY_POLL_SECONDS = 5.0
 
 
-def backlog_result(aws: AwsClientsResource, sync: SyncSettings, stream_lag_seconds: float | None = None) -> AssetCheckResult:
+def unique_check_name(table: TableDeclaration) -> str:
+    """`books_unique_id`, `reviews_unique_book_id_review_id`: the check that no key appears twice."""
+    return f"{table.name}_unique_{'_'.join(table.spec.key_names)}"
+
+
+def backlog_result(aws: AwsClientsResource, sync: SyncSettings, table: TableDeclaration, stream_lag_seconds: float | None = None) -> AssetCheckResult:
     """Change files waiting to be merged, and (from a sync cycle) how far behind the stream its capture is: the age of
     the newest change it captured, when it stopped with records left to read."""
     s3 = aws.client("s3")
-    layout = sync.books_layout
+    layout = sync.layout_of(table)
     done = committed_files(s3, layout)
     pending = [obj for obj in list_keys(s3, layout.bucket, layout.changes_prefix) if is_change_file(obj["Key"]) and obj["Key"] not in done]
     ages = [datetime.now(UTC) - obj["LastModified"] for obj in pending]
@@ -46,8 +51,8 @@ def backlog_result(aws: AwsClientsResource, sync: SyncSettings, stream_lag_secon
     return AssetCheckResult(passed=oldest <= sync.backlog_limit and behind <= sync.backlog_limit, metadata=metadata)
 
 
-def quarantine_result(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheckResult:
-    layout = sync.books_layout
+def quarantine_result(aws: AwsClientsResource, sync: SyncSettings, table: TableDeclaration) -> AssetCheckResult:
+    layout = sync.layout_of(table)
     reasons = quarantined_reasons(aws.client("s3"), layout)
     return AssetCheckResult(
         passed=not reasons,
@@ -68,7 +73,7 @@ def capture_failures_result(aws: AwsClientsResource, sync: SyncSettings) -> Asse
         description=None
         if not depth
         else "The capture Lambda gave up on stream batches: their changes are missing from "
-        "library.books. `ddb-athena replay-failures` captures them again while the stream holds them (24 hours).",
+        "the streamed tables. `ddb-athena replay-failures` captures them again while the stream holds them (24 hours).",
     )
 
 
@@ -101,34 +106,35 @@ def iceberg_rows(spark: SparkSession, spec: TableSpec, target: str, keys: set[Ke
     return {row_key(spec, row): Row(row["version"], row["digest"]) for row in digests.collect()}
 
 
-def key_parity_readers(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, scans: list[KeyScan]) -> tuple:
-    """What a ParityTracker reads: library.books's rows (all, or some keys'), DynamoDB's items (a paced scan, appended
-    to `scans`), the newest tombstones of some keys."""
-    spec = declared("books").spec
+def key_parity_readers(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, table: TableDeclaration, scans: list[KeyScan]) -> tuple:
+    """What a ParityTracker reads: the Iceberg table's rows (all, or some keys'), DynamoDB's items (a paced scan,
+    appended to `scans`), the newest tombstones of some keys."""
+    spec, source, target = table.spec, sync.dynamodb_table_of(table), sync.iceberg_table_of(table)
     dynamodb = aws.client("dynamodb")
-    rate = read_rate_for(dynamodb, sync.books_table, sync.parity_scan_capacity_share, sync.parity_scan_read_units_per_second)
+    rate = read_rate_for(dynamodb, source, sync.parity_scan_capacity_share, sync.parity_scan_read_units_per_second)
 
     def dynamodb_items() -> dict[Key, str]:
-        scans.append(paced_item_digests(dynamodb, sync.books_table, partial(item_key, spec), rate, sync.parity_scan_segments))
+        scans.append(paced_item_digests(dynamodb, source, partial(item_key, spec), rate, sync.parity_scan_segments))
         return scans[-1].digests
 
     return (
-        lambda keys=None: iceberg_rows(spark.spark_session, spec, sync.books_iceberg_table, keys),
+        lambda keys=None: iceberg_rows(spark.spark_session, spec, target, keys),
         dynamodb_items,
-        lambda keys: tombstone_versions(spark.spark_session, spec, sync.books_iceberg_table, keys),
+        lambda keys: tombstone_versions(spark.spark_session, spec, target, keys),
     )
 
 
-def observe_key_parity(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings) -> tuple[KeyParity, list[KeyScan]]:
-    """Compares library.books with DynamoDB, keys and values, until what differed has settled (key_parity.py).
+def observe_key_parity(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, table: TableDeclaration) -> tuple[KeyParity, list[KeyScan]]:
+    """Compares a streamed table in Iceberg with DynamoDB, keys and values, until what differed has settled
+    (key_parity.py).
 
-    What it reads: library.books's key, sequence number and item columns once (the items are digested by the
+    What it reads: the Iceberg table's key, sequence number and item columns once (the items are digested by the
     executors); then DynamoDB's whole table once, a paced, eventually consistent scan (returned too, for what it
     read); then, every few seconds for at most the settle time after the scan, only the rows and tombstones of the
     keys that differed. It never reads DynamoDB a second time, so its read units are one scan's whatever differs."""
     scans: list[KeyScan] = []
     parity = ParityTracker(sync.parity_settle_seconds).observe_until_settled(
-        *key_parity_readers(aws, spark, sync, scans), poll_seconds=min(PARITY_POLL_SECONDS, sync.parity_settle_seconds)
+        *key_parity_readers(aws, spark, sync, table, scans), poll_seconds=min(PARITY_POLL_SECONDS, sync.parity_settle_seconds)
     )
     return parity, scans
 
@@ -152,6 +158,7 @@ def cycle_check_results(
     aws: AwsClientsResource,
     spark: IcebergSparkResource,
     sync: SyncSettings,
+    table: TableDeclaration,
     with_table: bool,
     stream_lag_seconds: float | None = None,
     list_s3: bool = True,
@@ -163,15 +170,15 @@ def cycle_check_results(
     None reads DynamoDB's items."""
     results = {}
     if list_s3 or stream_lag_seconds is not None:
-        results["books_backlog"] = backlog_result(aws, sync, stream_lag_seconds)
+        results[f"{table.name}_backlog"] = backlog_result(aws, sync, table, stream_lag_seconds)
     if list_s3 or quarantined:
-        results["books_quarantine_empty"] = quarantine_result(aws, sync)
+        results[f"{table.name}_quarantine_empty"] = quarantine_result(aws, sync, table)
     if sync.capture_failure_queue_url:
-        results["books_capture_failures"] = capture_failures_result(aws, sync)
+        results[f"{table.name}_capture_failures"] = capture_failures_result(aws, sync)
     if with_table:
-        unique = unique_key_result(spark.spark_session, sync.books_iceberg_table, declared("books").spec.key_names)
+        unique = unique_key_result(spark.spark_session, sync.iceberg_table_of(table), table.spec.key_names)
         # Between the daily key parity scans, a free signal beside the table's row count: DynamoDB's own item count
         # (DescribeTable, no read units; AWS refreshes it about every six hours, so it lags the table).
-        item_count = aws.client("dynamodb").describe_table(TableName=sync.books_table)["Table"].get("ItemCount", 0)
-        results["books_unique_id"] = AssetCheckResult(passed=unique.passed, metadata={**unique.metadata, "dynamodb_item_count_6h": item_count})
+        item_count = aws.client("dynamodb").describe_table(TableName=sync.dynamodb_table_of(table))["Table"].get("ItemCount", 0)
+        results[unique_check_name(table)] = AssetCheckResult(passed=unique.passed, metadata={**unique.metadata, "dynamodb_item_count_6h": item_count})
     return results

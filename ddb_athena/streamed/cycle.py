@@ -47,8 +47,8 @@ class CycleOutcome:
     idle: bool
 
 
-class BooksSync:
-    """The state a sync run keeps across its cycles: clients, the change-file namer, the SparkSession."""
+class StreamSync:
+    """The state a sync run keeps across its cycles for one streamed table: clients, the change-file namer, the SparkSession."""
 
     def __init__(
         self,

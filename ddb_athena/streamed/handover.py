@@ -1,11 +1,13 @@
-"""The books sync's handover from one long-lived run to the next, without a gap in the table's freshness.
+"""The streamed tables' sync: its handover from one long-lived run to the next, without a gap in the tables' freshness.
 
-One sync run at a time writes library.books (the writer lease). Sync runs are not in the books writers' pool, so the
-next one starts while the running one still cycles: it starts its process and JVM (an ECS task takes 30-90 s), reads
-the table once, says it is ready (READY_TAG), and waits for the lease. The running one ends after its cycle when:
-- another books writer waits or runs (a bootstrap, Materialize, maintenance: those are in the pool, and queue there);
-- a newer sync run is ready (it takes the lease within seconds);
-- its planned time is up and no newer sync run is on its way (the schedule is off).
+One sync run at a time writes the streamed tables (a writer lease each). Sync runs are in none of the tables' writer
+pools, so the next one starts while the running one still cycles: it starts its process and JVM (an ECS task takes
+30-90 s), reads the tables once, says it is ready (READY_TAG), and waits for the leases. The running one ends after
+its cycle when:
+- a newer sync run is ready (it takes the leases within seconds);
+- its planned time is up and no newer sync run is on its way (the schedule is off);
+- another writer waits or runs for every table it syncs (a bootstrap, Materialize, maintenance: those are in their
+  table's pool, and queue there). For some of its tables only, it gives those up and keeps the others.
 A newer run on its way but not ready keeps it cycling, up to HANDOVER_GRACE_SECONDS past its planned end.
 """
 
@@ -14,8 +16,8 @@ from dataclasses import dataclass
 
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunRecord, RunsFilter
 
-from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL
-
+# The one job that syncs every streamed table: named when books was the only one, and kept, so that an existing
+# instance keeps its runs' history and its schedule's cursor.
 SYNC_JOB_NAME = "books_sync"
 # Set by a sync run once it is ready to take the lease.
 READY_TAG = "ddb_athena/ready_to_sync"
@@ -34,15 +36,17 @@ def planned_end(record: RunRecord | None, run_minutes: float) -> float:
     return started + run_minutes * 60
 
 
-def waiting_writer(instance: DagsterInstance, other_than: str | None = None) -> DagsterRun | None:
-    """A queued or running books writer other than a sync run (a bootstrap, Materialize, maintenance) and other than
-    run `other_than`: the sync gives way to it after its cycle, and the schedule starts none beside it."""
+def waiting_writers(instance: DagsterInstance, other_than: str | None = None) -> dict[str, DagsterRun]:
+    """By writer pool, a queued or running writer other than a sync run (a bootstrap, Materialize, maintenance) and
+    other than run `other_than`: the sync gives its table up to it after its cycle, and takes it back after."""
+    found: dict[str, DagsterRun] = {}
     for run in instance.get_runs(filters=RunsFilter(statuses=_ON_ITS_WAY), limit=100):
         pools = (run.run_op_concurrency.all_pools or set()) if run.run_op_concurrency else set()
-        # A sync run started by an earlier version of this code is in the pool: it is a sync, not a writer to wait for.
-        if run.run_id != other_than and run.job_name != SYNC_JOB_NAME and BOOKS_WRITER_POOL in pools:
-            return run
-    return None
+        # A sync run started by an earlier version of this code is in a pool: it is a sync, not a writer to wait for.
+        if run.run_id != other_than and run.job_name != SYNC_JOB_NAME:
+            for pool in pools:
+                found.setdefault(pool, run)
+    return found
 
 
 @dataclass(frozen=True)
@@ -67,10 +71,8 @@ class SyncHandover:
         ]
 
     def end_reason(self, time_is_up: bool) -> str | None:
-        """Why this run ends after the cycle about to start, or None while it keeps the table."""
-        waiting = waiting_writer(self.instance, other_than=self.run.run_id)
-        if waiting is not None:
-            return f"run {waiting.run_id} ({waiting.job_name}) waits to write"
+        """Why this run ends after the cycle about to start, or None while it keeps its tables (a table another writer
+        waits for is given up by the cycle itself: assets.sync_cycles)."""
         newer = self._newer_syncs()
         ready = [run for run in newer if run.status == DagsterRunStatus.STARTED and run.tags.get(READY_TAG) == "true"]
         if ready:

@@ -1,6 +1,6 @@
-"""The books schedules: the sync's launcher and watchdog (every minute it starts a sync run unless one is on its way or
-running, so a run that ended or crashed is replaced within a minute; the run maintains its table itself), and the
-daily key parity check."""
+"""The streamed tables' schedules: the sync's launcher and watchdog (every minute it starts a sync run unless one is on
+its way or running, so a run that ended or crashed is replaced within a minute; the run maintains its tables itself),
+and each table's daily key parity check."""
 
 import time
 
@@ -17,8 +17,9 @@ from dagster import (
 
 from ddb_athena.lib.resources import SyncSettings
 from ddb_athena.lib.settings import Settings
-from ddb_athena.streamed.handover import SYNC_RUN_SLACK_MINUTES, planned_end, waiting_writer
-from ddb_athena.streamed.jobs import books_key_parity, books_sync_job
+from ddb_athena.streamed.assets import STREAMED
+from ddb_athena.streamed.handover import SYNC_RUN_SLACK_MINUTES, planned_end, waiting_writers
+from ddb_athena.streamed.jobs import JOBS, books_sync_job
 
 # A successor is launched this long before the running sync run's planned end: its process, its JVM (and on ECS its
 # task) start while that run still cycles, which hands over once the successor is ready (streamed/handover.py).
@@ -39,9 +40,11 @@ def books_every_minute(context: ScheduleEvaluationContext, sync: SyncSettings):
     # after a crash), or launches the successor of the newest one in its last minute and a half, one at a time. The
     # newest decides, not how many run: while one hands over to it, a short run's own end may already be near.
     job = books_sync_job.name
-    writer = waiting_writer(context.instance)
-    if writer is not None:
-        return SkipReason(f"run {writer.run_id} ({writer.job_name}) writes the books table: the sync resumes after it")
+    waiting = waiting_writers(context.instance)
+    if all(assets.table.writer_pool in waiting for assets in STREAMED.values()):
+        # A table with a writer of its own is given up by the sync for that writer's while: none is left to sync.
+        runs = ", ".join(sorted(f"{run.run_id} ({run.job_name})" for run in waiting.values()))
+        return SkipReason(f"every streamed table has another writer ({runs}): the sync resumes after them")
     if context.instance.get_runs(filters=RunsFilter(job_name=job, statuses=_WAITING), limit=1):
         return SkipReason("a books_sync run is on its way")
     running = context.instance.get_run_records(filters=RunsFilter(job_name=job, statuses=_RUNNING), limit=10)
@@ -52,10 +55,14 @@ def books_every_minute(context: ScheduleEvaluationContext, sync: SyncSettings):
 
 
 # The key parity check reads the whole DynamoDB table: once a day, not with the sync's cycles.
-books_key_parity_daily = ScheduleDefinition(
-    name="books_key_parity_daily",
-    job=books_key_parity,
-    cron_schedule=f"0 {Settings.from_env().parity_scan_hour} * * *",
-    execution_timezone="UTC",
-    default_status=DefaultScheduleStatus.RUNNING,
-)
+KEY_PARITY_SCHEDULES = {
+    name: ScheduleDefinition(
+        name=f"{name}_key_parity_daily",
+        job=jobs.key_parity,
+        cron_schedule=f"0 {Settings.from_env().parity_scan_hour} * * *",
+        execution_timezone="UTC",
+        default_status=DefaultScheduleStatus.RUNNING,
+    )
+    for name, jobs in JOBS.items()
+}
+books_key_parity_daily = KEY_PARITY_SCHEDULES["books"]

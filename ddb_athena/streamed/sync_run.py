@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from ddb_athena.lake.maintenance import CompactionResult, MaintenanceResult, MaintenanceState
-from ddb_athena.streamed.cycle import BooksSync, CycleOutcome
+from ddb_athena.streamed.cycle import CycleOutcome, StreamSync
 
 # An idle cycle is recorded at most this often: enough for freshness and the plots, little for the event log.
 IDLE_RECORD_SECONDS = 60.0
@@ -58,7 +58,7 @@ class CycleReport:
 class SyncRun:
     def __init__(
         self,
-        syncer: BooksSync,
+        syncer: StreamSync,
         cadence: SyncCadence,
         checks: CycleChecks,
         upkeep: TableUpkeep,

@@ -17,7 +17,7 @@ from ddb_athena.lake.table_spec import METADATA_UPKEEP_PROPERTIES, ColumnSpec, T
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import ChangeRecord, change_file_name, list_change_files, parse_change_file_name, write_change_file
 from ddb_athena.streamed.capture.quarantine import quarantined_records
-from ddb_athena.streamed.cycle import BooksSync
+from ddb_athena.streamed.cycle import StreamSync
 from ddb_athena_tests.exported.aws_layout import full_line, write_export
 
 # Delimiter characters inside the values: joined with '#', ('a#b', 'c') and ('a', 'b#c') would be one key.
@@ -141,7 +141,7 @@ def test_composite_keys_through_the_stream_converge_to_the_model_with_replays_la
     layout = SourceLayout(settings.bucket, f"{spec.table}_source")
     table = f"{settings.namespace}.{spec.table}"
     streams = KeysAsAwsSendsThem(settings.client("dynamodbstreams"))
-    sync = BooksSync(dynamodb, streams, s3, lambda: spark, "s3a", spec.table, table, layout, log=print, warn=print, spec=spec)
+    sync = StreamSync(dynamodb, streams, s3, lambda: spark, "s3a", spec.table, table, layout, log=print, warn=print, spec=spec)
     model, rng, reinserted = Model(spec), random.Random(20261127), 0
     for round_number in range(6):
         deleted, again = random_traffic(dynamodb, spec, model, rng, make, 40)

@@ -130,12 +130,12 @@ def test_the_settings_table_in_the_docs_is_the_declared_one():
 )
 def test_a_run_length_or_merge_interval_out_of_range_is_refused_in_the_resource_and_in_run_config(resource_field, run_config_field, value):
     """The same bounds as the environment variables, however the run's length or interval is set."""
-    from ddb_athena.streamed.assets import BooksSyncConfig
+    from ddb_athena.streamed.assets import SyncConfig
 
     with pytest.raises(ValueError):
         SyncSettings(bucket="b", books_table="books", **{resource_field: value})
     with pytest.raises(ValueError):
-        BooksSyncConfig(**{run_config_field: value})
+        SyncConfig(**{run_config_field: value})
 
 
 def test_settings_error_is_a_value_error():

@@ -577,15 +577,15 @@ def queued_run(instance, job_name: str, pools: set[str]):
 
 
 def test_a_sync_run_gives_way_after_its_cycle_to_a_books_writer_waiting_in_the_queue(spark, settings, instance):
-    from ddb_athena.streamed.handover import waiting_writer
+    from ddb_athena.streamed.handover import waiting_writers
 
     BookSimulator(settings.client("dynamodb"), settings.books_table).insert()
     sync_books(instance)
     queued_run(instance, "books_sync", {"books_writer"})  # a sync run of an earlier version (in the pool then): not a writer to give way to
     queued_run(instance, "orders_daily", {"orders_writer"})  # another table's writer: neither
-    assert waiting_writer(instance) is None
+    assert "books_writer" not in waiting_writers(instance)
     bootstrap = queued_run(instance, "books_bootstrap", {"books_writer"})
-    assert waiting_writer(instance).run_id == bootstrap.run_id
+    assert waiting_writers(instance)["books_writer"].run_id == bootstrap.run_id
 
     result = sync_books(instance, config={"run_minutes": 2, "merge_interval_seconds": 1})
     assert len(materializations_metadata(result, "books_iceberg")) == 1  # one cycle, not two minutes of them

@@ -9,7 +9,7 @@ import threading
 from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed import cycle as books_cycle
-from ddb_athena.streamed.cycle import BooksSync
+from ddb_athena.streamed.cycle import StreamSync
 
 KEYS = [f"book-{number:03d}" for number in range(150)]
 # Beside the bootstrap, a pace that changes many keys while the scan reads them; as fast as the emulator takes writes,
@@ -78,7 +78,7 @@ def test_a_bootstrap_beside_writes_never_publishes_a_key_older_than_its_scan(spa
 
     monkeypatch.setattr(books_cycle, "bootstrap_snapshot", recording_scan)
     table = f"{settings.namespace}.books"
-    sync = BooksSync(
+    sync = StreamSync(
         dynamodb,
         settings.client("dynamodbstreams"),
         settings.client("s3"),

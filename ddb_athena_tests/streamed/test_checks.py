@@ -17,6 +17,8 @@ from ddb_athena_tests.dagster_helpers import books_synced, check_results, local_
 from ddb_athena_tests.fake_clock import FakeClock
 from ddb_athena_tests.lake.helpers import T0
 
+BOOKS = declared("books")
+
 
 @pytest.fixture
 def instance():
@@ -71,7 +73,7 @@ def test_parity_tells_a_change_in_flight_from_a_row_deleted_by_hand(spark, setti
     aws, spark_resource, sync = resources["aws"], resources["spark"], resources["sync"]
     tracker = ParityTracker(settle_seconds=30)
 
-    readers = key_parity_readers(aws, spark_resource, sync, [])
+    readers = key_parity_readers(aws, spark_resource, sync, BOOKS, [])
 
     # Written after the merge, before the check's scan: in flight, and merged by the next cycle.
     simulator.insert("book-in-flight")
@@ -96,7 +98,7 @@ def test_a_key_changed_again_between_two_looks_is_in_flight_at_both_and_stuck_on
     # No settle time: a key that differs the same way at two looks is stuck, unless a change was merged for it.
     tracker = ParityTracker(settle_seconds=0)
 
-    readers = key_parity_readers(resources["aws"], resources["spark"], resources["sync"], [])
+    readers = key_parity_readers(resources["aws"], resources["spark"], resources["sync"], BOOKS, [])
 
     def look():
         return tracker.observe(*readers)
@@ -186,10 +188,10 @@ def test_the_item_scan_is_segmented_eventually_consistent_and_paced_to_its_read_
 def test_between_periodic_cycles_the_s3_checks_run_only_when_the_cycle_found_trouble(spark, settings):
     resources = local_resources()
     aws, sparks, sync = resources["aws"], resources["spark"], resources["sync"]
-    assert cycle_check_results(aws, sparks, sync, with_table=False, list_s3=False) == {}
+    assert cycle_check_results(aws, sparks, sync, BOOKS, with_table=False, list_s3=False) == {}
     # Behind the stream: the backlog at once, with how far; a quarantine in the cycle: the quarantine check at once.
-    behind = cycle_check_results(aws, sparks, sync, with_table=False, stream_lag_seconds=12.0, list_s3=False)
+    behind = cycle_check_results(aws, sparks, sync, BOOKS, with_table=False, stream_lag_seconds=12.0, list_s3=False)
     assert set(behind) == {"books_backlog"} and behind["books_backlog"].metadata["stream_behind_seconds"].value == 12.0
-    quarantined = cycle_check_results(aws, sparks, sync, with_table=False, list_s3=False, quarantined=True)
+    quarantined = cycle_check_results(aws, sparks, sync, BOOKS, with_table=False, list_s3=False, quarantined=True)
     assert set(quarantined) == {"books_quarantine_empty"}
-    assert set(cycle_check_results(aws, sparks, sync, with_table=False)) == {"books_backlog", "books_quarantine_empty"}
+    assert set(cycle_check_results(aws, sparks, sync, BOOKS, with_table=False)) == {"books_backlog", "books_quarantine_empty"}

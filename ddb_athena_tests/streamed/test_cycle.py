@@ -8,11 +8,11 @@ from ddb_athena.streamed import cycle as books_cycle
 from ddb_athena.streamed.capture.change_files import change_file_name, change_record, write_change_file
 from ddb_athena.streamed.capture.commit_manifests import delete_committed_files
 from ddb_athena.streamed.capture.stream_reader import latest_stream_arn, list_shards
-from ddb_athena.streamed.cycle import BooksSync
+from ddb_athena.streamed.cycle import StreamSync
 
 
-def books_sync(spark, settings, **options) -> BooksSync:
-    return BooksSync(
+def books_sync(spark, settings, **options) -> StreamSync:
+    return StreamSync(
         settings.client("dynamodb"),
         settings.client("dynamodbstreams"),
         settings.client("s3"),

@@ -5,7 +5,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, instance_for_test
 
 from ddb_athena.dev.simulate import BookSimulator
-from ddb_athena.streamed.handover import READY_TAG, SyncHandover, waiting_writer
+from ddb_athena.streamed.handover import READY_TAG, SyncHandover, waiting_writers
 from ddb_athena.streamed.jobs import books_sync_job
 from ddb_athena_tests.dagster_helpers import add_run, local_resources, start
 
@@ -32,19 +32,21 @@ def test_past_its_time_a_sync_run_cycles_on_for_a_successor_on_its_way_and_hands
         assert SyncHandover(instance, instance.get_run_by_id(successor.run_id)).end_reason(time_is_up=False) is None
 
 
-def test_a_sync_run_gives_way_to_a_books_writer_of_the_pool_queued_or_running_and_to_nothing_else():
+def test_a_sync_run_gives_a_table_up_to_a_writer_of_its_pool_queued_or_running_and_to_nothing_else():
     with instance_for_test() as instance:
         running = start(instance, add_run(instance))
-        handover = SyncHandover(instance, running)
-        add_run(instance, "orders_daily", pools={"orders_writer"})  # another table's writer
         add_run(instance, "books_sync", DagsterRunStatus.STARTED, pools={"books_writer"})  # a sync of an earlier version
         add_run(instance, "books_bootstrap", DagsterRunStatus.SUCCESS, pools={"books_writer"})  # a writer that has ended
-        assert waiting_writer(instance) is None and handover.end_reason(time_is_up=False) is None
+        assert waiting_writers(instance) == {} and "books_writer" not in waiting_writers(instance)
+        orders = add_run(instance, "orders_daily", pools={"orders_writer"})  # another table's writer
+        assert set(waiting_writers(instance)) == {"orders_writer"} and "books_writer" not in waiting_writers(instance)
         for status in (DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTED):
             writer = add_run(instance, "__ASSET_JOB", status, pools={"books_writer"})  # Materialize, waiting or started
-            assert waiting_writer(instance).run_id == writer.run_id
-            assert writer.run_id in handover.end_reason(time_is_up=False)
-            assert waiting_writer(instance, other_than=writer.run_id) is None  # that writer does not wait for itself
+            assert waiting_writers(instance)["books_writer"].run_id == writer.run_id
+            assert waiting_writers(instance)["orders_writer"].run_id == orders.run_id
+            assert "books_writer" not in waiting_writers(instance, other_than=writer.run_id)  # that writer does not wait for itself
+            # The run itself goes on: its cycle gives the table up (assets.sync_cycles), not the handover.
+            assert SyncHandover(instance, running).end_reason(time_is_up=False) is None
             instance.delete_run(writer.run_id)
 
 

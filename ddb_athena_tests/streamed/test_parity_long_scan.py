@@ -5,10 +5,13 @@ scan and the second look does not."""
 import pytest
 from dagster import DagsterInstance
 
+from ddb_athena.lib.declarations import declared
 from ddb_athena.streamed.check_results import key_parity_readers
 from ddb_athena.streamed.checks import books_row_count_parity
 from ddb_athena.streamed.key_parity import DIFFERENT, ParityTracker
 from ddb_athena_tests.dagster_helpers import books_synced, local_resources, sync_books
+
+BOOKS = declared("books")
 
 SETTLE_SECONDS = 1.0
 
@@ -65,7 +68,7 @@ def test_a_value_merged_or_changed_again_after_the_scan_is_in_flight_and_one_the
     dynamodb = settings.client("dynamodb")
     books_synced(settings, instance, "book-a", "book-b")
     resources = local_resources()
-    read_rows, scan, read_tombstones = key_parity_readers(resources["aws"], resources["spark"], resources["sync"], [])
+    read_rows, scan, read_tombstones = key_parity_readers(resources["aws"], resources["spark"], resources["sync"], BOOKS, [])
     # No settle time: a key the table still holds as it did before the scan is divergence at the second look.
     tracker = ParityTracker(settle_seconds=0)
 
