@@ -179,11 +179,12 @@ def _after(moment: float, meter: RequestMeter, limits: TaskLimits):
 
 
 def _maintenance_pass(stack: CapacityStack, meter: RequestMeter) -> dict:
+    from ddb_athena.lib.declarations import declared
     from ddb_athena.streamed.assets import StreamedUpkeep
 
     meter.take()
     started = time.monotonic()
-    upkeep = StreamedUpkeep(stack.resources["spark"], stack.resources["sync"], writer=None)
+    upkeep = StreamedUpkeep(stack.resources["spark"], stack.resources["sync"], declared("books"), writer=None)
     meter.step("maintenance", upkeep.maintain)(datetime.now(UTC), False)
     return {"seconds": time.monotonic() - started, "requests_by_step": meter.take()}
 

@@ -128,7 +128,7 @@ def capacity_stack(
 
 def _writer(stack: CapacityStack):
     """Fenced as a deployment's sync is: each cycle publishes its branch (lake/writer_branch.py)."""
-    return writer_branch_of(stack.resources["spark"], stack.resources["sync"], "bench")
+    return writer_branch_of(stack.resources["spark"], stack.resources["sync"], "bench", declared("books"))
 
 
 def _syncer(stack: CapacityStack, clients, before_write: Callable[[], None] = lambda: None, interval: float | None = None, writer=None):
@@ -168,7 +168,7 @@ def measure(
     writer = _writer(stack)
     syncer = _syncer(stack, instruments.clients(clients) if instruments else clients, before_write, interval, writer)
     checks = lambda *when: cycle_check_results(aws, spark, sync, *when)  # noqa: E731
-    upkeep = StreamedUpkeep(spark, sync, before_write=before_write, writer=writer)
+    upkeep = StreamedUpkeep(spark, sync, declared("books"), before_write=before_write, writer=writer)
     if instruments:
         syncer.capture, syncer.merge = instruments.step("capture", syncer.capture), instruments.step("merge", syncer.merge)
         checks = instruments.step("checks", checks)

@@ -9,7 +9,7 @@ quarantine every time, the checks that read the table every few cycles.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from dagster import (
@@ -28,7 +28,7 @@ from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY, tombstone_ta
 from ddb_athena.lake.maintenance import CompactionResult, MaintenanceResult, MaintenanceState, compact_if_due, maintenance_state
 from ddb_athena.lake.session_config import runs_in_this_process
 from ddb_athena.lake.writer_branch import WriterBranch, WriterFencedError
-from ddb_athena.lib.declarations import TableDeclaration, declared, declared_tables
+from ddb_athena.lib.declarations import TableDeclaration, declared_tables
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.settings import MAX_MERGE_INTERVAL_SECONDS, MAX_SYNC_RUN_MINUTES, MIN_MERGE_INTERVAL_SECONDS
 from ddb_athena.lib.upkeep import maintain
@@ -145,7 +145,7 @@ class StreamedUpkeep:
 
     spark: IcebergSparkResource
     sync: SyncSettings
-    table: TableDeclaration = field(default_factory=lambda: declared("books"))
+    table: TableDeclaration
     before_write: Callable[[], None] = lambda: None
     writer: WriterBranch | None = None
 
@@ -172,19 +172,19 @@ class StreamedUpkeep:
                 self.writer.follow_main(table)
 
 
-def writer_branch_of(spark: IcebergSparkResource, sync: SyncSettings, token: str, table: TableDeclaration | None = None) -> WriterBranch:
-    """The branch of a streamed table (books by default) and its tombstones that a holding of the lease (its `token`)
-    writes (created by its first merge)."""
-    target = sync.iceberg_table_of(table or declared("books"))
+def writer_branch_of(spark: IcebergSparkResource, sync: SyncSettings, token: str, table: TableDeclaration) -> WriterBranch:
+    """The branch of a streamed table and its tombstones that a holding of the lease (its `token`) writes (created by
+    its first merge)."""
+    target = sync.iceberg_table_of(table)
     return WriterBranch(lambda: spark.spark_session, spark.catalog, (target, tombstone_table(target)), token, carried=(STREAM_POSITIONS_PROPERTY,))
 
 
-def maintenance_observation(result: MaintenanceResult, assets: StreamedAssets = BOOKS) -> AssetObservation:
+def maintenance_observation(result: MaintenanceResult, assets: StreamedAssets) -> AssetObservation:
     """What maintenance did, shown on the table's asset page beside the materializations."""
     return AssetObservation(asset_key=assets.iceberg.key, metadata={f"maintenance_{k}": v for k, v in result.metadata().items()})
 
 
-def evaluation(result: AssetCheckResult, check_name: str, assets: StreamedAssets = BOOKS) -> AssetCheckEvaluation:
+def evaluation(result: AssetCheckResult, check_name: str, assets: StreamedAssets) -> AssetCheckEvaluation:
     """A check's result as an event of the running sync (a check runs in many cycles of one run)."""
     return AssetCheckEvaluation(
         asset_key=assets.iceberg.key,
