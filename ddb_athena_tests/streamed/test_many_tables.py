@@ -121,3 +121,32 @@ def test_a_table_whose_lease_is_taken_is_given_up_while_the_other_syncs_and_take
     assert any(f"{target}: " in line and "the other tables go on" in line for line in log)
     assert any(line == f"Took the writer lease of {target}" for line in log[log.index(next(line for line in log if "Giving" in line)) :])
     assert sorted(int(key[1]) for key in rows(spark, target)) == list(range(1, CYCLES + 1))
+
+
+def test_a_long_step_of_one_table_keeps_every_lease_of_the_run_alive_and_a_hung_run_lets_them_all_lapse(settings):
+    """Each lease of a run watches the run's progress: a bootstrap scanning books for longer than the stall limit (its
+    pages the only steps) must not let the reviews lease lapse; a run that stops stepping loses both."""
+    from ddb_athena.lib.writer_lease import LeaseLostError
+    from ddb_athena.streamed.assets import RunProgress
+
+    progress = RunProgress(IcebergSparkResource(profile="local", warehouse="file:///nowhere"))  # no session: no Spark tasks
+    s3 = settings.client("s3")
+    leases = [
+        WriterLease(s3, settings.bucket, f"library.{name}", "one sync run", ttl_seconds=3.0, stall_seconds=4.0, progress=progress.seen)
+        for name in ("books", "reviews")
+    ]
+    for lease in leases:
+        lease.acquire()
+    try:
+        for _ in range(16):  # 8 s, twice the stall limit: only books' scan steps
+            progress.step()
+            time.sleep(0.5)
+        for lease in leases:
+            lease.check()
+        time.sleep(8)  # the run hangs
+        for lease in leases:
+            with pytest.raises(LeaseLostError, match="made no progress for"):
+                lease.check()
+    finally:
+        for lease in leases:
+            lease.release()
