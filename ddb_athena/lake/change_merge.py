@@ -37,6 +37,7 @@ from ddb_athena.lake.table_spec import (
     key_match_sql,
     properties_sql,
     set_properties_sql,
+    tombstone_table,
     type_mismatch_sql,
     typed_columns_sql,
     upsert_merge_sql,
@@ -99,10 +100,6 @@ class MergeResult:
 
 class SchemaChangeError(ValueError):
     """A declaration changed a table in a way Iceberg cannot follow in place (a column removed, a type narrowed)."""
-
-
-def tombstone_table(target: str) -> str:
-    return f"{target}_tombstones"
 
 
 def _newest_deletes_sql(spec: TableSpec, target: str) -> str:

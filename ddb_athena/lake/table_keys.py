@@ -9,7 +9,7 @@ round is refused in both (`exact_number` here, `exact_decimal_sql` there; a test
 import base64
 import binascii
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
 
@@ -84,7 +84,3 @@ def _json_part(part: str | Decimal | bytes) -> str:
     if isinstance(part, bytes):
         return base64.b64encode(part).decode("ascii")
     return str(part)
-
-
-def key_texts(keys: Iterable[Key]) -> list[str]:
-    return [key_text(key) for key in keys]

@@ -163,6 +163,11 @@ def _partition_sql(transform: str) -> str:
     return f"{function}({column})" if function else column
 
 
+def tombstone_table(target: str) -> str:
+    """The table beside a streamed table that remembers its deletes (lake/change_merge.py)."""
+    return f"{target}_tombstones"
+
+
 def timestamp_literal(moment: datetime) -> str:
     """A Spark SQL timestamp literal of `moment`, in UTC (the session time zone)."""
     return moment.astimezone(UTC).strftime("TIMESTAMP '%Y-%m-%d %H:%M:%S.%f'")

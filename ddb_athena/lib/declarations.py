@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ddb_athena.lake.identifiers import validate_identifier
-from ddb_athena.lake.table_spec import KEY_TRANSFORMS, SOURCE_PROPERTIES, TRANSFORMS, ColumnSpec, TableSpec
+from ddb_athena.lake.table_spec import KEY_TRANSFORMS, SOURCE_PROPERTIES, TRANSFORMS, ColumnSpec, TableSpec, tombstone_table
 
 DECLARATIONS_FILE = Path(__file__).resolve().parents[1] / "tables.toml"
 # A kind of table -> (its TableSpec source, the suffixes of its two assets and of its S3 prefix).
@@ -36,7 +36,6 @@ _COLUMN_FIELDS = ("name", "attribute", "transform", "precision", "scale", "requi
 # DynamoDB's rule for table names; they never reach SQL.
 _DYNAMODB_TABLE = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 _VARIABLE = re.compile(r"[A-Z_][A-Z0-9_]*")
-TOMBSTONES_SUFFIX = "_tombstones"
 
 
 class DeclarationError(ValueError):
@@ -200,13 +199,13 @@ def parse_declarations(text: str) -> dict[str, TableDeclaration]:
     iceberg_names = {}
     for table in tables.values():
         # A table's tombstones are <iceberg_table>_tombstones beside it: no declared table may take that name.
-        for name in (table.iceberg_table, table.iceberg_table + TOMBSTONES_SUFFIX):
+        for name in (table.iceberg_table, tombstone_table(table.iceberg_table)):
             if name in iceberg_names:
                 other = iceberg_names[name]
                 raise _fail(table.name, "iceberg_table", f"{table.iceberg_table!r} collides with table {other}'s {name!r}")
         iceberg_names[table.iceberg_table] = table.name
         if table.kind == "streamed":
-            iceberg_names[table.iceberg_table + TOMBSTONES_SUFFIX] = table.name
+            iceberg_names[tombstone_table(table.iceberg_table)] = table.name
     return tables
 
 
