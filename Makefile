@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test test-image test-fast dev bench bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-requests bench-volume bench-sync-cpu bench-sync-phases lambda emr-job lint clean
+.PHONY: install test test-image test-fast dev templates bench bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-requests bench-volume bench-sync-cpu bench-sync-phases lambda emr-job lint clean
 
 install: $(INSTALLED)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing.
@@ -101,6 +101,10 @@ bench-sync-cpu: install
 # the session's own settings and these, in one session (an A/B that host drift does not blur).
 bench-sync-phases: install
 	$(BIN)/python -m ddb_athena_bench.sync_phases --cycles $${CYCLES:-40} --interval $${INTERVAL:-5} --settings "$${SETTINGS:-{\}}"
+
+# The CloudFormation templates for the declared tables (ddb_athena/tables.toml), rendered to build/deploy/: deploy those.
+templates: $(INSTALLED)
+	$(BIN)/python -m ddb_athena_build.templates
 
 # The capture Lambda's deployment zip (.ddb_athena/dist/capture-lambda.zip): the handler and what it imports.
 lambda: $(INSTALLED)

@@ -25,6 +25,8 @@ setup(
         "deploy": ["dagster-postgres==0.29.*"],
         # The local stack: the AWS emulator and the Iceberg JARs that Maven would otherwise provide.
         "dev": [
+            # make templates: the CloudFormation templates rendered for the declared tables.
+            "jinja2>=3.1",
             "moto[server]==5.2.5",
             "snowpark-connect-deps-iceberg==1.0.3",
         ],

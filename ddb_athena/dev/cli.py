@@ -50,11 +50,28 @@ def _init(args, settings: Settings) -> int:
     return 0
 
 
+def _seeded_traffic(settings: Settings, rng: random.Random) -> list:
+    """Traffic for each declared table with seed items (ddb_athena/dev/seeds/<name>.json)."""
+    from ddb_athena.dev.simulate import SeededTraffic, seed_items
+
+    dynamodb = settings.client("dynamodb")
+    return [
+        SeededTraffic(dynamodb, table, settings.dynamodb_tables[name], seeds, rng)
+        for name, table in declared_tables().items()
+        if (seeds := seed_items(name)) is not None
+    ]
+
+
 def _simulator(args, settings: Settings, with_orders: bool):
     from ddb_athena.dev.simulate import BookSimulator
 
-    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table, settings.orders_table if with_orders else None, rng=random.Random(args.seed))
+    rng = random.Random(args.seed)
+    # Updates and deletes belong to streamed tables; an exported one is only seeded (its documents are immutable).
+    seeded = [traffic for traffic in _seeded_traffic(settings, rng) if traffic.table.kind == "streamed"] if with_orders else []
+    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table, settings.orders_table if with_orders else None, rng=rng, seeded=seeded)
     simulator.load_existing_ids()
+    for traffic in seeded:
+        traffic.load_existing_keys()
     return simulator
 
 
@@ -70,7 +87,8 @@ def _seed(args, settings: Settings) -> int:
     for index in range(args.orders):
         created = now - timedelta(days=1, seconds=index * 60)
         simulator.dynamodb.put_item(TableName=settings.orders_table, Item=order_item(simulator.rng, created))
-    print(f"seeded {args.books} books and {args.orders} orders")
+    seeded = [f"{traffic.seed()} {traffic.table.name}" for traffic in _seeded_traffic(settings, simulator.rng)]
+    print(f"seeded {args.books} books and {args.orders} orders" + "".join(f", {line}" for line in seeded))
     return 0
 
 
@@ -177,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--yes", action="store_true", help="required in the aws profile")
     init.set_defaults(handler=_init)
 
-    seed = commands.add_parser("seed", help="insert demo books and orders")
+    seed = commands.add_parser("seed", help="insert demo books and orders, and every declared table's seed items (ddb_athena/dev/seeds/)")
     seed.add_argument("--books", type=int, default=50)
     seed.add_argument("--orders", type=int, default=100)
     seed.add_argument("--seed", type=int, default=None)
@@ -187,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--rate", type=float, default=2.0, help="operations per second")
     simulate.add_argument("--duration", type=float, default=None, help="seconds (default: until stopped)")
     simulate.add_argument("--seed", type=int, default=None, help="random seed, for repeatable traffic")
-    simulate.add_argument("--books-only", action="store_true", help="no orders")
+    simulate.add_argument("--books-only", action="store_true", help="books alone: no orders, no seeded table")
     simulate.set_defaults(handler=_simulate)
 
     query = commands.add_parser("query", help="run Spark SQL against the Iceberg catalog")

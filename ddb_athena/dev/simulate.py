@@ -1,17 +1,27 @@
-"""Realistic traffic for demos and benchmarks: book inserts, updates, deletes, re-inserts, and orders."""
+"""Realistic traffic for demos and benchmarks: book inserts, updates, deletes, re-inserts, and orders; and the same
+for any declared table with seed items (ddb_athena/dev/seeds/<name>.json), whatever its key."""
 
+import base64
+import json
 import random
 import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 
-from boto3.dynamodb.types import TypeSerializer
+from boto3.dynamodb.types import Binary, TypeDeserializer, TypeSerializer
+
+from ddb_athena.lib.declarations import TableDeclaration
 
 _WORDS = ["river", "stone", "night", "garden", "glass", "winter", "letter", "harbor", "silver", "shadow", "orchard", "lantern", "empire", "voyage"]
 _AUTHORS = ["Ada Okafor", "Lin Wei", "Maria Santos", "Jonas Berg", "Priya Nair", "Tomasz Nowak", "Aiko Tanaka"]
 _serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+SEEDS = Path(__file__).resolve().parent / "seeds"
+# Of the steps of a table that has seeded tables beside it, the share that goes to them.
+SEEDED_SHARE = 0.3
 
 
 def _ddb(item: dict) -> dict:
@@ -64,6 +74,107 @@ def order_item(rng: random.Random, created_at: datetime) -> dict:
     )
 
 
+def next_action(roll: float, live: list, deleted: list) -> str:
+    """The mix of every table's traffic: 40% inserts, 35% updates, 17% deletes, 8% re-inserts of a deleted key."""
+    if not live or roll < 0.4:
+        return "insert"
+    if roll < 0.75:
+        return "update"
+    if roll < 0.92 or not deleted:
+        return "delete"
+    return "reinsert"
+
+
+def plain(value: dict):
+    """A DynamoDB JSON value as Python (B as bytes, not boto3's Binary wrapper)."""
+    value = _deserializer.deserialize(value)
+    return value.value if isinstance(value, Binary) else value
+
+
+def seed_items(name: str) -> list[dict] | None:
+    """The seed items of a declared table (plain JSON; numbers exact, base64 {"B": ...} for binary), or None."""
+    path = SEEDS / f"{name}.json"
+    if not path.exists():
+        return None
+    items = json.loads(path.read_text(), parse_float=Decimal, parse_int=Decimal)
+    return [{name: _binary_or_plain(value) for name, value in item.items()} for item in items]
+
+
+def _binary_or_plain(value):
+    return base64.b64decode(value["B"]) if isinstance(value, dict) and set(value) == {"B"} else value
+
+
+@dataclass
+class SeededTraffic:
+    """Inserts, updates, deletes and re-inserts on a declared table, made from its seed items, whatever its key: a new
+    item mixes the seed items' attribute values under a fresh key (its sort key new, its partition key mostly one
+    already written, so a partition holds several items); an update sets a declared column to another seed value."""
+
+    dynamodb: object
+    table: TableDeclaration
+    table_name: str
+    seeds: list[dict]
+    rng: random.Random
+    live: list[dict] = field(default_factory=list)
+    deleted: list[dict] = field(default_factory=list)
+
+    def key_of(self, item: dict) -> dict:
+        return {column.attribute: item[column.attribute] for column in self.table.spec.key_columns}
+
+    def fresh(self, type_tag: str, attribute: str):
+        token = self.rng.getrandbits(48)
+        return {"S": f"{attribute}-{token:012x}", "N": Decimal(token), "B": token.to_bytes(6, "big")}[type_tag]
+
+    def put(self, item: dict) -> None:
+        self.dynamodb.put_item(TableName=self.table_name, Item=_ddb(item))
+        self.live.append(self.key_of(item))
+
+    def seed(self) -> int:
+        for item in self.seeds:
+            self.put(item)
+        return len(self.seeds)
+
+    def load_existing_keys(self) -> None:
+        attributes = [column.attribute for column in self.table.spec.key_columns]
+        names = {f"#k{index}": attribute for index, attribute in enumerate(attributes)}
+        pages = self.dynamodb.get_paginator("scan").paginate(TableName=self.table_name, ProjectionExpression=", ".join(names), ExpressionAttributeNames=names)
+        self.live.extend({name: plain(value) for name, value in item.items()} for page in pages for item in page.get("Items", []))
+
+    def new_item(self, key: dict | None = None) -> dict:
+        attributes = {name for item in self.seeds for name in item}
+        item = {name: self.rng.choice([seed[name] for seed in self.seeds if name in seed]) for name in sorted(attributes)}
+        if key is None:
+            partition, *sort = self.table.spec.key_columns
+            key = {column.attribute: self.fresh(column.type_tag, column.attribute) for column in sort}
+            if self.live and sort and self.rng.random() < 0.7:
+                key[partition.attribute] = self.rng.choice(self.live)[partition.attribute]
+            else:
+                key[partition.attribute] = self.fresh(partition.type_tag, partition.attribute)
+        return {**item, **key}
+
+    def step(self) -> str:
+        action = next_action(self.rng.random(), self.live, self.deleted)
+        if action == "insert":
+            self.put(self.new_item())
+        elif action == "update":
+            column = self.rng.choice([column for column in self.table.spec.columns if any(column.attribute in seed for seed in self.seeds)])
+            value = self.rng.choice([seed[column.attribute] for seed in self.seeds if column.attribute in seed])
+            self.dynamodb.update_item(
+                TableName=self.table_name,
+                Key=_ddb(self.rng.choice(self.live)),
+                UpdateExpression="SET #a = :v",
+                ExpressionAttributeNames={"#a": column.attribute},
+                ExpressionAttributeValues={":v": _serializer.serialize(value)},
+            )
+        elif action == "delete":
+            key = self.live.pop(self.rng.randrange(len(self.live)))
+            self.dynamodb.delete_item(TableName=self.table_name, Key=_ddb(key))
+            self.deleted.append(key)
+        else:
+            self.put(self.new_item(self.deleted.pop(self.rng.randrange(len(self.deleted)))))
+        return action
+
+
 @dataclass
 class BookSimulator:
     """Keeps track of live and deleted ids so updates, deletes and re-inserts hit real items."""
@@ -73,6 +184,8 @@ class BookSimulator:
     orders_table: str | None = None
     rng: random.Random = field(default_factory=random.Random)
     summary_bytes: int = 0
+    # Declared tables written beside books, a SEEDED_SHARE of the steps (make dev: every table with seed items).
+    seeded: list[SeededTraffic] = field(default_factory=list)
     live: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: {"insert": 0, "update": 0, "delete": 0, "reinsert": 0, "order": 0})
@@ -87,14 +200,18 @@ class BookSimulator:
         self.live.append(book_id)
 
     def step(self) -> str:
+        if self.seeded and self.rng.random() < SEEDED_SHARE:
+            traffic = self.rng.choice(self.seeded)
+            action = f"{traffic.table.name} {traffic.step()}"
+            self.counts[action] = self.counts.get(action, 0) + 1
+            return action
         roll = self.rng.random()
-        if self.orders_table and roll < 0.1:
+        action = "order" if self.orders_table and roll < 0.1 else next_action(roll, self.live, self.deleted)
+        if action == "order":
             self.dynamodb.put_item(TableName=self.orders_table, Item=order_item(self.rng, datetime.now(UTC)))
-            action = "order"
-        elif not self.live or roll < 0.4:
+        elif action == "insert":
             self.insert()
-            action = "insert"
-        elif roll < 0.75:
+        elif action == "update":
             book_id = self.rng.choice(self.live)
             self.dynamodb.update_item(
                 TableName=self.books_table,
@@ -102,15 +219,12 @@ class BookSimulator:
                 UpdateExpression="SET summary = :s, price = :p",
                 ExpressionAttributeValues={":s": {"S": summary(self.rng, 10, self.summary_bytes)}, ":p": {"N": str(self.rng.randrange(1, 10_000))}},
             )
-            action = "update"
-        elif roll < 0.92 or not self.deleted:
+        elif action == "delete":
             book_id = self.live.pop(self.rng.randrange(len(self.live)))
             self.dynamodb.delete_item(TableName=self.books_table, Key={"id": {"S": book_id}})
             self.deleted.append(book_id)
-            action = "delete"
         else:
             self.insert(self.deleted.pop(self.rng.randrange(len(self.deleted))))
-            action = "reinsert"
         self.counts[action] += 1
         return action
 

@@ -7,17 +7,31 @@ form in the template fails the test instead of passing unchecked.
 
 import json
 import re
+import tempfile
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import cache
+from pathlib import Path
 
 from cfnlint.decode import decode_str
 
-from ddb_athena.lib.settings import REPO_ROOT
+from ddb_athena.lib.declarations import declared_tables
+from ddb_athena_build.templates import camel, render
 from ddb_athena_tests.aws_calls import PLATFORM, AwsCall
 
-TEMPLATE = REPO_ROOT / "deploy" / "ddb_athena.yaml"
-PLATFORM_TEMPLATE = REPO_ROOT / "deploy" / "dagster_ecs.yaml"
+
+def rendered(name: str, tables=None) -> Path:
+    """deploy/<name>.j2 rendered for these tables (default: the declared ones), as `make templates` renders it, into
+    this process's own directory (the suite's workers render side by side)."""
+    path = Path(_RENDERED.name) / ("-".join(table.name for table in tables) if tables else "declared") / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(render(name, tables))
+    return path
+
+
+_RENDERED = tempfile.TemporaryDirectory(prefix="ddb-athena-templates-")
+TEMPLATE = rendered("ddb_athena.yaml")
+PLATFORM_TEMPLATE = rendered("dagster_ecs.yaml")
 ACCOUNT = "123456789012"  # moto's account: the calls' ARNs carry it
 BOOKS_TABLE, ORDERS_TABLE = "books", "orders"
 STACK = "ddb-athena"
@@ -149,10 +163,15 @@ class Deployment:
         return cls(books_table=table, region=call.region, books_capture=capture)
 
     def parameters(self, bucket: str) -> dict:
+        names = {"books": self.books_table, "orders": self.orders_table}
+        tables = {name: names.get(name, table.dynamodb_table) for name, table in declared_tables().items()}
         return {
-            "BooksTableName": self.books_table,
-            "OrdersTableName": self.orders_table,
-            "BooksStreamArn": f"arn:aws:dynamodb:{self.region}:{ACCOUNT}:table/{self.books_table}/stream/*",
+            **{f"{camel(name)}TableName": tables[name] for name, table in declared_tables().items() if table.dynamodb_table_variable},
+            **{
+                f"{camel(name)}StreamArn": f"arn:aws:dynamodb:{self.region}:{ACCOUNT}:table/{tables[name]}/stream/*"
+                for name, table in declared_tables().items()
+                if table.kind == "streamed"
+            },
             "ExistingBucketName": bucket,
             "GlueDatabaseName": "library",
             "DagsterPrincipal": self.dagster_principal,

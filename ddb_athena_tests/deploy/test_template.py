@@ -9,10 +9,11 @@ import time
 import pytest
 from cfnlint.api import ManualArgs, lint_file
 
-from ddb_athena.lib.declarations import declared_tables
+from ddb_athena.lib.declarations import declared_tables, parse_declarations
 from ddb_athena.lib.settings import Settings
 from ddb_athena_build.packaging import CAPTURE_LAMBDA, build_zip
-from ddb_athena_tests.deploy.policies import TEMPLATE, as_list
+from ddb_athena_build.templates import camel
+from ddb_athena_tests.deploy.policies import TEMPLATE, as_list, load_template, rendered
 from ddb_athena_tests.deploy.policies import load_template as template
 
 # IAM actions without resource-level permissions: `Resource: "*"` is the only form they take.
@@ -101,13 +102,17 @@ def test_the_capture_mapping_retries_boundedly_and_never_blocks_a_shard():
     resources = template()["Resources"]
     function = resources["CaptureFunction"]["Properties"]
     assert f"{function['Handler']}" == f"{CAPTURE_LAMBDA.module}.handler" and function["Runtime"] == "python3.11"
-    mapping = resources["CaptureEventSourceMapping"]["Properties"]
-    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]  # the handler's batchItemFailures
-    assert mapping["BisectBatchOnFunctionError"] is True
-    assert 0 < mapping["MaximumRetryAttempts"] <= 10
-    assert 0 < mapping["MaximumRecordAgeInSeconds"] < 24 * 3600  # replayable: inside the stream's retention
-    assert mapping["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": ["CaptureFailureQueue", "Arn"]}
-    assert mapping["StartingPosition"] == "TRIM_HORIZON" and mapping["ParallelizationFactor"] == 1
+    mappings = {r["Properties"]["EventSourceArn"]["Ref"]: r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::EventSourceMapping"}
+    # One mapping a streamed table, on its stream.
+    assert set(mappings) == {f"{camel(table.name)}StreamArn" for table in declared_tables().values() if table.kind == "streamed"}
+    for mapping in mappings.values():
+        assert mapping["FunctionName"] == {"Ref": "CaptureFunction"}
+        assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]  # the handler's batchItemFailures
+        assert mapping["BisectBatchOnFunctionError"] is True
+        assert 0 < mapping["MaximumRetryAttempts"] <= 10
+        assert 0 < mapping["MaximumRecordAgeInSeconds"] < 24 * 3600  # replayable: inside the stream's retention
+        assert mapping["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": ["CaptureFailureQueue", "Arn"]}
+        assert mapping["StartingPosition"] == "TRIM_HORIZON" and mapping["ParallelizationFactor"] == 1
 
 
 def emulated(body: dict) -> dict:
@@ -134,6 +139,19 @@ def created_stack(cloudformation, name: str, body: dict, parameters: dict) -> di
     return stack
 
 
+def table_parameters(settings) -> dict:
+    """The stack's parameters for the declared tables, as the emulator has them."""
+    dynamodb = settings.client("dynamodb")
+    parameters = {}
+    for table in declared_tables().values():
+        name = settings.dynamodb_tables[table.name]
+        if table.dynamodb_table_variable:
+            parameters[f"{camel(table.name)}TableName"] = name
+        if table.kind == "streamed":
+            parameters[f"{camel(table.name)}StreamArn"] = dynamodb.describe_table(TableName=name)["Table"]["LatestStreamArn"]
+    return parameters
+
+
 def data_stack(settings, tmp_path, **parameters) -> dict:
     """deploy/ddb_athena.yaml in the emulator for the test's tables (the capture Lambda's zip uploaded first), with
     `parameters` beside theirs."""
@@ -142,9 +160,8 @@ def data_stack(settings, tmp_path, **parameters) -> dict:
     build_zip(archive)
     s3.create_bucket(Bucket="code-bucket")
     s3.upload_file(str(archive), "code-bucket", "ddb_athena/streamed/capture-lambda.zip")
-    stream_arn = settings.client("dynamodb").describe_table(TableName=settings.books_table)["Table"]["LatestStreamArn"]
-    tables = {"BooksTableName": settings.books_table, "BooksStreamArn": stream_arn, "OrdersTableName": settings.orders_table}
-    return created_stack(settings.client("cloudformation"), "ddb-athena", emulated(template()), {**tables, "CaptureCodeBucket": "code-bucket", **parameters})
+    parameters |= table_parameters(settings) | {"CaptureCodeBucket": "code-bucket"}
+    return created_stack(settings.client("cloudformation"), "ddb-athena", emulated(template()), parameters)
 
 
 @pytest.mark.parametrize("principal, books_capture", [("ecs-task", "lambda"), ("ec2-instance", "run")])
@@ -161,8 +178,9 @@ def test_the_stack_deploys_into_the_emulator(settings, tmp_path, principal, book
     if books_capture == "lambda":
         function = lambda_client.get_function(FunctionName=outputs["CaptureFunctionName"])["Configuration"]
         assert function["Environment"]["Variables"]["DDB_ATHENA_BUCKET"] == bucket
-        (mapping,) = lambda_client.list_event_source_mappings(FunctionName=outputs["CaptureFunctionName"])["EventSourceMappings"]
-        assert mapping["EventSourceArn"] == stream_arn
+        mappings = lambda_client.list_event_source_mappings(FunctionName=outputs["CaptureFunctionName"])["EventSourceMappings"]
+        streams = {value for name, value in table_parameters(settings).items() if name.endswith("StreamArn")}
+        assert sorted(mapping["EventSourceArn"] for mapping in mappings) == sorted(streams) and stream_arn in streams
     else:  # the sync run reads the stream: no Lambda, and its role may read the stream
         assert lambda_client.list_functions()["Functions"] == [] and "CaptureFunctionName" not in outputs
     role = settings.client("iam").get_role(RoleName=outputs["DagsterRunRoleArn"].rsplit("/", 1)[1])["Role"]
@@ -183,16 +201,50 @@ def test_the_capture_alarms_on_its_errors_its_lag_and_its_failed_batches_to_the_
     assert alarms["ApproximateNumberOfMessagesVisible"]["Properties"]["Dimensions"][0]["Value"] == {"Fn::GetAtt": ["CaptureFailureQueue", "QueueName"]}
 
 
-def test_the_grants_follow_the_declared_tables_and_name_no_other():
-    """Drift between ddb_athena/tables.toml and the template's literal grants: every declared table has its DynamoDB
-    table parameter and its S3 prefix granted, and every source prefix the template names belongs to a declared table
-    (besides the platform's own: the warehouse, the writer leases, Dagster's logs)."""
-    text = TEMPLATE.read_text()
+# A third table, named by a variable, with a composite key: what a user's declaration adds to the deployment.
+THIRD_TABLE = """
+[ledger_entries]
+kind = "streamed"
+dynamodb_table = "ledger"
+dynamodb_table_variable = "DDB_ATHENA_LEDGER_TABLE"
+iceberg_table = "ledger_entries"
+partition_key = { attribute = "account", type = "S" }
+sort_key = { attribute = "entry", type = "N" }
+freshness_minutes = 5
+
+[audits]
+kind = "exported"
+dynamodb_table = "audits"
+iceberg_table = "audits"
+partition_key = { attribute = "audit_id", type = "S" }
+columns = [{ name = "at", attribute = "at", transform = "iso_timestamp", required = true }]
+partition_by = ["days(at)"]
+freshness_minutes = 1560
+"""
+
+
+@pytest.mark.parametrize("extra", ["", THIRD_TABLE], ids=["declared", "with-two-more"])
+def test_the_rendered_grants_follow_the_declared_tables_and_name_no_other(extra):
+    """Every declared table has its DynamoDB table (its parameter where a variable names it), its stream and its S3
+    prefix granted, and every prefix the template names belongs to a declared table (besides the platform's own: the
+    warehouse, the writer leases, Dagster's logs). Lint-clean for any set of tables."""
+    tables = [*declared_tables().values(), *(parse_declarations(extra).values() if extra else [])]
+    path = rendered("ddb_athena.yaml", tables)
+    assert lint_file(path, config=ManualArgs(include_checks=["I"])) == []
+    text = path.read_text()
     named = set(re.findall(r"\$\{Bucket\}/([A-Za-z0-9_-]+)/", text)) | set(re.findall(r"Prefix: ([A-Za-z0-9_]+)/", text))
     named |= {prefix for listed in re.findall(r"s3:prefix: \[([^]]*)\]", text) for prefix in re.findall(r"(?:^|, )([A-Za-z0-9_-]+)/", listed)}
-    tables = declared_tables().values()
     assert named - {"warehouse", "_writer_leases", "dagster"} == {table.source_prefix for table in tables}
-    parameters = template()["Parameters"]
+    body = load_template(path)
+    parameters, mappings = body["Parameters"], [r["Properties"] for r in body["Resources"].values() if r["Type"] == "AWS::Lambda::EventSourceMapping"]
     for table in tables:
-        parameter = f"{table.name.capitalize()}TableName"
-        assert parameter in parameters and f"table/${{{parameter}}}" in text, f"{table.name}: no {parameter} granted"
+        arn = f"table/${{{camel(table.name)}TableName}}" if table.dynamodb_table_variable else f"table/{table.dynamodb_table}"
+        assert f":{arn}\"" in text, f"{table.name}: its DynamoDB table is not granted"
+        assert (f"{camel(table.name)}TableName" in parameters) == bool(table.dynamodb_table_variable)
+        stream = f"{camel(table.name)}StreamArn"
+        assert (stream in parameters) == (table.kind == "streamed") == ({"Ref": stream} in [m["EventSourceArn"] for m in mappings])
+    lambda_variables = body["Resources"]["CaptureFunction"]["Properties"]["Environment"]["Variables"]
+    streamed_variables = {t.dynamodb_table_variable for t in tables if t.kind == "streamed" and t.dynamodb_table_variable}
+    assert {name for name in lambda_variables if name.endswith("_TABLE")} == streamed_variables
+    platform = rendered("dagster_ecs.yaml", tables).read_text()
+    assert all(f"{t.dynamodb_table_variable}, Value" in platform for t in tables if t.dynamodb_table_variable)

@@ -1,0 +1,58 @@
+"""The deployment's CloudFormation templates, rendered from deploy/*.yaml.j2 and the table declarations
+(ddb_athena/tables.toml): every declared table gets its parameters, grants, lifecycle rules and stream mapping, so a
+table is added to a deployment by declaring it, never by editing a policy. `make templates` writes them to
+build/deploy/; deploy from there.
+"""
+
+import argparse
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import jinja2
+
+from ddb_athena.lib.declarations import TableDeclaration, declared_tables
+
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES = SOURCE_ROOT / "deploy"
+RENDERED = SOURCE_ROOT / "build" / "deploy"
+TEMPLATE_NAMES = ("ddb_athena.yaml", "dagster_ecs.yaml")
+
+
+def camel(name: str) -> str:
+    """A declared name as CloudFormation's logical ids and parameters spell it: order_items -> OrderItems."""
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def render(name: str, tables: Iterable[TableDeclaration] | None = None) -> str:
+    """deploy/<name>.j2 for these tables (default: the declared ones). Undefined names fail: a typo in a template
+    never renders as an empty string."""
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True
+    )
+    environment.filters["camel"] = camel
+    # In an ARN: the deployment's parameter where a variable names the table, else the declared name.
+    environment.globals["dynamodb_name"] = lambda table: f"${{{camel(table.name)}TableName}}" if table.dynamodb_table_variable else table.dynamodb_table
+    tables = list(declared_tables().values() if tables is None else tables)
+    return environment.get_template(f"{name}.j2").render(
+        tables=tables,
+        streamed=[table for table in tables if table.kind == "streamed"],
+        exported=[table for table in tables if table.kind == "exported"],
+        # Tables whose DynamoDB name the deployment chooses (a parameter, passed to every task as the variable).
+        named_by_variable=[table for table in tables if table.dynamodb_table_variable],
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=RENDERED, help=f"directory to write them to (default {RENDERED.relative_to(SOURCE_ROOT)})")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in TEMPLATE_NAMES:
+        (args.out / name).write_text(render(name))
+        print(args.out / name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
