@@ -27,7 +27,8 @@ freshness_minutes = 2
 
 def table_keys(dynamodb, name: str) -> list[tuple]:
     items = dynamodb.scan(TableName=name)["Items"]
-    return sorted(tuple(sorted((attribute, plain(value)) for attribute, value in item.items() if attribute in ("book_id", "review_id", "digest"))) for item in items)
+    keys = ("book_id", "review_id", "digest")
+    return sorted(tuple(sorted((attribute, plain(value)) for attribute, value in item.items() if attribute in keys)) for item in items)
 
 
 @pytest.mark.parametrize(
