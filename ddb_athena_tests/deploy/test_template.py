@@ -239,7 +239,7 @@ def test_the_rendered_grants_follow_the_declared_tables_and_name_no_other(extra)
     parameters, mappings = body["Parameters"], [r["Properties"] for r in body["Resources"].values() if r["Type"] == "AWS::Lambda::EventSourceMapping"]
     for table in tables:
         arn = f"table/${{{camel(table.name)}TableName}}" if table.dynamodb_table_variable else f"table/{table.dynamodb_table}"
-        assert f":{arn}\"" in text, f"{table.name}: its DynamoDB table is not granted"
+        assert f':{arn}"' in text, f"{table.name}: its DynamoDB table is not granted"
         assert (f"{camel(table.name)}TableName" in parameters) == bool(table.dynamodb_table_variable)
         stream = f"{camel(table.name)}StreamArn"
         assert (stream in parameters) == (table.kind == "streamed") == ({"Ref": stream} in [m["EventSourceArn"] for m in mappings])
