@@ -8,7 +8,7 @@ setup(
     # ddb_athena_build is install-time tooling (`make install` runs it from the source tree): not installed.
     packages=find_packages(exclude=["ddb_athena_tests*", "ddb_athena_bench*", "ddb_athena_build*"]),
     # The table declarations every part reads (ddb_athena/lib/declarations.py).
-    package_data={"ddb_athena": ["tables.toml"]},
+    package_data={"ddb_athena": ["tables.toml", "dev/seeds/*.json"]},
     install_requires=[
         "dagster==1.13.*",
         "dagster-webserver==1.13.*",

@@ -43,7 +43,7 @@ def create_dynamodb_table(dynamodb, name: str, table: TableDeclaration) -> None:
     )
 
 
-def _table_exists(dynamodb, name: str) -> bool:
+def table_exists(dynamodb, name: str) -> bool:
     try:
         dynamodb.describe_table(TableName=name)
         return True
@@ -58,7 +58,7 @@ def create_demo_resources(settings: Settings) -> list[str]:
     done = []
     for table in declared_tables().values():
         name = settings.dynamodb_tables.get(table.name, table.dynamodb_table)
-        if not _table_exists(dynamodb, name):
+        if not table_exists(dynamodb, name):
             create_dynamodb_table(dynamodb, name, table)
             done.append(f"created table {name}" + (" (stream NEW_AND_OLD_IMAGES)" if table.kind == "streamed" else ""))
         if table.kind == "exported":

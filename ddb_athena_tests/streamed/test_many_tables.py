@@ -6,7 +6,7 @@ import time
 import pytest
 from dagster import AssetKey, DagsterInstance, job, op
 
-from ddb_athena.dev.local_stack import create_dynamodb_table
+from ddb_athena.dev.local_stack import create_dynamodb_table, table_exists
 from ddb_athena.lib.declarations import parse_declarations
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.writer_lease import WriterLease
@@ -19,6 +19,12 @@ from ddb_athena_tests.lib.test_declarations import REVIEWS as REVIEWS_DECLARATIO
 REVIEWS = parse_declarations(REVIEWS_DECLARATION)["reviews"]
 REVIEW_ASSETS = streamed_assets(REVIEWS)
 CYCLES = 6
+
+
+def reviews_table(dynamodb) -> None:
+    """The DynamoDB table of reviews (the settings fixture made it already where reviews is a declared table)."""
+    if not table_exists(dynamodb, "reviews"):
+        create_dynamodb_table(dynamodb, "reviews", REVIEWS)
 
 
 @pytest.fixture
@@ -63,7 +69,7 @@ def rows(spark, table: str) -> dict:
 
 def test_a_bad_batch_of_one_table_leaves_the_other_syncing_and_is_merged_once_it_clears(spark, settings, instance, monkeypatch):
     dynamodb = settings.client("dynamodb")
-    create_dynamodb_table(dynamodb, "reviews", REVIEWS)
+    reviews_table(dynamodb)
     merge = stream_cycle.merge_change_files
     failing = {"on": True}
 
@@ -95,7 +101,7 @@ def test_a_bad_batch_of_one_table_leaves_the_other_syncing_and_is_merged_once_it
 
 def test_a_table_whose_lease_is_taken_is_given_up_while_the_other_syncs_and_taken_back_when_free(spark, settings, instance, monkeypatch):
     dynamodb, s3 = settings.client("dynamodb"), settings.client("s3")
-    create_dynamodb_table(dynamodb, "reviews", REVIEWS)
+    reviews_table(dynamodb)
     target = f"{settings.namespace}.reviews"
     intruder = {}
 
