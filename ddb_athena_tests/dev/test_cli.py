@@ -32,13 +32,17 @@ def test_init_creates_the_demo_resources_once(aws_env, capsys):
     assert capsys.readouterr().out.strip().endswith("everything already exists")
 
 
-def test_seed_and_simulate_write_books_and_orders(settings, capsys):
+def test_seed_and_simulate_write_books_orders_and_every_seeded_table(settings, capsys):
     assert main(["seed", "--books", "5", "--orders", "3", "--seed", "1"]) == 0
-    assert main(["simulate", "--rate", "200", "--duration", "0.5", "--seed", "2"]) == 0
-    counts = dict(pair.split("=") for pair in capsys.readouterr().out.split()[-5:])
-    assert sum(int(n) for n in counts.values()) > 20
+    assert capsys.readouterr().out.strip() == "seeded 5 books and 3 orders, 16 reviews"  # ddb_athena/dev/seeds/reviews.json
+    assert main(["simulate", "--rate", "200", "--duration", "1", "--seed", "2"]) == 0
+    counts = {name: int(count) for name, count in (pair.split("=") for pair in capsys.readouterr().out.split())}
+    assert sum(counts.values()) > 40
+    # Books and orders, and the reviews beside them (a composite key: inserts, updates and deletes too).
+    assert counts["insert"] and counts["order"] and counts.get("reviews.insert", 0) + counts.get("reviews.update", 0) > 0
     dynamodb = settings.client("dynamodb")
     assert dynamodb.scan(TableName="orders", Select="COUNT")["Count"] >= 3
+    assert dynamodb.scan(TableName="reviews", Select="COUNT")["Count"] >= 16 - counts.get("reviews.delete", 0)
 
 
 def test_query_json_prints_one_json_array_and_nothing_else_on_stdout(spark, settings):
