@@ -27,7 +27,7 @@ SOURCE_AREAS = {
 # Warehouse requests by the loop's step that made them.
 WAREHOUSE_LINES = {"merge": "Iceberg commits", "capture": "Iceberg commits", "compaction": "compaction", "maintenance": "maintenance", "checks": "checks"}
 GLUE_REQUESTS_PER_COMMIT = 2
-GLUE_TABLE_LOADS_PER_MINUTE = 2 * 2  # two tables, Iceberg's catalog cache expiring every 30 s
+GLUE_TABLE_LOADS_PER_MINUTE = 2 * 2  # a streamed table and its tombstones, Iceberg's catalog cache expiring every 30 s
 # The run worker's console (CloudWatch Logs with the awslogs driver) a recorded cycle: 10.6 KB for 10 cycles in the
 # compute log of a `make dev` sync run (dagster's event lines, the sync's messages).
 CONSOLE_BYTES_PER_RECORDED_CYCLE = 1056
@@ -128,6 +128,11 @@ def price_requests(by_step: dict[str, dict[str, int]]) -> tuple[dict[tuple[str, 
     return billed, not_on_aws
 
 
+def streamed_tables(measurement: dict) -> int:
+    """Books and the tables synced beside it in the measured run."""
+    return 1 + len(measurement.get("tables_beside", []))
+
+
 def bill(measurement: dict, task: Task, capture: str = "run") -> Bill:
     """USD a month of the books sync as measured (`cost.measure_cell`), on a task of `task`'s size; with
     `capture='lambda'` the stream is read by the capture Lambda instead (modelled from the same measurement)."""
@@ -141,7 +146,9 @@ def bill(measurement: dict, task: Task, capture: str = "run") -> Bill:
         "Spot, Graviton": task.usd("arm", spot=True) * with_handovers,
     }
     result.add("public IPv4 (the task's address)", price("public_ipv4_hour") * HOURS_A_MONTH * with_handovers, "one address, always on, two at a handover")
-    lambda_invocations = measurement["shards"] * SECONDS_A_MONTH / LAMBDA_BATCHING_WINDOW_SECONDS
+    # Each table beside books has a stream of its own, of one shard at a few writes a second.
+    shards = measurement["shards"] + streamed_tables(measurement) - 1
+    lambda_invocations = shards * SECONDS_A_MONTH / LAMBDA_BATCHING_WINDOW_SECONDS
     for (line, kind_class), count in sorted(billed.items()):
         if line == "Streams":
             if capture == "run":
@@ -161,19 +168,19 @@ def bill(measurement: dict, task: Task, capture: str = "run") -> Bill:
         result.add(
             "capture Lambda",
             lambda_invocations * price("lambda_request") + gb_seconds * price("lambda_arm_gb_second"),
-            f"{lambda_invocations:,.0f} invocations ({measurement['shards']} shards, a {LAMBDA_BATCHING_WINDOW_SECONDS:g}-s batching window), "
+            f"{lambda_invocations:,.0f} invocations ({shards} shards, a {LAMBDA_BATCHING_WINDOW_SECONDS:g}-s batching window), "
             f"{LAMBDA_SECONDS_PER_INVOCATION:g} s of {LAMBDA_MEMORY_GB * 1024:.0f} MB each (modelled)",
         )
         result.add("S3 PUT requests: change files (the Lambda's)", lambda_invocations * price("s3_put_class"), f"{lambda_invocations:,.0f} files")
     commits = measurement["iceberg_commits"] * factor
-    glue = GLUE_REQUESTS_PER_COMMIT * commits + GLUE_TABLE_LOADS_PER_MINUTE * SECONDS_A_MONTH / 60
+    glue = GLUE_REQUESTS_PER_COMMIT * commits + GLUE_TABLE_LOADS_PER_MINUTE * streamed_tables(measurement) * SECONDS_A_MONTH / 60
     result.add("Glue Data Catalog", glue * price("glue_request"), f"{glue:,.0f} requests ({commits:,.0f} commits, 2 each, and table loads; modelled)")
     result.add(
         "S3 storage",
         measurement["stored_bytes"] / 1e9 * price("s3_storage_gb_month"),
         f"{measurement['stored_bytes'] / 1e9:.2f} GB: the table, retained snapshots, staging",
     )
-    logs_gb = measurement["recorded_cycles"] * factor * CONSOLE_BYTES_PER_RECORDED_CYCLE / 1e9
+    logs_gb = measurement["recorded_cycles"] * streamed_tables(measurement) * factor * CONSOLE_BYTES_PER_RECORDED_CYCLE / 1e9
     result.add(
         "CloudWatch Logs",
         logs_gb * (price("cloudwatch_logs_ingest_gb") + LOG_RETENTION_MONTHS * price("cloudwatch_logs_storage_gb_month")),

@@ -5,13 +5,16 @@ writer lease renewed) against a table and stream served from memory (`bench-sync
 the staging on the emulator's S3, so that every S3 request is counted, by the step that made it and the files it
 touched. For each rate (writes a second of ~1 KB) and each interval: freshness record by record, CPU, peak memory,
 the requests, the Iceberg commits, the bytes stored; then `bill.py` prices them with `prices.py`. Each cell ends
-with a maintenance pass if none fell in it, priced at its cadence.
+with a maintenance pass if none fell in it, priced at its cadence. `--tables-beside` adds small streamed tables to the
+same loop (shaped as reviews, a composite key, written at `--beside-rate` a second each): the bill of books with them,
+less books' alone, is the marginal table's.
 
 The sync runs within the task's size (`--vcpu`, `--memory-gb`: a CPU quota and a memory limit, `task_limits.py`); the
 emulator and the load generator outside it. `--spark-memory` sets the JVM's heap. `--write-docs` writes docs/cost.md from the results
 (.ddb_athena/bench/cost.json keeps every cell measured; a run adds to it, replacing cells measured again).
 
     .venv/bin/python -m ddb_athena_bench.cost --rates 230 --intervals 10,20,30,60,120 --minutes 5 --vcpu 0.5 --memory-gb 3
+    .venv/bin/python -m ddb_athena_bench.cost --rates 230 --intervals 30 --minutes 10 --tables-beside 0,3
 """
 
 import argparse
@@ -27,13 +30,14 @@ from pathlib import Path
 
 import boto3
 
+from ddb_athena.lake.table_spec import tombstone_table
 from ddb_athena.lib.settings import DEFAULT_MERGE_INTERVAL_SECONDS, REPO_ROOT
 from ddb_athena.lib.writer_lease import WriterLease
 from ddb_athena_bench import bill as billing
 from ddb_athena_bench.counting_emulator import PROBE_ACCESS_KEY
 from ddb_athena_bench.freshness import OUT, request_counts
 from ddb_athena_bench.prices import FIREHOSE_QUOTE_USD_A_MONTH, FREE_ALLOWANCES, PRICES
-from ddb_athena_bench.sync_capacity import CapacityStack, MemoryClients, capacity_stack, drained_and_compared, measure
+from ddb_athena_bench.sync_capacity import CapacityStack, MemoryClients, TableBeside, capacity_stack, drained_and_compared, measure, small_tables
 from ddb_athena_bench.task_limits import TaskLimits
 from ddb_athena_bench.volume import _books_table
 
@@ -120,20 +124,33 @@ def _stored_bytes(stack: CapacityStack) -> int:
     return sum(item["Size"] for page in pages for item in page.get("Contents", []))
 
 
-def _commits_between(stack: CapacityStack, since_ms: int, until_ms: int) -> int:
+def _commits_between(stack: CapacityStack, tables: list[str], since_ms: int, until_ms: int) -> int:
+    """The commits of the streamed tables named and of their tombstones."""
     endpoint = stack.env["AWS_ENDPOINT_URL"]
     return sum(
         sum(1 for snapshot in _books_table(stack.settings, endpoint, name).metadata.snapshots if since_ms <= snapshot.timestamp_ms < until_ms)
-        for name in ("books", "books_tombstones")
+        for table in tables
+        for name in (table, tombstone_table(table))
     )
 
 
-def measure_cell(stack: CapacityStack, limits: TaskLimits, lease: WriterLease, rate: float, interval: float, minutes: float, warm_up_minutes: float) -> dict:
-    """One rate and interval: the measurement `bill.bill` prices. The writer's `lease` held throughout, as a run holds it."""
+def measure_cell(
+    stack: CapacityStack,
+    limits: TaskLimits,
+    lease: WriterLease,
+    rate: float,
+    interval: float,
+    minutes: float,
+    warm_up_minutes: float,
+    beside: list[TableBeside] = (),
+) -> dict:
+    """One rate and interval: the measurement `bill.bill` prices. The writer's `lease` held throughout, as a run holds it
+    (and each table's beside it, its own)."""
     meter = RequestMeter(stack.env["AWS_ENDPOINT_URL"])
     warm_until = time.time() + warm_up_minutes * 60
     throttled = limits.throttled_seconds()
-    result = measure(stack, rate, interval, minutes, warm_up_minutes, before_write=lease.check, instruments=_after(warm_until, meter, limits))
+    instruments = _after(warm_until, meter, limits)
+    result = measure(stack, rate, interval, minutes, warm_up_minutes, before_write=lease.check, instruments=instruments, beside=beside)
     result["cpu_throttled_seconds"] = limits.throttled_seconds() - throttled
     requests = meter.take()
     measured_ms = (int(warm_until * 1000), int(time.time() * 1000))
@@ -145,7 +162,7 @@ def measure_cell(stack: CapacityStack, limits: TaskLimits, lease: WriterLease, r
         **result,
         "measured_seconds": result["minutes"] * 60,
         "requests_by_step": requests,
-        "iceberg_commits": _commits_between(stack, *measured_ms),
+        "iceberg_commits": _commits_between(stack, ["books", *(other.table.iceberg_table for other in beside)], *measured_ms),
         "recorded_cycles": result["cycles"],
         "stored_bytes": _stored_bytes(stack),
         "table_bytes": item_bytes * len(stack.table.items),
@@ -215,10 +232,7 @@ def report(cells: list[dict]) -> str:
     ]
     for cell in cells:
         result = cell_bill(cell)
-        billed, _ = billing.price_requests(cell["requests_by_step"])
-        cycles = max(cell["cycles"], 1)
-        put = sum(count for (_, kind), count in billed.items() if kind == "PUT") / cycles
-        get = sum(count for (_, kind), count in billed.items() if kind == "GET") / cycles
+        put, get = _requests_a_cycle(cell)
         cpu = cell["sync_cpu_seconds_per_minute"]
         totals = [result.total(option) for option in result.task_options]
         fresh = cell["freshness_seconds"]
@@ -249,6 +263,38 @@ def floors(cells: list[dict]) -> str:
             f"| {billing.floor_usd(result, option):.2f} | {target} |"
         )
     return "\n".join(lines)
+
+
+def marginal(cells: list[dict]) -> str:
+    """Each cell with small tables beside books against books alone at the same rate, interval and task: the bill of a
+    further streamed table in the same run (its commits, stream reads, checks, upkeep and lease; the task is shared)."""
+    alone = {_cell_key(cell)[:4]: cell for cell in cells if billing.streamed_tables(cell) == 1}
+    lines = [
+        "| books writes/s | interval s | task | tables beside (writes/s each) | p95 freshness of books s: alone / with them "
+        "| S3 PUT / GET a cycle: alone / with them | USD a month, Graviton on demand: alone / with them | **each table beside** | measured |",
+        "| ---: | ---: | --- | --- | --- | --- | --- | ---: | --- |",
+    ]
+    for cell in cells:
+        base = alone.get(_cell_key(cell)[:4])
+        beside = cell.get("tables_beside", [])
+        if not beside or base is None:
+            continue
+        option = "on demand, Graviton"
+        first, more = cell_bill(base).total(option), cell_bill(cell).total(option)
+        requests = [_requests_a_cycle(measured) for measured in (base, cell)]
+        lines.append(
+            f"| {cell['rate']:g} | {cell['interval_seconds']:g} | {cell_bill(cell).task.label} | {len(beside)} ({beside[0]['rate']:g}) "
+            f"| {base['freshness_seconds']['p95']:.1f} / {cell['freshness_seconds']['p95']:.1f} "
+            f"| {requests[0][0]:.1f} / {requests[0][1]:.1f}, {requests[1][0]:.1f} / {requests[1][1]:.1f} "
+            f"| {first:.2f} / {more:.2f} | **{(more - first) / len(beside):.2f}** | {cell['minutes']:.0f} min each, {cell['measured_at'][:10]} |"
+        )
+    return "\n".join(lines)
+
+
+def _requests_a_cycle(cell: dict) -> tuple[float, float]:
+    billed, _ = billing.price_requests(cell["requests_by_step"])
+    cycles = max(cell["cycles"], 1)
+    return tuple(sum(count for (_, kind), count in billed.items() if kind == kind_class) / cycles for kind_class in ("PUT", "GET"))
 
 
 def line_items(cell: dict) -> str:
@@ -323,6 +369,14 @@ def docs(cells: list[dict]) -> str:
             "none of them. Glue's requests are priced from the commits counted (the emulator's warehouse has no Glue catalog). "
             "The capture Lambda's line is modelled from the template (one invocation per shard per batching window).",
             "",
+            "## A further table in the same run",
+            "",
+            marginal(by_rate),
+            "",
+            "Tables beside books: small streamed tables shaped as `reviews` (a composite key), each written at the rate shown, "
+            "synced in the same run and JVM after books each cycle (`--tables-beside`). Each brings its own commits (its table "
+            "and tombstones, the fence's publication), stream reads, checks, upkeep and lease; the task is the one books uses.",
+            "",
             "## The platform, shared by every table",
             "",
             _platform_table(),
@@ -347,8 +401,16 @@ def _code_version() -> str:
     return f"{head}{' with changes' if changed else ''}" if head else "unknown"
 
 
+def _lease(stack: CapacityStack, table: str) -> WriterLease:
+    """The writer lease of `table`, taken as a sync run takes it (renewed by its checks before each write)."""
+    sync = stack.resources["sync"]
+    lease = WriterLease(stack.resources["aws"].client("s3"), sync.books_layout.bucket, table, "bench-cost", stack.settings.writer_lease_seconds)
+    lease.acquire()
+    return lease
+
+
 def _cell_key(cell: dict) -> tuple:
-    return cell["rate"], cell["interval_seconds"], cell["vcpu"], cell["memory_gb"]
+    return cell["rate"], cell["interval_seconds"], cell["vcpu"], cell["memory_gb"], billing.streamed_tables(cell)
 
 
 def _load() -> list[dict]:
@@ -367,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vcpu", type=float, default=DEFAULT_TASK.vcpu, help="the task's vCPU: the sync's CPU quota")
     parser.add_argument("--memory-gb", type=float, default=DEFAULT_TASK.memory_gb, help="the task's memory")
     parser.add_argument("--spark-memory", default=DEFAULT_SPARK_MEMORY, help="the JVM's heap (spark.driver.memory)")
+    parser.add_argument("--tables-beside", default="0", help="small streamed tables synced beside books, comma-separated counts (0,3: alone, then with three)")
+    parser.add_argument("--beside-rate", type=float, default=2.0, help="writes a second to each table beside books")
     parser.add_argument("--write-docs", action="store_true", help="write docs/cost.md from every cell measured so far")
     parser.add_argument("--docs-only", action="store_true", help="measure nothing: write docs/cost.md from the saved cells")
     arguments = parser.parse_args(argv)
@@ -381,31 +445,33 @@ def main(argv: list[str] | None = None) -> int:
         with capacity_stack(scratch, arguments.initial_books, arguments.summary_bytes, arguments.shards, **stack_options) as stack:
             limits.release_this_process_memory()
             sync = stack.resources["sync"]
-            lease = WriterLease(
-                stack.resources["aws"].client("s3"), sync.books_layout.bucket, sync.books_iceberg_table, "bench-cost", stack.settings.writer_lease_seconds
-            )
-            lease.acquire()
-            for rate in rates:
-                for interval in intervals:
-                    minutes = max(arguments.minutes, 10 * interval / 60)
-                    print(f"--- {rate:g} writes/s, a cycle every {interval:g} s, {minutes:g} minutes measured", flush=True)
-                    cell = measure_cell(stack, limits, lease, rate, interval, minutes, arguments.warm_up_minutes)
-                    cell.update(
-                        code=_code_version(),
-                        vcpu=arguments.vcpu,
-                        memory_gb=arguments.memory_gb,
-                        spark_memory=arguments.spark_memory,
-                        maintenance_interval_minutes=stack.resources["sync"].maintenance_interval_minutes,
-                    )
-                    cells = [old for old in cells if _cell_key(old) != _cell_key(cell)] + [cell]
-                    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-                    RESULTS.write_text(json.dumps(cells, indent=2))
-                    print(report([cell]), flush=True)
+            lease = _lease(stack, sync.books_iceberg_table)
+            created = 0
+            for count, rate, interval in [(int(n), r, i) for n in arguments.tables_beside.split(",") for r in rates for i in intervals]:
+                # Each cell's tables beside books are new ones, each with its lease, synced from their first write.
+                tables = small_tables(created + count)[created:]
+                created += count
+                beside = [TableBeside(table, arguments.beside_rate, _lease(stack, sync.iceberg_table_of(table)).check) for table in tables]
+                minutes = max(arguments.minutes, 10 * interval / 60)
+                print(f"--- {rate:g} writes/s, a cycle every {interval:g} s, {count} tables beside, {minutes:g} minutes measured", flush=True)
+                cell = measure_cell(stack, limits, lease, rate, interval, minutes, arguments.warm_up_minutes, beside)
+                cell.update(
+                    code=_code_version(),
+                    vcpu=arguments.vcpu,
+                    memory_gb=arguments.memory_gb,
+                    spark_memory=arguments.spark_memory,
+                    maintenance_interval_minutes=stack.resources["sync"].maintenance_interval_minutes,
+                )
+                cells = [old for old in cells if _cell_key(old) != _cell_key(cell)] + [cell]
+                RESULTS.parent.mkdir(parents=True, exist_ok=True)
+                RESULTS.write_text(json.dumps(cells, indent=2))
+                print(report([cell]), flush=True)
             lease.release()
             cells[-1].update(drained_and_compared(stack))
             RESULTS.write_text(json.dumps(cells, indent=2))
             print(f"drained: {cells[-1]['rows_at_end']:,} rows, {cells[-1]['items_at_end']:,} items, same keys: {cells[-1]['table_equals_items']}")
     print(report(cells))
+    print(marginal(cells))
     if arguments.write_docs or arguments.docs_only:
         DOCS.write_text(docs(cells))
         print(f"wrote {DOCS.relative_to(Path.cwd()) if DOCS.is_relative_to(Path.cwd()) else DOCS}")

@@ -24,15 +24,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
 import psutil
 
-from ddb_athena.dev.simulate import BookSimulator, book_item
-from ddb_athena.lib.declarations import declared
+from ddb_athena.dev.local_stack import create_dynamodb_table
+from ddb_athena.dev.simulate import BookSimulator, SeededTraffic, book_item, seed_items
+from ddb_athena.lib.declarations import TableDeclaration, declared
 from ddb_athena.lib.settings import Settings
 from ddb_athena.resources import resources_from_settings
 from ddb_athena.streamed.assets import StreamedUpkeep, stream_syncer, sync_cadence, writer_branch_of
@@ -126,18 +127,66 @@ def capacity_stack(
         yield stack
 
 
-def _writer(stack: CapacityStack):
+def _writer(stack: CapacityStack, table: TableDeclaration):
     """Fenced as a deployment's sync is: each cycle publishes its branch (lake/writer_branch.py)."""
-    return writer_branch_of(stack.resources["spark"], stack.resources["sync"], "bench", declared("books"))
+    return writer_branch_of(stack.resources["spark"], stack.resources["sync"], "bench", table)
 
 
-def _syncer(stack: CapacityStack, clients, before_write: Callable[[], None] = lambda: None, interval: float | None = None, writer=None):
-    """A sync run's cycle state, on the memory table and stream (`clients`)."""
+def _syncer(stack: CapacityStack, clients, before_write: Callable[[], None] = lambda: None, interval: float | None = None, writer=None, table=None):
+    """A sync run's cycle state of `table` (default books, on the memory table and stream: `clients`)."""
     spark, sync = stack.resources["spark"], stack.resources["sync"]
-    writer = writer or _writer(stack)
-    return stream_syncer(
-        clients, spark, sync, declared("books"), log=lambda _: None, warn=print, before_write=before_write, capture_seconds=interval, writer=writer
-    )
+    table = table or declared("books")
+    writer = writer or _writer(stack, table)
+    return stream_syncer(clients, spark, sync, table, log=lambda _: None, warn=print, before_write=before_write, capture_seconds=interval, writer=writer)
+
+
+def table_run(stack: CapacityStack, table: TableDeclaration, clients, before_write: Callable[[], None], interval: float, instruments=None):
+    """A table's cycles as a sync run's TableInRun makes them (streamed/assets.py: syncer, checks, upkeep, all fenced),
+    each step reported to `instruments`. The run, and its upkeep (whose passes the caller may time)."""
+    aws, spark, sync = stack.resources["aws"], stack.resources["spark"], stack.resources["sync"]
+    writer = _writer(stack, table)
+    syncer = _syncer(stack, instruments.clients(clients) if instruments else clients, before_write, interval, writer, table)
+    checks = lambda *when: cycle_check_results(aws, spark, sync, table, *when)  # noqa: E731
+    upkeep = StreamedUpkeep(spark, sync, table, before_write=before_write, writer=writer)
+    if instruments:
+        syncer.capture, syncer.merge = instruments.step("capture", syncer.capture), instruments.step("merge", syncer.merge)
+        checks = instruments.step("checks", checks)
+        upkeep.compact, upkeep.maintain = instruments.step("compaction", upkeep.compact), instruments.step("maintenance", upkeep.maintain)
+    return SyncRun(syncer, sync_cadence(sync, interval), checks=checks, upkeep=upkeep), upkeep
+
+
+def small_tables(count: int) -> list[TableDeclaration]:
+    """`count` small streamed tables shaped as the reviews declaration (a composite key): small_1, small_2, ..."""
+    reviews = declared("reviews")
+    return [
+        replace(reviews, name=name, dynamodb_table=name.replace("_", "-"), dynamodb_table_variable=None, spec=replace(reviews.spec, table=name))
+        for name in (f"small_{number}" for number in range(1, count + 1))
+    ]
+
+
+@dataclass
+class TableBeside:
+    """A further streamed table in the books sync's loop, as a sync run keeps every streamed table in one JVM: its
+    DynamoDB table and stream on the emulator, written from its seed items (the reviews') at `rate` a second."""
+
+    table: TableDeclaration
+    rate: float
+    before_write: Callable[[], None] = lambda: None
+    load: "PacedLoad | None" = field(default=None, init=False)
+
+    def start(self, stack: CapacityStack, interval: float, instruments=None) -> SyncRun:
+        dynamodb = stack.resources["aws"].client("dynamodb")
+        name = stack.resources["sync"].dynamodb_table_of(self.table)
+        create_dynamodb_table(dynamodb, name, self.table)
+        traffic = SeededTraffic(dynamodb, self.table, name, seed_items("reviews"), random.Random(name))
+        traffic.seed()
+        run, _ = table_run(stack, self.table, stack.resources["aws"], self.before_write, interval, instruments)
+        run.cycle(f"{self.table.name}-bootstrap", bootstrap=True)
+        self.load = PacedLoad(traffic, self.rate)
+        self.load.start()
+        if instruments:
+            instruments.load_started(self.load)
+        return run
 
 
 class Instruments(Protocol):
@@ -159,29 +208,27 @@ def measure(
     warm_up_minutes: float,
     before_write: Callable[[], None] = lambda: None,
     instruments: Instruments | None = None,
+    beside: list[TableBeside] = (),
 ) -> dict:
     """A sync run's loop (its checks and upkeep between cycles, as in a Dagster run) for `warm_up_minutes`, then
-    `minutes` measured, under the simulator's writes at `rate` a second."""
-    aws, spark, sync = stack.resources["aws"], stack.resources["spark"], stack.resources["sync"]
+    `minutes` measured, under the simulator's writes at `rate` a second; each cycle also syncs the tables `beside`
+    books, after it (their loads running throughout)."""
+    aws, sync = stack.resources["aws"], stack.resources["sync"]
     table = stack.table
-    clients = MemoryClients(table, aws)
-    writer = _writer(stack)
-    syncer = _syncer(stack, instruments.clients(clients) if instruments else clients, before_write, interval, writer)
-    checks = lambda *when: cycle_check_results(aws, spark, sync, *when)  # noqa: E731
-    upkeep = StreamedUpkeep(spark, sync, declared("books"), before_write=before_write, writer=writer)
-    if instruments:
-        syncer.capture, syncer.merge = instruments.step("capture", syncer.capture), instruments.step("merge", syncer.merge)
-        checks = instruments.step("checks", checks)
-        upkeep.compact, upkeep.maintain = instruments.step("compaction", upkeep.compact), instruments.step("maintenance", upkeep.maintain)
+    run, upkeep = table_run(stack, declared("books"), MemoryClients(table, aws), before_write, interval, instruments)
     # How long each upkeep pass held the loop (the next cycle waits for it).
     pass_seconds: dict[str, list[float]] = {"compaction": [], "maintenance": []}
     upkeep.compact, upkeep.maintain = _timed(upkeep.compact, "compaction", pass_seconds), _timed(upkeep.maintain, "maintenance", pass_seconds)
-    run = SyncRun(syncer, sync_cadence(sync, interval), checks=checks, upkeep=upkeep)
+    beside_runs = [other.start(stack, interval, instruments) for other in beside]
     simulator = BookSimulator(table, sync.books_table, rng=stack.rng, summary_bytes=stack.summary_bytes)
     simulator.load_existing_ids()
     gc.freeze()
     load = PacedLoad(simulator, rate)
     me, excluded = psutil.Process(), {process.pid for process in stack.processes.values()}
+
+    def loads_cpu() -> float:
+        return load.cpu_seconds + sum(other.load.cpu_seconds for other in beside)
+
     table.take_served()
     load.start()
     if instruments:
@@ -197,8 +244,10 @@ def measure(
         cycle_started = time.monotonic()
         measuring = cycle_started >= measuring_from
         if measuring and cpu_at_start is None:
-            cpu_at_start = (_cpu(me) - load.cpu_seconds, _children_cpu(me, excluded), load.writes, cycle_started)
+            cpu_at_start = (_cpu(me) - loads_cpu(), _children_cpu(me, excluded), load.writes, cycle_started)
         report = run.cycle(f"cycle-{number}")
+        for other in beside_runs:
+            other.cycle(f"cycle-{number}")
         outcome = report.outcome
         # When the commit was done (the merge's lag is measured then), not after the checks and upkeep that follow.
         merged = outcome.merged
@@ -238,13 +287,16 @@ def measure(
         time.sleep(max(0.0, cycle_started + interval - time.monotonic()))
     elapsed_minutes = (time.monotonic() - cpu_at_start[3]) / 60
     load.stop()
-    python_cpu = _cpu(me) - load.cpu_seconds - cpu_at_start[0]
+    for other in beside:
+        other.load.stop()
+    python_cpu = _cpu(me) - loads_cpu() - cpu_at_start[0]
     jvm_cpu = _children_cpu(me, excluded) - cpu_at_start[1]
     return {
         "rate": rate,
         "achieved_writes_per_second": (load.writes - cpu_at_start[2]) / (elapsed_minutes * 60),
         "minutes": elapsed_minutes,
         "interval_seconds": interval,
+        "tables_beside": [{"table": other.table.name, "rate": other.rate, "writes": other.load.writes} for other in beside],
         "shards": len(table.describe_stream(table.stream_arn)["StreamDescription"]["Shards"]),
         "summary_bytes": stack.summary_bytes,
         "freshness_seconds": _summary(freshness),

@@ -117,3 +117,13 @@ def test_every_price_says_where_it_was_read_and_when():
         assert item.usd > 0, name
         assert item.source.startswith("https://aws.amazon.com/"), name
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", item.as_of), name
+
+
+def test_tables_beside_books_add_their_catalog_loads_logs_and_streams_to_the_bill():
+    alone, beside = _measurement(), _measurement(tables_beside=[{"table": f"small_{n}", "rate": 2, "writes": 7200} for n in (1, 2, 3)])
+    lines = [{name: usd for name, usd, _ in bill(measured, Task(0.5, 3), capture="lambda").lines} for measured in (alone, beside)]
+    # Four tables (each with its tombstones) loaded from the catalog instead of one; the same commits counted.
+    assert lines[1]["Glue Data Catalog"] > lines[0]["Glue Data Catalog"]
+    assert lines[1]["CloudWatch Logs"] == pytest.approx(4 * lines[0]["CloudWatch Logs"])
+    # Each table beside has a stream of its own: one shard more each for the Lambda.
+    assert lines[1]["S3 PUT requests: change files (the Lambda's)"] == pytest.approx(lines[0]["S3 PUT requests: change files (the Lambda's)"] * 7 / 4)
