@@ -16,7 +16,7 @@ from ddb_athena.lake.class_lookups import keep_class_lookups
 from ddb_athena.lake.identifiers import qualified_name
 from ddb_athena.lake.local_jars import aws_profile_jar_paths, local_file_system_jar, local_jar_paths
 from ddb_athena.lake.session_config import SparkIcebergOptions, iceberg_spark_config, python_workers_from, runs_in_this_process, sigint_handler_kept
-from ddb_athena.lib.declarations import TableDeclaration, declared
+from ddb_athena.lib.declarations import TableDeclaration, declared, declared_tables
 from ddb_athena.lib.settings import (
     DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS,
     DEFAULT_MERGE_INTERVAL_SECONDS,
@@ -193,7 +193,8 @@ class IcebergSparkResource(ConfigurableResource):
 
 class SyncSettings(ConfigurableResource):
     """The settings of every run, each declared once here (default, bounds, meaning): read from DDB_ATHENA_<FIELD> for
-    the runs the schedules and sensors start (`sync_settings`), editable per run in the launchpad."""
+    the runs the schedules and sensors start (`sync_settings`), editable per run in the launchpad, but for where the
+    tables are (`setup_for_execution`)."""
 
     bucket: str
     books_table: str = Field(description="DynamoDB table name of books")
@@ -297,6 +298,28 @@ class SyncSettings(ConfigurableResource):
     export_timeout_minutes: float = Field(default=180.0, gt=0, description="how long to wait for a DynamoDB export")
     export_poll_seconds: float = Field(default=30.0, gt=0, description="how often to ask DynamoDB about a running export")
     export_retention_days: float = Field(default=0.0, ge=0, description="keep loaded export files this many days (for audit) before the cleanup removes them")
+
+    def setup_for_execution(self, context) -> None:
+        """Refuses a run whose config points it at another deployment than the code location's: its bucket (where the
+        writer leases are), namespace or DynamoDB tables name the tables its leases fence, so a run reading another
+        table's stream into library.books, or holding its lease in another bucket, would be a second writer."""
+        deployment = sync_settings(Settings.from_env())
+        tables = declared_tables().values()
+        moved = [
+            f"{name} {mine!r} (the deployment's: {theirs!r})"
+            for name, mine, theirs in [
+                ("bucket", self.bucket, deployment.bucket),
+                ("namespace", self.namespace, deployment.namespace),
+                *((f"the DynamoDB table of {t.name}", self.dynamodb_table_of(t), deployment.dynamodb_table_of(t)) for t in tables),
+            ]
+            if mine != theirs
+        ]
+        if moved:
+            raise SettingsError(
+                "This run's config names another deployment than the code location's: "
+                + "; ".join(moved)
+                + ". A run cannot move a table: set the DDB_ATHENA_ variables of the code location (docs/operations.md)."
+            )
 
     def dynamodb_table_of(self, table: TableDeclaration) -> str:
         """The DynamoDB table of a declared table in this deployment (books_table and orders_table name theirs)."""

@@ -209,3 +209,44 @@ def test_the_spark_drivers_heap_is_the_deployments_choice_and_sparks_own_default
     assert "spark.driver.memory" not in unset
     chosen = resources_from_settings(Settings.from_env({"DDB_ATHENA_SPARK_DRIVER_MEMORY": "1536m"}))["spark"].spark_config()
     assert chosen["spark.driver.memory"] == "1536m"
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ({"bucket": "another-bucket"}, "bucket 'another-bucket' (the deployment's: 'test-bucket')"),
+        ({"books_table": "prod-books"}, "the DynamoDB table of books 'prod-books' (the deployment's: 'books')"),
+        ({"dynamodb_tables": {"reviews": "other-reviews"}}, "the DynamoDB table of reviews 'other-reviews' (the deployment's: 'reviews')"),
+        ({"namespace": "elsewhere"}, "namespace 'elsewhere'"),
+        ({"namespace": None}, "namespace 'library'"),  # left out: the field's default, not the deployment's
+    ],
+)
+def test_a_run_cannot_point_its_settings_at_another_table_than_its_leases_fence(settings, override, named):
+    """A launchpad run may change any setting of the `sync` resource but where the tables are: its leases are keyed by
+    the bucket and the Iceberg table, so another bucket, namespace or DynamoDB table would make it a second writer."""
+    from dagster import DagsterInstance, job, op
+
+    from ddb_athena_tests.dagster_helpers import local_resources
+
+    touched = []
+
+    @op
+    def writes(sync: SyncSettings):
+        touched.append(sync.bucket)
+
+    @job(resource_defs=local_resources())
+    def a_run():
+        writes()
+
+    # A run config of the resource replaces the code location's values (Dagster falls back to the fields' defaults, not
+    # to them): it names where the tables are, or is refused.
+    required = {"bucket": settings.bucket, "books_table": settings.books_table, "namespace": settings.namespace}
+    with DagsterInstance.ephemeral() as instance:
+        config = {name: value for name, value in (required | override).items() if value is not None}
+        result = a_run.execute_in_process(run_config={"resources": {"sync": {"config": config}}}, instance=instance, raise_on_error=False)
+        assert not result.success and touched == []
+        failure = next(event for event in result.all_events if event.is_failure)
+        message = str(failure.event_specific_data.error.cause or failure.event_specific_data.error)
+        assert named in message and "A run cannot move a table" in message, message
+        # Any other setting is the run's to change.
+        assert a_run.execute_in_process(run_config={"resources": {"sync": {"config": required | {"merge_interval_seconds": 5}}}}, instance=instance).success

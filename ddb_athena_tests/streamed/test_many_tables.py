@@ -1,6 +1,11 @@
 """Several streamed tables in one sync run, one JVM: each cycle merges every table; one table's failure (a bad batch,
 a lost lease) leaves the others syncing, and the failed one comes back by itself."""
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
@@ -13,6 +18,7 @@ from ddb_athena.lib.writer_lease import WriterLease
 from ddb_athena.streamed import cycle as stream_cycle
 from ddb_athena.streamed.assets import BOOKS, SyncConfig, streamed_assets, sync_cycles
 from ddb_athena_tests.dagster_helpers import local_resources
+from ddb_athena_tests.lake.test_schema_evolution import read_by_pyiceberg
 from ddb_athena_tests.lib.test_declarations import REVIEWS as REVIEWS_DECLARATION
 
 # A second streamed table with a composite key: reviews of books.
@@ -33,18 +39,18 @@ def instance():
         yield instance
 
 
-def run_two_tables(instance, on_cycle, **sync_options) -> tuple[list[str], list]:
-    """A sync run of books and reviews, CYCLES cycles a second apart; `on_cycle(number)` runs before each. Its log and
+def run_two_tables(instance, on_cycle, cycles: int = CYCLES, **sync_options) -> tuple[list[str], list]:
+    """A sync run of books and reviews, `cycles` cycles a second apart; `on_cycle(number)` runs after each. Its log and
     its check evaluations."""
     resources = local_resources(dynamodb_tables={"reviews": "reviews"}, **sync_options)
-    cycles = iter(range(1, 1000))
+    numbers = iter(range(1, 1000))
 
     @op
     def sync_two_tables(context, aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, leases: WriterLeases):
         def end_reason():
-            number = next(cycles)
+            number = next(numbers)
             on_cycle(number)
-            return "its cycles are done" if number >= CYCLES else None
+            return "its cycles are done" if number >= cycles else None
 
         config = SyncConfig(merge_interval_seconds=1)
         sync_cycles(context, config, aws, spark, sync, leases, [BOOKS, REVIEW_ASSETS], run_seconds=600, end_reason=end_reason)
@@ -156,3 +162,92 @@ def test_a_long_step_of_one_table_keeps_every_lease_of_the_run_alive_and_a_hung_
     finally:
         for lease in leases:
             lease.release()
+
+
+# A sync run of books and reviews in a process of its own (its JVM in its process group): at its second merge of
+# reviews (books merged and published in that cycle) it prints "paused" and waits for a line (the test freezes it
+# meanwhile); it prints "cycle N" after each cycle, and at the end the lines of its log about its leases.
+FROZEN_RUN = textwrap.dedent(
+    """
+    import sys
+    from dagster import DagsterInstance
+    from ddb_athena.streamed import cycle as stream_cycle
+    from ddb_athena_tests.streamed import test_many_tables as two_tables
+
+    merge, reviews_merges = stream_cycle.merge_change_files, []
+
+    def pausing(spark, spec, target, *args, **kwargs):
+        if spec.table == "reviews":
+            reviews_merges.append(target)
+            if len(reviews_merges) == 2:
+                print("paused", flush=True)
+                sys.stdin.readline()
+        return merge(spark, spec, target, *args, **kwargs)
+
+    stream_cycle.merge_change_files = pausing
+    with DagsterInstance.ephemeral() as instance:
+        log, _ = two_tables.run_two_tables(instance, lambda number: print(f"cycle {number}", flush=True), cycles=int(sys.argv[1]))
+    print(*[line for line in log if line.startswith(("Giving", "Took"))], sep="\\n", flush=True)
+    """
+)
+
+
+def _wait_for(process: subprocess.Popen, wanted: str, seen: list[str]) -> None:
+    while (line := process.stdout.readline()) and line.strip() != wanted:
+        seen.append(line.strip())
+    assert line, f"the frozen run ended before {wanted!r}: {seen[-20:]}"
+
+
+def test_a_run_frozen_past_its_leases_mid_cycle_changes_neither_table_once_resumed(spark, settings, instance, monkeypatch):
+    """Two tables in one run, frozen (SIGSTOP: its Python and its JVM) inside its merge of reviews, after its commit of
+    books in the same cycle, past both leases; the next run takes both and syncs newer changes of the same keys, and a
+    delete. Resumed, the frozen run publishes nothing to either table: it gives both up, and what it syncs after taking
+    them back (free again) is only what the stream holds, so the tables, read as Athena reads them, stay the next run's."""
+    monkeypatch.setenv("DDB_ATHENA_WRITER_LEASE_SECONDS", "6")
+    dynamodb = settings.client("dynamodb")
+    reviews_table(dynamodb)
+    books, reviews = f"{settings.namespace}.books", f"{settings.namespace}.reviews"
+
+    def write(batch: int) -> None:
+        for number in range(3):
+            dynamodb.put_item(TableName=settings.books_table, Item={"id": {"S": f"book-{number}"}, "name": {"S": f"batch {batch}"}})
+            dynamodb.put_item(TableName="reviews", Item={"book_id": {"S": "b"}, "review_id": {"N": str(number)}, "stars": {"N": str(batch)}})
+
+    def tables() -> dict:
+        return {
+            "books": {key: (row["name"], row["_sequence_number"]) for key, row in read_by_pyiceberg(settings, books).items()},
+            "reviews": sorted((int(row["review_id"]), row["stars"], row["_sequence_number"]) for row in spark.table(reviews).collect()),
+        }
+
+    write(1)
+    frozen = subprocess.Popen([sys.executable, "-c", FROZEN_RUN, "8"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    seen: list[str] = []
+    try:
+        _wait_for(frozen, "cycle 1", seen)
+        write(2)
+        _wait_for(frozen, "paused", seen)
+        os.killpg(frozen.pid, signal.SIGSTOP)
+        write(3)
+        dynamodb.delete_item(TableName=settings.books_table, Key={"id": {"S": "book-0"}})
+        dynamodb.delete_item(TableName="reviews", Key={"book_id": {"S": "b"}, "review_id": {"N": "0"}})
+        # The next run waits out both leases (no renewal from a frozen run), then syncs both tables.
+        log, _ = run_two_tables(instance, lambda number: None, cycles=3)
+        assert f"Took the writer lease of {books}" in log and f"Took the writer lease of {reviews}" in log
+        spark.sql(f"REFRESH TABLE {reviews}")
+        expected = tables()
+        assert {key: name for key, (name, _) in expected["books"].items()} == {"book-1": "batch 3", "book-2": "batch 3"}
+        assert [(review, stars) for review, stars, _ in expected["reviews"]] == [(1, 3), (2, 3)]
+
+        os.killpg(frozen.pid, signal.SIGCONT)
+        frozen.stdin.write("go on\n")
+        frozen.stdin.flush()
+        out, _ = frozen.communicate(timeout=300)
+        assert frozen.returncode == 0, out
+        given_up = [line for line in out.splitlines() if line.startswith("Giving")]
+        assert any(reviews in line for line in given_up) and any(books in line for line in given_up), out
+        spark.sql(f"REFRESH TABLE {reviews}")
+        assert tables() == expected  # not one row of either table changed by the resumed run, no delete undone
+    finally:
+        if frozen.poll() is None:
+            os.killpg(frozen.pid, signal.SIGKILL)
+            frozen.wait()
