@@ -30,6 +30,7 @@ from ddb_athena.exported.export import (
 from ddb_athena.exported.load_runner import OrdersLoadRunner
 from ddb_athena.exported.partition_load import OrdersLoadRequest, OrdersUpkeep
 from ddb_athena.lake.export_load import ExportDataFile, loaded_full_export, table_loaded
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.settings import Settings
 from ddb_athena.lib.writer_lease import ORDERS_WRITER_POOL
@@ -174,7 +175,7 @@ def orders_athena(
         ],
         quarantine_uri=layout.uri(f"{layout.quarantine_prefix}{partition}/{context.run.run_id}", spark.source_scheme),
         exported_at=datetime.fromisoformat(record.export_time),
-        upkeep=OrdersUpkeep(sync.snapshot_retention_hours, sync.snapshot_retain_last, sync.orphan_file_age_days),
+        upkeep=OrdersUpkeep(sync.snapshot_retention_of(declared("orders")).total_seconds() / 3600, sync.snapshot_retain_last, sync.orphan_file_age_days),
         now=utc_now(),
         full_export_arn=record.export_arn if record.export_type == FULL_EXPORT else None,
         writer_lease={"uri": layout.uri(lease.key, spark.source_scheme), "holder": lease.holder, "ttl_seconds": lease.ttl_seconds},

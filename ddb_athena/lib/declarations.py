@@ -29,6 +29,7 @@ _FIELDS = {
     "columns": "a list of { name, attribute, transform, precision, scale, required }",
     "partition_by": 'a list like ["days(created_at)"]',
     "freshness_minutes": "minutes without an update before the freshness check turns red",
+    "snapshot_retention_hours": "hours of snapshots kept for readers (at least 1); default the sync resource's",
 }
 _REQUIRED = ("kind", "dynamodb_table", "iceberg_table", "partition_key", "freshness_minutes")
 _KEY_FIELDS = ("attribute", "type", "name", "precision", "scale")
@@ -50,6 +51,7 @@ class TableDeclaration:
     dynamodb_table_variable: str | None
     spec: TableSpec
     freshness: timedelta
+    snapshot_retention_hours: float | None = None
 
     @property
     def iceberg_table(self) -> str:
@@ -166,6 +168,10 @@ def declaration(name: str, entry: Any) -> TableDeclaration:
     freshness = _typed(name, "freshness_minutes", entry["freshness_minutes"], int | float, "a number of minutes")
     if isinstance(freshness, bool) or freshness <= 0:
         raise _fail(name, "freshness_minutes", f"expected a positive number of minutes, got {freshness!r}")
+    retention = entry.get("snapshot_retention_hours")
+    # At least an hour, as the sync resource's: longer than the longest query, whose files an expiry would delete.
+    if retention is not None and (isinstance(retention, bool) or not isinstance(retention, int | float) or retention < 1):
+        raise _fail(name, "snapshot_retention_hours", f"expected a number of hours, at least 1 (longer than the longest query), got {retention!r}")
     key = _key_column(name, "partition_key", entry["partition_key"])
     sort_key = _key_column(name, "sort_key", entry["sort_key"]) if "sort_key" in entry else None
     typed_columns = tuple(_column(name, index, column) for index, column in enumerate(columns))
@@ -184,7 +190,7 @@ def declaration(name: str, entry: Any) -> TableDeclaration:
         raise _fail(name, "iceberg_table, columns or partition_by", str(error)) from None
     if kind == "exported" and (spec.partition_column is None or spec.partition_column.sql_type != "timestamp"):
         raise _fail(name, "partition_by", "an exported table needs a timestamp partition column (its load matches on it), e.g. days(created_at)")
-    return TableDeclaration(name, kind, dynamodb_table, variable, spec, timedelta(minutes=freshness))
+    return TableDeclaration(name, kind, dynamodb_table, variable, spec, timedelta(minutes=freshness), retention)
 
 
 def parse_declarations(text: str) -> dict[str, TableDeclaration]:

@@ -351,6 +351,10 @@ class SyncSettings(ConfigurableResource):
     def snapshot_retention(self) -> timedelta:
         return timedelta(hours=self.snapshot_retention_hours)
 
+    def snapshot_retention_of(self, table: TableDeclaration) -> timedelta:
+        """How long a table keeps its snapshots: its declaration's snapshot_retention_hours, else this resource's."""
+        return timedelta(hours=table.snapshot_retention_hours) if table.snapshot_retention_hours else self.snapshot_retention
+
     @property
     def orphan_file_age(self) -> timedelta:
         return timedelta(days=self.orphan_file_age_days)

@@ -154,8 +154,7 @@ class StreamedUpkeep:
 
     def maintain(self, now: datetime, remove_orphans: bool) -> MaintenanceResult:
         self.before_write()
-        table = self.sync.iceberg_table_of(self.table)
-        result = maintain(self.spark, self.sync, table, with_tombstones=True, now=now, remove_orphans=remove_orphans, writer=self.writer)
+        result = maintain(self.spark, self.sync, self.table, now=now, remove_orphans=remove_orphans, writer=self.writer)
         self._follow_main()
         return result
 

@@ -103,7 +103,7 @@ def streamed_jobs(assets: StreamedAssets) -> StreamedJobs:
         writer = writer_branch_of(spark, sync, lease.token, table)
         writer.take_all()
         try:
-            context.log_event(maintenance_observation(maintain(spark, sync, target, with_tombstones=True, writer=writer), assets))
+            context.log_event(maintenance_observation(maintain(spark, sync, table, writer=writer), assets))
         finally:
             writer.drop()
 

@@ -85,6 +85,7 @@ def test_a_table_with_a_composite_key_is_a_declaration():
         (('attribute = "book_id"', 'attribute = "book id"'), "table reviews, field partition_key: column name 'book id' is not allowed"),
         (('type = "S" }', 'type = "S", size = 3 }'), "table reviews, field partition_key: unknown field 'size'"),
         (('kind = "streamed"', 'kind = "exported"'), "table reviews, field partition_by: an exported table needs a timestamp partition column"),
+        (("freshness_minutes = 2", "freshness_minutes = 2\nsnapshot_retention_hours = 0.5"), "snapshot_retention_hours: expected a number of hours, at least"),
         (("[reviews]", "[reviews"), "not valid TOML"),
         (("[reviews]", '["re views"]'), "table re views, field [name]: table name 're views' is not allowed"),
     ],
@@ -113,3 +114,19 @@ def test_the_declarations_are_read_without_dagster_or_spark():
         "import sys, ddb_athena.lib.declarations as d; d.declared_tables(); print(sorted(m for m in sys.modules if m.split('.')[0] in ('dagster', 'pyspark')))"
     )
     assert subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout.strip() == "[]"
+
+
+def test_a_table_keeps_its_snapshots_as_long_as_it_declares_else_as_long_as_the_sync_resource_says(monkeypatch):
+    from ddb_athena.lib import upkeep
+    from ddb_athena.lib.resources import sync_settings
+
+    sync = sync_settings(Settings.from_env({}))
+    kept = parse_declarations(REVIEWS.replace("freshness_minutes = 2", "freshness_minutes = 2\nsnapshot_retention_hours = 24"))["reviews"]
+    assert sync.snapshot_retention_of(kept) == timedelta(hours=24)
+    assert sync.snapshot_retention_of(declared("books")) == sync.snapshot_retention == timedelta(hours=1)
+    # The upkeep of the sync, the maintenance job and the orders load expire at it.
+    asked = {}
+    monkeypatch.setattr(upkeep, "maintain_table", lambda *args, **kwargs: asked.update(kwargs) or "result")
+    monkeypatch.setattr(upkeep, "record_maintained", lambda *args: None)
+    upkeep.maintain(type("Spark", (), {"spark_session": None, "catalog": "lake"})(), sync, kept)
+    assert asked["snapshot_retention"] == timedelta(hours=24) and asked["tombstone_retention"] is not None
