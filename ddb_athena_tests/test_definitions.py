@@ -1,6 +1,7 @@
 import os
 from pathlib import Path
 
+import pytest
 import yaml
 from dagster import AssetKey, DagsterInstance, DefaultScheduleStatus, DefaultSensorStatus, Definitions
 from dagster._core.instance.config import PoolGranularity
@@ -153,3 +154,14 @@ def test_a_third_declared_table_gets_every_name_books_has_but_the_shared_sync():
     assert of("reviews", checks) == of("books", checks) - {"<t>_iceberg:<t>_unique_id"} | {"<t>_iceberg:<t>_unique_book_id_review_id"}
     assert of("reviews", jobs) == of("books", jobs) - {"<t>_sync"} and of("reviews", schedules) == of("books", schedules) - {"<t>_every_minute"}
     assert of("reviews", [key.to_user_string() for key in graph.get_all_asset_keys()]) == {"<t>_source", "<t>_iceberg"}
+
+
+def test_an_exported_table_other_than_orders_is_refused_when_the_code_location_loads_not_left_without_assets():
+    from ddb_athena.exported.assets import refuse_unwired_exported
+    from ddb_athena.lib.declarations import DeclarationError, parse_declarations
+    from ddb_athena_tests.deploy.test_template import THIRD_TABLE
+
+    tables = [*declared_tables().values(), *parse_declarations(THIRD_TABLE).values()]
+    with pytest.raises(DeclarationError, match="table audits, field kind: only one exported table, orders, has assets so far"):
+        refuse_unwired_exported(tables)
+    refuse_unwired_exported(declared_tables().values())  # books, orders, reviews: served

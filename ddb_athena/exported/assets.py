@@ -30,12 +30,26 @@ from ddb_athena.exported.export import (
 from ddb_athena.exported.load_runner import OrdersLoadRunner
 from ddb_athena.exported.partition_load import OrdersLoadRequest, OrdersUpkeep
 from ddb_athena.lake.export_load import ExportDataFile, loaded_full_export, table_loaded
-from ddb_athena.lib.declarations import declared
+from ddb_athena.lib.declarations import DECLARATIONS_FILE, DeclarationError, declared, declared_tables
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.settings import Settings
 from ddb_athena.lib.writer_lease import ORDERS_WRITER_POOL
 from ddb_athena.lib.writer_pools import warn_unless_writers_queue
 from ddb_athena.streamed.capture.commit_manifests import write_commit_manifest
+
+
+def refuse_unwired_exported(tables) -> None:
+    """The exported assets below serve one table, orders: another exported declaration is refused when the code
+    location loads, naming it, rather than left without assets in silence."""
+    others = [table.name for table in tables if table.kind == "exported" and table.name != "orders"]
+    if others:
+        raise DeclarationError(
+            f"{DECLARATIONS_FILE.name}: table {others[0]}, field kind: only one exported table, orders, has assets so far; "
+            f"declare {others[0]} streamed (kept in sync from its stream), or leave it out until exported tables are made by declaration"
+        )
+
+
+refuse_unwired_exported(declared_tables().values())
 
 # Partitions are part of the definitions, so their start is read when the code location loads.
 orders_partitions = DailyPartitionsDefinition(start_date=Settings.from_env().orders_start_date, timezone="UTC")
