@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import pytest
 
+from ddb_athena.dev.local_stack import table_exists
 from ddb_athena.lake.change_merge import merge_change_files, tombstone_versions
 from ddb_athena.lake.dynamodb_json import item_to_wire
 from ddb_athena.lake.export_load import ExportDataFile, load_export_files
@@ -62,6 +63,9 @@ def iceberg_items(spark, spec: TableSpec, table: str) -> dict:
 
 
 def create_table(dynamodb, spec: TableSpec) -> None:
+    """The DynamoDB table of `spec`, with its stream; reviews, the declared table of the same key, exists already."""
+    if table_exists(dynamodb, spec.table):
+        return
     schema = [(spec.key, "HASH"), (spec.sort_key, "RANGE")]
     dynamodb.create_table(
         TableName=spec.table,

@@ -95,7 +95,7 @@ def test_with_runs_starting_90_s_late_the_sync_hands_over_without_a_pause_in_its
             predecessor = instance.get_run_by_id(earlier.run_id)
             assert predecessor.status == DagsterRunStatus.SUCCESS
             assert any("is ready and takes over" in (entry.user_message or "") for entry in instance.all_logs(predecessor.run_id))
-        assert overlaps(instance, writer_runs(instance, BOOKS_WRITER_POOL)) == []
+        assert overlaps(instance, writer_runs(instance, BOOKS_WRITER_POOL), f"{settings.namespace}.books") == []
 
         expected = dynamodb_items(settings, settings.books_table, "id")
 

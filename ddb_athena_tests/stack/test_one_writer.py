@@ -127,25 +127,32 @@ def failures(instance: DagsterInstance, records) -> list[str]:
     return found
 
 
-def lease_taken_at(instance: DagsterInstance, run_id: str) -> float | None:
-    """When the run took its table's writer lease (its log says so), if it did."""
-    return next((entry.timestamp for entry in instance.all_logs(run_id) if (entry.user_message or "").startswith("Took the writer lease")), None)
+def held_spans(instance: DagsterInstance, record, target: str) -> list[tuple[float, float]]:
+    """When a run held `target`: from each "Took the writer lease of <target>" in its log to its "Giving <target> up"
+    (or the run's end: a load holds its lease to the end). A run of the table's pool that never took the lease, its
+    whole run (the pool alone kept it apart); a sync run that never took it held nothing (it gave way, or synced only
+    its other tables)."""
+    end = record.end_time or time.time()
+    spans, taken = [], None
+    for entry in instance.all_logs(record.dagster_run.run_id):
+        message = entry.user_message or ""
+        if message == f"Took the writer lease of {target}":
+            taken = entry.timestamp
+        elif message.startswith(f"Giving {target} up") and taken is not None:
+            spans.append((taken, entry.timestamp))
+            taken = None
+    if taken is not None:
+        spans.append((taken, end))
+    if not spans and record.dagster_run.job_name != SYNC_JOB_NAME:
+        spans.append((record.start_time, end))
+    return spans
 
 
-def holding_from(instance: DagsterInstance, record) -> float | None:
-    """From when a run may have written: the moment it took the writer lease; a run of a pool that never took it, its
-    start (the pool alone kept it apart); a sync run that never took it wrote nothing (it gave way)."""
-    taken = lease_taken_at(instance, record.dagster_run.run_id)
-    return taken if taken is not None or record.dagster_run.job_name == SYNC_JOB_NAME else record.start_time
-
-
-def overlaps(instance: DagsterInstance, records) -> list[tuple[str, str]]:
-    """Pairs of runs that held a table at the same moment, to the end of each run (a sync run starts before its
-    predecessor ends, and takes the lease after it)."""
-    spans = sorted(
-        (held, record.end_time or time.time(), record.dagster_run.run_id) for record in records if (held := holding_from(instance, record)) is not None
-    )
-    return [(a[2], b[2]) for a, b in zip(spans, spans[1:], strict=False) if b[0] < a[1]]
+def overlaps(instance: DagsterInstance, records, target: str) -> list[tuple[str, str]]:
+    """Pairs of runs that held `target` at the same moment (a sync run starts before its predecessor ends, and takes
+    the lease after it; it may give a table up to another writer and sync its other tables meanwhile)."""
+    spans = sorted((start, end, record.dagster_run.run_id) for record in records for start, end in held_spans(instance, record, target))
+    return [(a[2], b[2]) for a, b in zip(spans, spans[1:], strict=False) if b[0] < a[1] and a[2] != b[2]]
 
 
 def iceberg_rows(warehouse: str, namespace: str, table: str) -> list[dict]:
@@ -230,7 +237,8 @@ def test_a_sync_materialize_and_an_orders_backfill_on_a_new_deployment_keep_one_
             books_runs = writer_runs(instance, BOOKS_WRITER_POOL)
             assert len(books_runs) >= 3  # the sync, Materialize, the sync after it
 
-            assert overlaps(instance, books_runs) == [] and overlaps(instance, orders_runs) == []
+            books, orders = f"{settings.namespace}.books", f"{settings.namespace}.orders"
+            assert overlaps(instance, books_runs, books) == [] and overlaps(instance, orders_runs, orders) == []
 
     rows = iceberg_rows(settings.warehouse, settings.namespace, "orders")
     order_ids = [row["order_id"] for row in rows]
