@@ -9,6 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
+from functools import cached_property
 from pathlib import Path
 
 from boto3.dynamodb.types import Binary, TypeDeserializer, TypeSerializer
@@ -108,7 +109,8 @@ def _binary_or_plain(value):
 class SeededTraffic:
     """Inserts, updates, deletes and re-inserts on a declared table, made from its seed items, whatever its key: a new
     item mixes the seed items' attribute values under a fresh key (its sort key new, its partition key mostly one
-    already written, so a partition holds several items); an update sets a declared column to another seed value."""
+    already written, so a partition holds several items); an update sets an attribute other than the key to another
+    seed value."""
 
     dynamodb: object
     table: TableDeclaration
@@ -117,6 +119,13 @@ class SeededTraffic:
     rng: random.Random
     live: list[dict] = field(default_factory=list)
     deleted: list[dict] = field(default_factory=list)
+
+    @cached_property
+    def seed_values(self) -> dict[str, list]:
+        """Each attribute of the seed items (the key's left out) and the values the seeds give it."""
+        keys = {column.attribute for column in self.table.spec.key_columns}
+        names = sorted({name for item in self.seeds for name in item} - keys)
+        return {name: [seed[name] for seed in self.seeds if name in seed] for name in names}
 
     def key_of(self, item: dict) -> dict:
         return {column.attribute: item[column.attribute] for column in self.table.spec.key_columns}
@@ -141,8 +150,7 @@ class SeededTraffic:
         self.live.extend({name: plain(value) for name, value in item.items()} for page in pages for item in page.get("Items", []))
 
     def new_item(self, key: dict | None = None) -> dict:
-        attributes = {name for item in self.seeds for name in item}
-        item = {name: self.rng.choice([seed[name] for seed in self.seeds if name in seed]) for name in sorted(attributes)}
+        item = {name: self.rng.choice(values) for name, values in self.seed_values.items()}
         if key is None:
             partition, *sort = self.table.spec.key_columns
             key = {column.attribute: self.fresh(column.type_tag, column.attribute) for column in sort}
@@ -157,13 +165,13 @@ class SeededTraffic:
         if action == "insert":
             self.put(self.new_item())
         elif action == "update":
-            column = self.rng.choice([column for column in self.table.spec.columns if any(column.attribute in seed for seed in self.seeds)])
-            value = self.rng.choice([seed[column.attribute] for seed in self.seeds if column.attribute in seed])
+            attribute = self.rng.choice(list(self.seed_values))
+            value = self.rng.choice(self.seed_values[attribute])
             self.dynamodb.update_item(
                 TableName=self.table_name,
                 Key=_ddb(self.rng.choice(self.live)),
                 UpdateExpression="SET #a = :v",
-                ExpressionAttributeNames={"#a": column.attribute},
+                ExpressionAttributeNames={"#a": attribute},
                 ExpressionAttributeValues={":v": _serializer.serialize(value)},
             )
         elif action == "delete":
