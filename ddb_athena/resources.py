@@ -1,7 +1,7 @@
 """Every resource of the code location, from the settings: what definitions.py binds, and what the CLI, the
 benchmarks and the tests build the same way."""
 
-from ddb_athena.exported.load_runner import orders_load_runner
+from ddb_athena.exported.load_runner import export_load_runner
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, WriterLeases, sync_settings
 from ddb_athena.lib.settings import Settings
 
@@ -26,7 +26,7 @@ def resources_from_settings(settings: Settings, **sync_options) -> dict:
             secret_access_key=credentials.get("AWS_SECRET_ACCESS_KEY"),
             extra_config={"spark.driver.memory": settings.spark_driver_memory} if settings.spark_driver_memory else {},
         ),
-        "orders_load": orders_load_runner(settings),
+        "orders_load": export_load_runner(settings),
         "leases": WriterLeases(ttl_seconds=settings.writer_lease_seconds, stall_seconds=settings.writer_stall_seconds),
         "sync": sync_settings(settings, **sync_options),
     }

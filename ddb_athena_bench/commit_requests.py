@@ -15,6 +15,7 @@ import os
 import sys
 import time
 
+from ddb_athena.lib.declarations import declared
 from ddb_athena.streamed.check_results import cycle_check_results
 from ddb_athena_bench.freshness import OUT, request_counts
 from ddb_athena_bench.sync_cpu import TABLE_CHECKS_EVERY, warm_sync
@@ -39,7 +40,8 @@ def run(cycles: int, interval: float, rate: float) -> dict:
         aws, spark, sync = resources["aws"], resources["spark"], resources["sync"]
         endpoint = os.environ["AWS_ENDPOINT_URL"]
         session = spark.spark_session
-        tables = {"books": sync.books_iceberg_table, "tombstones": f"{sync.books_iceberg_table}_tombstones"}
+        books = sync.iceberg_table_of(declared("books"))
+        tables = {"books": books, "tombstones": f"{books}_tombstones"}
         by_step = {step: collections.Counter() for step in STEPS}
         commits = collections.Counter()
         merged_cycles = 0

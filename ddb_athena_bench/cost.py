@@ -31,6 +31,7 @@ from pathlib import Path
 import boto3
 
 from ddb_athena.lake.table_spec import tombstone_table
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.settings import DEFAULT_MERGE_INTERVAL_SECONDS, REPO_ROOT
 from ddb_athena.lib.writer_lease import WriterLease
 from ddb_athena_bench import bill as billing
@@ -196,7 +197,6 @@ def _after(moment: float, meter: RequestMeter, limits: TaskLimits):
 
 
 def _maintenance_pass(stack: CapacityStack, meter: RequestMeter) -> dict:
-    from ddb_athena.lib.declarations import declared
     from ddb_athena.streamed.assets import StreamedUpkeep
 
     meter.take()
@@ -404,7 +404,7 @@ def _code_version() -> str:
 def _lease(stack: CapacityStack, table: str) -> WriterLease:
     """The writer lease of `table`, taken as a sync run takes it (renewed by its checks before each write)."""
     sync = stack.resources["sync"]
-    lease = WriterLease(stack.resources["aws"].client("s3"), sync.books_layout.bucket, table, "bench-cost", stack.settings.writer_lease_seconds)
+    lease = WriterLease(stack.resources["aws"].client("s3"), sync.bucket, table, "bench-cost", stack.settings.writer_lease_seconds)
     lease.acquire()
     return lease
 
@@ -445,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         with capacity_stack(scratch, arguments.initial_books, arguments.summary_bytes, arguments.shards, **stack_options) as stack:
             limits.release_this_process_memory()
             sync = stack.resources["sync"]
-            lease = _lease(stack, sync.books_iceberg_table)
+            lease = _lease(stack, sync.iceberg_table_of(declared("books")))
             created = 0
             for count, rate, interval in [(int(n), r, i) for n in arguments.tables_beside.split(",") for r in rates for i in intervals]:
                 # Each cell's tables beside books are new ones, each with its lease, synced from their first write.

@@ -21,7 +21,7 @@ SUMMARY_BYTES = 700
 def _simulate(rate: float, seed: int) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     settings = Settings.from_env()
-    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table, rng=random.Random(seed), summary_bytes=SUMMARY_BYTES)
+    simulator = BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"], rng=random.Random(seed), summary_bytes=SUMMARY_BYTES)
     simulator.run(rate, duration=None)
 
 

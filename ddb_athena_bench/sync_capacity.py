@@ -105,7 +105,7 @@ def capacity_stack(
     """`spark_memory`: the JVM's heap (`spark.driver.memory`). `limits` (task_limits.TaskLimits): the task's size,
     entered once the emulator runs and the table is seeded, before the JVM starts."""
     with local_stack(scratch, rate=None, with_dagster=False, warehouse_on_s3=warehouse_on_s3) as (env, processes), ExitStack() as limited:
-        table = MemoryDynamoDB(Settings.from_env(env).books_table, declared("books").spec.key.attribute, shards)
+        table = MemoryDynamoDB(Settings.from_env(env).dynamodb_tables["books"], declared("books").spec.key.attribute, shards)
         rng = random.Random(7)
         table.seed([book_item(f"book-{number:08d}", rng, summary_bytes) for number in range(initial_books)])
         # The table served from memory is millions of objects in this process, which a run worker would not hold:
@@ -220,7 +220,7 @@ def measure(
     pass_seconds: dict[str, list[float]] = {"compaction": [], "maintenance": []}
     upkeep.compact, upkeep.maintain = _timed(upkeep.compact, "compaction", pass_seconds), _timed(upkeep.maintain, "maintenance", pass_seconds)
     beside_runs = [other.start(stack, interval, instruments) for other in beside]
-    simulator = BookSimulator(table, sync.books_table, rng=stack.rng, summary_bytes=stack.summary_bytes)
+    simulator = BookSimulator(table, sync.dynamodb_tables["books"], rng=stack.rng, summary_bytes=stack.summary_bytes)
     simulator.load_existing_ids()
     gc.freeze()
     load = PacedLoad(simulator, rate)

@@ -143,7 +143,7 @@ def _measure(settings: Settings, env: dict, processes: dict, rate: float, minute
     meter = CpuMeter({name: process.pid for name, process in processes.items()})
     before = request_counts(endpoint)
     started, started_at = time.monotonic(), time.time()
-    markers = Markers(dynamodb, settings.books_table)
+    markers = Markers(dynamodb, settings.dynamodb_tables["books"])
     peak_memory, heaps = 0.0, []
     next_probe = next_sample = started
     at_end = None

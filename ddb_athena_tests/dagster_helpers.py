@@ -10,7 +10,7 @@ from dagster._core.storage.dagster_run import RunOpConcurrency
 from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.lib.settings import Settings
 from ddb_athena.resources import resources_from_settings
-from ddb_athena.streamed.assets import sync_books as books_sync_assets
+from ddb_athena_tests.books_and_orders import sync_books as books_sync_assets
 
 
 def local_resources(**sync_options) -> dict:
@@ -42,7 +42,7 @@ def start(instance, run, at: float | None = None) -> DagsterRun:
 
 def books_synced(settings: Settings, instance: DagsterInstance, *book_ids: str) -> None:
     """The books `book_ids` in DynamoDB, and a sync run that merged them."""
-    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table)
+    simulator = BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"])
     for book_id in book_ids:
         simulator.insert(book_id)
     sync_books(instance)

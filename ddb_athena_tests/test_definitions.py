@@ -52,7 +52,7 @@ def test_every_step_that_writes_a_table_is_in_its_writers_pool_whatever_job_runs
     assert orders["orders_export"] == orders["orders_athena"] == "orders_writer"
     # A re-run of a partition re-uses its export files: their cleanup waits for the orders writer; books cleanup never
     # waits for the sync (it never reads a committed file again).
-    assert pools_of(defs.resolve_job_def("orders_export_cleanup")) == {"delete_loaded_export_files": "orders_writer"}
+    assert pools_of(defs.resolve_job_def("orders_export_cleanup")) == {"delete_loaded_orders_export_files": "orders_writer"}
     assert pools_of(defs.resolve_job_def("books_source_cleanup")) == {"delete_committed_change_files": None}
 
 
@@ -156,12 +156,59 @@ def test_a_third_declared_table_gets_every_name_books_has_but_the_shared_sync():
     assert of("reviews", [key.to_user_string() for key in graph.get_all_asset_keys()]) == {"<t>_source", "<t>_iceberg"}
 
 
-def test_an_exported_table_other_than_orders_is_refused_when_the_code_location_loads_not_left_without_assets():
-    from ddb_athena.exported.assets import refuse_unwired_exported
-    from ddb_athena.lib.declarations import DeclarationError, parse_declarations
+# What a code location made of other tables than books and orders defines: its jobs, schedules and asset keys.
+DEFINED = """
+import json
+from ddb_athena.definitions import defs
+import ddb_athena
+print(json.dumps({
+    "package": ddb_athena.__file__,
+    "jobs": sorted(job.name for job in defs.jobs),
+    "schedules": sorted(schedule.name for schedule in defs.schedules),
+    "assets": sorted(key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()),
+    "checks": sorted(key.name for key in defs.resolve_asset_graph().asset_check_keys if key.name != "freshness_check"),
+}))
+"""
+
+
+@pytest.mark.parametrize("kinds", ["streamed and exported", "exported only"])
+def test_a_code_location_of_other_tables_than_books_and_orders_loads_and_names_everything_after_them(tmp_path, kinds):
+    """Neither books nor orders is needed: a copy of the package whose tables.toml declares a composite-key streamed
+    table and an exported one (or the exported one alone) loads, and every table's assets, checks, jobs and schedules
+    are named after it. The one sync job and its schedule are named after what they sync, and exist only with a
+    streamed table."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
     from ddb_athena_tests.deploy.test_template import THIRD_TABLE
 
-    tables = [*declared_tables().values(), *parse_declarations(THIRD_TABLE).values()]
-    with pytest.raises(DeclarationError, match="table audits, field kind: only one exported table, orders, has assets so far"):
-        refuse_unwired_exported(tables)
-    refuse_unwired_exported(declared_tables().values())  # books, orders, reviews: served
+    shutil.copytree(REPO / "ddb_athena", tmp_path / "ddb_athena", ignore=shutil.ignore_patterns("__pycache__"))
+    declarations = THIRD_TABLE if kinds == "streamed and exported" else THIRD_TABLE[THIRD_TABLE.index("[audits]") :]
+    (tmp_path / "ddb_athena" / "tables.toml").write_text(declarations)
+    environ = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    loaded = subprocess.run([sys.executable, "-c", DEFINED], cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=300)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    defined = json.loads(loaded.stdout.splitlines()[-1])
+    assert defined["package"].startswith(str(tmp_path))
+    exported = {
+        "jobs": ["audits_daily", "audits_export_cleanup"],
+        "schedules": ["audits_daily_schedule"],
+        "assets": ["audits_athena", "audits_export"],
+        "checks": ["audits_export_reconciles", "audits_no_mutated_documents", "audits_quarantine_empty", "audits_unique_audit_id"],
+    }
+    if kinds == "exported only":
+        assert defined | {"package": None} == exported | {"package": None}
+        return
+    streamed = {
+        "jobs": ["ledger_entries_bootstrap", "ledger_entries_key_parity", "ledger_entries_maintenance", "ledger_entries_source_cleanup", "streamed_sync"],
+        "schedules": ["ledger_entries_key_parity_daily", "streamed_every_minute"],
+        "assets": ["ledger_entries_iceberg", "ledger_entries_source"],
+        "checks": [
+            *(f"ledger_entries_{name}" for name in ("backlog", "capture_failures", "files_compact", "quarantine_empty", "row_count_parity")),
+            "ledger_entries_unique_account_entry",
+        ],
+    }
+    for field in streamed:
+        assert defined[field] == sorted(exported[field] + streamed[field]), field

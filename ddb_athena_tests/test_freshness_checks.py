@@ -8,12 +8,9 @@ from dagster import AssetMaterialization, AssetSelection, Definitions, define_as
 from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
 from dagster._core.events.log import EventLogEntry
 
-from ddb_athena.exported.assets import orders_athena
-from ddb_athena.exported.checks import ORDERS_FRESHNESS, orders_freshness_checks
 from ddb_athena.lib.settings import Settings
 from ddb_athena.resources import resources_from_settings
-from ddb_athena.streamed.assets import books_iceberg
-from ddb_athena.streamed.checks import BOOKS_FRESHNESS, books_freshness_checks
+from ddb_athena_tests.books_and_orders import BOOKS_FRESHNESS, ORDERS_FRESHNESS, books_freshness_checks, books_iceberg, orders_athena, orders_freshness_checks
 
 
 def materialized(instance, asset, seconds_ago: float, partition: str | None = None) -> None:

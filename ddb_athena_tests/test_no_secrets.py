@@ -36,7 +36,7 @@ def test_no_secret_in_logs_events_metadata_or_resource_configuration(days, spark
     # INFO, as deployed: botocore at DEBUG logs signed request headers (the key id, the session token) itself.
     caplog.set_level(logging.INFO)
     settings = credentials_set
-    BookSimulator(settings.client("dynamodb"), settings.books_table).insert()
+    BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"]).insert()
     put_orders(settings, 2, seed=11)
     with DagsterInstance.ephemeral() as instance:
         runs = [sync_books(instance), sync_orders(instance, days.yesterday)]

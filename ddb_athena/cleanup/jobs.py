@@ -1,12 +1,11 @@
 """The cleanup jobs the sensor requests: they delete exactly the source files that successful materializations
-consumed (a streamed table's change files, orders export files)."""
+consumed (a streamed table's change files, an exported table's export files)."""
 
 from dagster import Config, OpExecutionContext, job, op
 from pydantic import Field
 
-from ddb_athena.lib.declarations import declared_tables
+from ddb_athena.lib.declarations import TableDeclaration, declared_tables
 from ddb_athena.lib.resources import AwsClientsResource
-from ddb_athena.lib.writer_lease import ORDERS_WRITER_POOL
 from ddb_athena.streamed.capture.commit_manifests import delete_committed_files
 
 # One cleanup run per table at a time (dagster.yaml).
@@ -32,8 +31,6 @@ def _delete_committed_source_files(context: OpExecutionContext, config: CleanupC
 DELETE_DESCRIPTION = "Deletes exactly the source files that successful materializations consumed."
 # A streamed table's change files are never read again once committed: their cleanup never waits for the hour-long sync.
 delete_committed_change_files = op(name="delete_committed_change_files", description=DELETE_DESCRIPTION)(_delete_committed_source_files)
-# A re-run of an orders partition re-uses its export's files: their cleanup waits in the orders writers' queue.
-delete_loaded_export_files = op(name="delete_loaded_export_files", description=DELETE_DESCRIPTION, pool=ORDERS_WRITER_POOL)(_delete_committed_source_files)
 
 
 def source_cleanup_job(name: str):
@@ -49,12 +46,23 @@ def source_cleanup_job(name: str):
 
 
 SOURCE_CLEANUPS = {name: source_cleanup_job(name) for name, table in declared_tables().items() if table.kind == "streamed"}
-books_source_cleanup = SOURCE_CLEANUPS["books"]
 
 
-@job(
-    description="Deletes the orders export files that loads consumed, after their retention (requested by the cleanup sensor).",
-    tags=SMALL_TASK_TAGS,
-)
-def orders_export_cleanup():
-    delete_loaded_export_files()
+def export_cleanup_job(table: TableDeclaration):
+    # A re-run of a partition re-uses its export's files: their cleanup waits in the table's writers' queue.
+    delete_loaded_export_files = op(name=f"delete_loaded_{table.name}_export_files", description=DELETE_DESCRIPTION, pool=table.writer_pool)(
+        _delete_committed_source_files
+    )
+
+    @job(
+        name=f"{table.source_asset}_cleanup",
+        description=f"Deletes the {table.name} export files that loads consumed, after their retention (requested by the cleanup sensor).",
+        tags=SMALL_TASK_TAGS,
+    )
+    def export_cleanup():
+        delete_loaded_export_files()
+
+    return export_cleanup
+
+
+EXPORT_CLEANUPS = {name: export_cleanup_job(table) for name, table in declared_tables().items() if table.kind == "exported"}

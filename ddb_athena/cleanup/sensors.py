@@ -1,11 +1,11 @@
 """Sensors: cleanup of the source files each successful materialization consumed.
 
-A streamed table's change files are deleted as soon as their merge committed; orders export files after
+A streamed table's change files are deleted as soon as their merge committed; an exported table's export files after
 `export_retention_days` (0: at once). Removing them never affects readers: the Iceberg tables
 do not reference source files. One cleanup run per table and tick takes every manifest found
 since the last tick, every DDB_ATHENA_CLEANUP_INTERVAL_SECONDS (5 minutes by default): a run is a process
 of its own, so one per 10-second sync cycle would cost more than the merges. Change file cleanup runs never wait
-behind the sync; orders cleanup runs are in the orders writers' pool (a re-run of a partition re-uses its files).
+behind the sync; an export's cleanup runs are in its table's writers' pool (a re-run of a partition re-uses its files).
 """
 
 import json
@@ -13,11 +13,11 @@ import time
 
 from dagster import AssetKey, AssetRecordsFilter, DefaultSensorStatus, JobDefinition, RunRequest, SensorEvaluationContext, SkipReason, sensor
 
-from ddb_athena.cleanup.jobs import CLEANUP_TAG, SOURCE_CLEANUPS, orders_export_cleanup
-from ddb_athena.exported.assets import orders_athena
+from ddb_athena.cleanup.jobs import CLEANUP_TAG, EXPORT_CLEANUPS, SOURCE_CLEANUPS
+from ddb_athena.exported.assets import EXPORTED
 from ddb_athena.lib.resources import SyncSettings
 from ddb_athena.lib.settings import Settings
-from ddb_athena.streamed.assets import STREAMED, books_iceberg
+from ddb_athena.streamed.assets import STREAMED
 
 SECONDS_PER_DAY = 86_400
 # Materializations one cleanup run covers at most (about a quarter of an hour of 10-second cycles).
@@ -57,19 +57,22 @@ def _cursors(cursor: str | None) -> dict[str, int]:
         return {}
     parsed = json.loads(cursor)
     # A bare number is the cursor of the books-only sensor this one grew from.
-    return {books_iceberg.key.to_user_string(): parsed} if isinstance(parsed, int) else parsed
+    return {"books_iceberg": parsed} if isinstance(parsed, int) else parsed
 
 
 @sensor(
-    jobs=[*SOURCE_CLEANUPS.values(), orders_export_cleanup],
+    jobs=[*SOURCE_CLEANUPS.values(), *EXPORT_CLEANUPS.values()],
     minimum_interval_seconds=Settings.from_env().cleanup_interval_seconds,
     default_status=DefaultSensorStatus.RUNNING,
 )
 def cleanup_after_materialization(context: SensorEvaluationContext, sync: SyncSettings):
     cursors = _cursors(context.cursor)
     requests = []
-    consumers = [(assets.iceberg.key, SOURCE_CLEANUPS[name], 0.0) for name, assets in STREAMED.items()]
-    for asset_key, job, retention_days in (*consumers, (orders_athena.key, orders_export_cleanup, sync.export_retention_days)):
+    consumers = [
+        *((assets.iceberg.key, SOURCE_CLEANUPS[name], 0.0) for name, assets in STREAMED.items()),
+        *((assets.athena.key, EXPORT_CLEANUPS[name], sync.export_retention_days) for name, assets in EXPORTED.items()),
+    ]
+    for asset_key, job, retention_days in consumers:
         name = asset_key.to_user_string()
         found, cursor = cleanup_requests(context, asset_key, sync.bucket, job, cursors.get(name), retention_days * SECONDS_PER_DAY)
         requests += found

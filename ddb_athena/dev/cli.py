@@ -68,7 +68,8 @@ def _simulator(args, settings: Settings, with_orders: bool):
     rng = random.Random(args.seed)
     # Updates and deletes belong to streamed tables; an exported one is only seeded (its documents are immutable).
     seeded = [traffic for traffic in _seeded_traffic(settings, rng) if traffic.table.kind == "streamed"] if with_orders else []
-    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table, settings.orders_table if with_orders else None, rng=rng, seeded=seeded)
+    tables = settings.dynamodb_tables
+    simulator = BookSimulator(settings.client("dynamodb"), tables["books"], tables["orders"] if with_orders else None, rng=rng, seeded=seeded)
     simulator.load_existing_ids()
     for traffic in seeded:
         traffic.load_existing_keys()
@@ -86,7 +87,7 @@ def _seed(args, settings: Settings) -> int:
     now = datetime.now(UTC)
     for index in range(args.orders):
         created = now - timedelta(days=1, seconds=index * 60)
-        simulator.dynamodb.put_item(TableName=settings.orders_table, Item=order_item(simulator.rng, created))
+        simulator.dynamodb.put_item(TableName=settings.dynamodb_tables["orders"], Item=order_item(simulator.rng, created))
     seeded = [f"{traffic.seed()} {traffic.table.name}" for traffic in _seeded_traffic(settings, simulator.rng)]
     print(f"seeded {args.books} books and {args.orders} orders" + "".join(f", {line}" for line in seeded))
     return 0

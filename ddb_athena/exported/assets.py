@@ -1,7 +1,9 @@
-"""Orders assets: the daily DynamoDB export (orders_export) and its insert-only load into Iceberg (orders_athena)."""
+"""Exported tables' assets, for every exported table declared in ddb_athena/tables.toml: the day's DynamoDB export
+(<name>_export, orders_export) and its insert-only load into Iceberg (<name>_athena, orders_athena)."""
 
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from dagster import (
@@ -9,6 +11,7 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
+    AssetsDefinition,
     Config,
     DailyPartitionsDefinition,
     MaterializeResult,
@@ -27,64 +30,115 @@ from ddb_athena.exported.export import (
     load_record,
     utc_now,
 )
-from ddb_athena.exported.load_runner import OrdersLoadRunner
-from ddb_athena.exported.partition_load import OrdersLoadRequest, OrdersUpkeep
+from ddb_athena.exported.load_runner import ExportLoadRunner
+from ddb_athena.exported.partition_load import ExportLoadRequest, ExportUpkeep
 from ddb_athena.lake.export_load import ExportDataFile, loaded_full_export, table_loaded
-from ddb_athena.lib.declarations import DECLARATIONS_FILE, DeclarationError, declared, declared_tables
+from ddb_athena.lib.declarations import TableDeclaration, declared_tables
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.settings import Settings
-from ddb_athena.lib.writer_lease import ORDERS_WRITER_POOL
 from ddb_athena.lib.writer_pools import warn_unless_writers_queue
 from ddb_athena.streamed.capture.commit_manifests import write_commit_manifest
 
-
-def refuse_unwired_exported(tables) -> None:
-    """The exported assets below serve one table, orders: another exported declaration is refused when the code
-    location loads, naming it, rather than left without assets in silence."""
-    others = [table.name for table in tables if table.kind == "exported" and table.name != "orders"]
-    if others:
-        raise DeclarationError(
-            f"{DECLARATIONS_FILE.name}: table {others[0]}, field kind: only one exported table, orders, has assets so far; "
-            f"declare {others[0]} streamed (kept in sync from its stream), or leave it out until exported tables are made by declaration"
-        )
+LOAD_PLACES = {"in_process": "in this run", "spark_submit": "as a spark-submit job", "emr_serverless": "on EMR Serverless"}
 
 
-refuse_unwired_exported(declared_tables().values())
-
-# Partitions are part of the definitions, so their start is read when the code location loads.
-orders_partitions = DailyPartitionsDefinition(start_date=Settings.from_env().orders_start_date, timezone="UTC")
-
-
-class OrdersExportConfig(Config):
+class ExportConfig(Config):
     bootstrap: bool = Field(
         default=False,
-        description="Take a full export for this partition even though library.orders is loaded (recovery, or a "
+        description="Take a full export for this partition even though the Iceberg table is loaded (recovery, or a "
         "window older than the point-in-time recovery retention).",
     )
 
 
-@asset(
-    partitions_def=orders_partitions,
-    group_name="orders",
-    pool=ORDERS_WRITER_POOL,
-    kinds={"dynamodb", "s3"},
-    description="The day's DynamoDB export of orders in S3: a full export first (or on request), then one "
-    "incremental export per day, [day, day + 1). Days that the loaded full export covers export nothing.",
-)
-def orders_export(
+@dataclass(frozen=True)
+class ExportedAssets:
+    """The two assets of an exported table, daily partitioned from the deployment's start date."""
+
+    table: TableDeclaration
+    partitions: DailyPartitionsDefinition
+    export: AssetsDefinition
+    athena: AssetsDefinition
+
+
+def load_check_names(table: TableDeclaration) -> tuple[str, str, str]:
+    """The checks a load reports (orders_export_reconciles, orders_no_mutated_documents, orders_quarantine_empty)."""
+    return f"{table.source_asset}_reconciles", f"{table.name}_no_mutated_documents", f"{table.name}_quarantine_empty"
+
+
+def exported_assets(table: TableDeclaration, start_date: str) -> ExportedAssets:
+    """The export and load assets of one exported table. Both are in its writers' pool: the load changes what decides
+    the export (whether the table is loaded), and a backfill's partitions run one after the other."""
+    name, pool = table.name, table.writer_pool
+    partitions = DailyPartitionsDefinition(start_date=start_date, timezone="UTC")
+
+    @asset(
+        name=table.source_asset,
+        partitions_def=partitions,
+        group_name=name,
+        pool=pool,
+        kinds={"dynamodb", "s3"},
+        description=f"The day's DynamoDB export of the {name} table in S3: a full export first (or on request), then one "
+        "incremental export per day, [day, day + 1). Days that the loaded full export covers export nothing.",
+    )
+    def export(
+        context: AssetExecutionContext, config: ExportConfig, aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, leases: WriterLeases
+    ) -> MaterializeResult:
+        return export_day(context, config, aws, spark, sync, leases, table)
+
+    reconciles, no_mutated_documents, quarantine_empty = load_check_names(table)
+    load_checks = [
+        AssetCheckSpec(
+            reconciles,
+            asset=table.table_asset,
+            description="Items in the export == rows inserted + duplicates skipped (+ deletes ignored + quarantined).",
+        ),
+        AssetCheckSpec(
+            no_mutated_documents,
+            asset=table.table_asset,
+            description=f"No {name} item in the export differs from the one already loaded (documents are immutable).",
+        ),
+        AssetCheckSpec(quarantine_empty, asset=table.table_asset, description="No line or file of the export was quarantined."),
+    ]
+    partition_by = ", ".join(table.spec.partition_by)
+
+    @asset(
+        name=table.table_asset,
+        deps=[export],
+        partitions_def=partitions,
+        group_name=name,
+        pool=pool,
+        kinds={"spark", "iceberg"},
+        check_specs=load_checks,
+        description=f"<namespace>.{table.iceberg_table}: the {name} table in Iceberg, partitioned by {partition_by}, loaded with an insert-only MERGE INTO.",
+    )
+    def athena(
+        context: AssetExecutionContext,
+        aws: AwsClientsResource,
+        spark: IcebergSparkResource,
+        sync: SyncSettings,
+        orders_load: ExportLoadRunner,  # the resource's key since orders was the only exported table
+        leases: WriterLeases,
+    ) -> MaterializeResult:
+        return load_day(context, aws, spark, sync, orders_load, leases, table)
+
+    return ExportedAssets(table, partitions, export, athena)
+
+
+def export_day(
     context: AssetExecutionContext,
-    config: OrdersExportConfig,
+    config: ExportConfig,
     aws: AwsClientsResource,
     spark: IcebergSparkResource,
     sync: SyncSettings,
     leases: WriterLeases,
+    declaration: TableDeclaration,
 ) -> MaterializeResult:
     started = time.monotonic()
     # Held until the run ends: whether the table is loaded decides the export, and the load that follows changes it.
-    warn_unless_writers_queue(context, ORDERS_WRITER_POOL)
-    lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.orders_iceberg_table, progress=spark.tasks_in_progress)
+    warn_unless_writers_queue(context, declaration.writer_pool)
+    session, table, layout = spark.spark_session, sync.iceberg_table_of(declaration), sync.layout_of(declaration)
+    lease = leases.hold(context, aws.client("s3"), sync.bucket, table, progress=spark.tasks_in_progress)
     window = context.partition_time_window
-    session, table = spark.spark_session, sync.orders_iceberg_table
     full = config.bootstrap or not table_loaded(session, table)
     if full:
         reason = "requested" if config.bootstrap else f"{table} has not been loaded yet"
@@ -98,8 +152,8 @@ def orders_export(
     record, reused = export_partition(
         aws.client("dynamodb"),
         aws.client("s3"),
-        sync.orders_layout,
-        sync.orders_table,
+        layout,
+        sync.dynamodb_table_of(declaration),
         context.partition_key,
         window.start,
         window.end,
@@ -122,7 +176,7 @@ def orders_export(
             "bytes": record.data_bytes,
             "from_manifest": record.from_manifest,
             "reused_export": reused,
-            "s3_prefix": MetadataValue.url(sync.orders_layout.uri(record.s3_prefix)),
+            "s3_prefix": MetadataValue.url(layout.uri(record.s3_prefix)),
             **_coverage_metadata(record),
             "duration_seconds": time.monotonic() - started,
         }
@@ -136,52 +190,30 @@ def _coverage_metadata(record: ExportRecord) -> dict:
     return {"covered_by_export": f"{record.export_arn} (every order as of {record.export_time})"}
 
 
-ORDERS_LOAD_CHECKS = [
-    AssetCheckSpec(
-        "orders_export_reconciles",
-        asset="orders_athena",
-        description="Items in the export == rows inserted + duplicates skipped (+ deletes ignored + quarantined).",
-    ),
-    AssetCheckSpec(
-        "orders_no_mutated_documents",
-        asset="orders_athena",
-        description="No order in the export differs from the one already loaded (documents are immutable).",
-    ),
-    AssetCheckSpec("orders_quarantine_empty", asset="orders_athena", description="No line or file of the export was quarantined."),
-]
-
-
-@asset(
-    deps=[orders_export],
-    partitions_def=orders_partitions,
-    group_name="orders",
-    pool=ORDERS_WRITER_POOL,
-    kinds={"spark", "iceberg"},
-    check_specs=ORDERS_LOAD_CHECKS,
-    description="library.orders: orders in Iceberg, partitioned by day of created_at, loaded with an insert-only MERGE INTO.",
-)
-def orders_athena(
+def load_day(
     context: AssetExecutionContext,
     aws: AwsClientsResource,
     spark: IcebergSparkResource,
     sync: SyncSettings,
-    orders_load: OrdersLoadRunner,
+    runner: ExportLoadRunner,
     leases: WriterLeases,
-):
+    declaration: TableDeclaration,
+) -> MaterializeResult:
     started = time.monotonic()
-    warn_unless_writers_queue(context, ORDERS_WRITER_POOL)
-    lease = leases.hold(context, aws.client("s3"), sync.bucket, sync.orders_iceberg_table, progress=spark.tasks_in_progress)
-    s3, layout, partition = aws.client("s3"), sync.orders_layout, context.partition_key
+    warn_unless_writers_queue(context, declaration.writer_pool)
+    table = sync.iceberg_table_of(declaration)
+    lease = leases.hold(context, aws.client("s3"), sync.bucket, table, progress=spark.tasks_in_progress)
+    s3, layout, partition = aws.client("s3"), sync.layout_of(declaration), context.partition_key
     record = load_record(s3, layout, partition)
     if record is None or record.status != "COMPLETED":
-        raise ExportError(f"partition {partition} has no completed export: materialize orders_export for it first")
+        raise ExportError(f"partition {partition} has no completed export: materialize {declaration.source_asset} for it first")
     if record.export_type == COVERED:
-        context.log.info(f"Nothing to load: the day is covered by full export {record.export_arn}, loaded into {sync.orders_iceberg_table}")
+        context.log.info(f"Nothing to load: the day is covered by full export {record.export_arn}, loaded into {table}")
     else:
-        where = {"in_process": "in this run", "spark_submit": "as a spark-submit job", "emr_serverless": "on EMR Serverless"}[orders_load.mode]
-        context.log.info(f"Loading {len(record.data_files)} files of export {record.export_arn} into {sync.orders_iceberg_table} {where}")
-    request = OrdersLoadRequest(
-        target=sync.orders_iceberg_table,
+        context.log.info(f"Loading {len(record.data_files)} files of export {record.export_arn} into {table} {LOAD_PLACES[runner.mode]}")
+    request = ExportLoadRequest(
+        table=declaration.name,
+        target=table,
         catalog=spark.catalog,
         files=[
             ExportDataFile(layout.uri(key, spark.source_scheme), items)
@@ -189,38 +221,39 @@ def orders_athena(
         ],
         quarantine_uri=layout.uri(f"{layout.quarantine_prefix}{partition}/{context.run.run_id}", spark.source_scheme),
         exported_at=datetime.fromisoformat(record.export_time),
-        upkeep=OrdersUpkeep(sync.snapshot_retention_of(declared("orders")).total_seconds() / 3600, sync.snapshot_retain_last, sync.orphan_file_age_days),
+        upkeep=ExportUpkeep(sync.snapshot_retention_of(declaration).total_seconds() / 3600, sync.snapshot_retain_last, sync.orphan_file_age_days),
         now=utc_now(),
         full_export_arn=record.export_arn if record.export_type == FULL_EXPORT else None,
         writer_lease={"uri": layout.uri(lease.key, spark.source_scheme), "holder": lease.holder, "ttl_seconds": lease.ttl_seconds},
         writer_token=lease.token,
     )
     # A load that runs as a job of its own makes its progress there: its platform's timeout bounds it, not the lease's.
-    with lease.progress_elsewhere() if orders_load.mode != "in_process" else nullcontext():
-        outcome, job_metadata = orders_load.load(context, request, spark, aws, before_commit=lease.check)
+    with lease.progress_elsewhere() if runner.mode != "in_process" else nullcontext():
+        outcome, job_metadata = runner.load(context, request, spark, aws, before_commit=lease.check)
     result = outcome.load
     manifest = (
-        write_commit_manifest(s3, layout, context.run.run_id, record.all_files, sync.orders_iceberg_table, result.snapshot_id, files_prefix=record.s3_prefix)
+        write_commit_manifest(s3, layout, context.run.run_id, record.all_files, table, result.snapshot_id, files_prefix=record.s3_prefix)
         if record.all_files
         else None
     )
     maintenance = {f"maintenance_{name}": value for name, value in outcome.maintenance.items()}
     if result.mutated_documents:
-        context.log.warning(f"{result.mutated_documents} orders changed after they were loaded, e.g. {result.mutated_keys_sample}")
+        context.log.warning(f"{result.mutated_documents} {declaration.name} items changed after they were loaded, e.g. {result.mutated_keys_sample}")
     if result.records_quarantined or result.corrupt_files:
         context.log.warning(f"Quarantined: {result.quarantine_reasons}")
     if result.type_mismatches:
         context.log.warning(f"Loaded, with a typed column NULL where the attribute has another type: {result.type_mismatches}")
     if result.columns_added:
-        context.log.info(f"Columns added to {sync.orders_iceberg_table} and filled from each row's item: {', '.join(result.columns_added)}")
+        context.log.info(f"Columns added to {table} and filled from each row's item: {', '.join(result.columns_added)}")
     seconds = time.monotonic() - started
+    reconciles, no_mutated_documents, quarantine_empty = load_check_names(declaration)
     expected = record.item_count if record.item_count is not None else result.items_read
     return MaterializeResult(
         metadata={
             "rows_inserted": result.rows_inserted,
             "duplicates_skipped": result.duplicates_skipped,
             "mutated_documents": result.mutated_documents,
-            # The partitions the load touched: what orders_unique_order_id reads.
+            # The partitions the load touched: what the unique key check reads.
             **({"days_loaded_from": result.days_from, "days_loaded_to": result.days_to} if result.days_from else {}),
             "deletes_ignored": result.deletes_ignored,
             "records_quarantined": result.records_quarantined,
@@ -234,14 +267,14 @@ def orders_athena(
             "snapshot_id": result.snapshot_id,
             "export_arn": record.export_arn,
             "commit_manifest": manifest,
-            "load_ran": orders_load.mode,
+            "load_ran": runner.mode,
             **job_metadata,
             **_coverage_metadata(record),
             **maintenance,
         },
         check_results=[
             AssetCheckResult(
-                check_name="orders_export_reconciles",
+                check_name=reconciles,
                 passed=expected == result.accounted_for,
                 metadata={
                     "export_item_count": expected,
@@ -253,13 +286,13 @@ def orders_athena(
                 },
             ),
             AssetCheckResult(
-                check_name="orders_no_mutated_documents",
+                check_name=no_mutated_documents,
                 passed=not result.mutated_documents,
                 severity=AssetCheckSeverity.WARN,
                 metadata={"mutated_documents": result.mutated_documents, "sample_keys": ", ".join(result.mutated_keys_sample)},
             ),
             AssetCheckResult(
-                check_name="orders_quarantine_empty",
+                check_name=quarantine_empty,
                 passed=not (result.records_quarantined or result.corrupt_files or result.type_mismatches),
                 metadata={
                     "records_quarantined": result.records_quarantined,
@@ -271,3 +304,7 @@ def orders_athena(
             ),
         ],
     )
+
+
+# Partitions are part of the definitions, so their start is read when the code location loads.
+EXPORTED = {name: exported_assets(table, Settings.from_env().orders_start_date) for name, table in declared_tables().items() if table.kind == "exported"}

@@ -10,7 +10,7 @@ from dagster_aws.pipes import PipesCloudWatchMessageReader, PipesEMRServerlessCl
 from pydantic import Field
 
 import ddb_athena.exported.orders_load_job as orders_load_job
-from ddb_athena.exported.partition_load import OrdersLoadOutcome, OrdersLoadRequest, load_orders_partition
+from ddb_athena.exported.partition_load import ExportLoadOutcome, ExportLoadRequest, load_export_partition
 from ddb_athena.lake.job_submission import (
     EmrServerlessJob,
     JobSubmissionError,
@@ -24,11 +24,11 @@ from ddb_athena.lib.settings import Settings
 
 # Where orders_athena's Spark load runs: in the run process (the default), as a spark-submit job on this machine, or
 # on EMR Serverless. Both jobs run ddb_athena/exported/orders_load_job.py through Dagster Pipes and return the same
-# OrdersLoadOutcome as the run process, so the asset's metadata and checks cannot tell them apart.
+# ExportLoadOutcome as the run process, so the asset's metadata and checks cannot tell them apart.
 ENTRY_POINT = Path(orders_load_job.__file__)
 
 
-class OrdersLoadRunner(ConfigurableResource):
+class ExportLoadRunner(ConfigurableResource):
     """Runs the orders load where `mode` says; the EMR Serverless settings are the stack's outputs."""
 
     mode: Literal["in_process", "spark_submit", "emr_serverless"] = Field(
@@ -57,15 +57,15 @@ class OrdersLoadRunner(ConfigurableResource):
     def load(
         self,
         context: AssetExecutionContext,
-        request: OrdersLoadRequest,
+        request: ExportLoadRequest,
         spark: IcebergSparkResource,
         aws: AwsClientsResource,
         before_commit: Callable[[], None],
-    ) -> tuple[OrdersLoadOutcome, dict]:
+    ) -> tuple[ExportLoadOutcome, dict]:
         """The outcome, and what the job platform adds to the metadata (e.g. the EMR Serverless job run id). In this
         process `before_commit` guards the commit; a job checks the request's writer lease itself."""
         if self.mode == "in_process":
-            return load_orders_partition(spark.spark_session, request, before_commit), {}
+            return load_export_partition(spark.spark_session, request, before_commit), {}
         before_commit()
         extras = {orders_load_job.REQUEST_EXTRA: request.to_json()}
         if self.mode == "spark_submit":
@@ -81,7 +81,7 @@ class OrdersLoadRunner(ConfigurableResource):
             ).run(context=context, start_job_run_params=self.emr_request(context, spark, aws), extras=extras)
         result = invocation.get_materialize_result()
         reported = {name: value.value for name, value in (result.metadata or {}).items()}
-        outcome = OrdersLoadOutcome.from_json(reported.pop(orders_load_job.OUTCOME_METADATA))
+        outcome = ExportLoadOutcome.from_json(reported.pop(orders_load_job.OUTCOME_METADATA))
         return outcome, reported
 
     def emr_request(self, context: AssetExecutionContext, spark: IcebergSparkResource, aws: AwsClientsResource) -> dict:
@@ -111,8 +111,8 @@ class OrdersLoadRunner(ConfigurableResource):
         )
 
 
-def orders_load_runner(settings: Settings) -> OrdersLoadRunner:
-    runner = OrdersLoadRunner(mode=settings.orders_load, **settings.emr)
+def export_load_runner(settings: Settings) -> ExportLoadRunner:
+    runner = ExportLoadRunner(mode=settings.orders_load, **settings.emr)
     if runner.mode == "emr_serverless":
         runner.emr_job()  # a malformed setting fails when the code location loads, not in the night's run
     return runner

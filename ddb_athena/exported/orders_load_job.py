@@ -1,6 +1,6 @@
 """The orders load as a Spark job: `spark-submit orders_load_job.py`, on EMR Serverless or locally.
 
-Dagster Pipes brings the request (the extra `orders_load`, see `OrdersLoadRequest`) and takes the outcome back as
+Dagster Pipes brings the request (the extra `orders_load`, see `ExportLoadRequest`) and takes the outcome back as
 the materialization's metadata (`orders_load`). The SparkSession is the one spark-submit configured.
 """
 
@@ -10,7 +10,7 @@ from dagster_pipes import open_dagster_pipes
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
-from ddb_athena.exported.partition_load import OrdersLoadRequest, load_orders_partition
+from ddb_athena.exported.partition_load import ExportLoadRequest, load_export_partition
 from ddb_athena.lib.lease_record import not_held_by
 
 REQUEST_EXTRA = "orders_load"
@@ -21,10 +21,10 @@ OUTCOME_METADATA = "orders_load"
 
 def main() -> None:
     with open_dagster_pipes() as pipes:
-        request = OrdersLoadRequest.from_json(pipes.get_extra(REQUEST_EXTRA))
+        request = ExportLoadRequest.from_json(pipes.get_extra(REQUEST_EXTRA))
         pipes.log.info(f"Loading {len(request.files)} export files into {request.target}")
         spark = SparkSession.builder.getOrCreate()
-        outcome = load_orders_partition(spark, request, before_commit=lambda: still_the_writer(spark, request))
+        outcome = load_export_partition(spark, request, before_commit=lambda: still_the_writer(spark, request))
         pipes.log.info(f"Inserted {outcome.load.rows_inserted} rows; snapshot {outcome.load.snapshot_id}")
         pipes.report_asset_materialization(metadata={OUTCOME_METADATA: {"raw_value": outcome.to_json(), "type": "json"}})
 
@@ -33,7 +33,7 @@ class WriterLeaseLost(RuntimeError):
     """The run that launched this job no longer holds the table's writer lease."""
 
 
-def still_the_writer(spark: SparkSession, request: OrdersLoadRequest) -> None:
+def still_the_writer(spark: SparkSession, request: ExportLoadRequest) -> None:
     """The run that launched this job holds the table's lease while it waits (and renews it): a job whose run died,
     and whose table another writer took, stops before its MERGE. Read through the job's own file system, by no clock;
     a takeover after this check is refused by the fence (lake/writer_branch.py)."""

@@ -1,4 +1,4 @@
-"""One orders partition's load, whole: its export files into the table, the full export recorded, and the table's
+"""One exported table's partition load, whole: its export files into the table, the full export recorded, and the table's
 daily upkeep when it is due (Spark only, no Dagster).
 
 The request and the outcome are plain JSON values: the same function runs in the Dagster run, and as the
@@ -17,25 +17,27 @@ from ddb_athena.lake.maintenance import maintain_table, maintenance_due, record_
 from ddb_athena.lake.writer_branch import WriterBranch
 from ddb_athena.lib.declarations import declared
 
-# library.orders changes once a day: its upkeep (compaction, expiry, orphans) runs with the first load of a day.
-ORDERS_MAINTENANCE_INTERVAL = timedelta(hours=20)
+# An exported table changes once a day: its upkeep (compaction, expiry, orphans) runs with the first load of a day.
+EXPORTED_MAINTENANCE_INTERVAL = timedelta(hours=20)
 
 
 @dataclass(frozen=True)
-class OrdersUpkeep:
+class ExportUpkeep:
     snapshot_retention_hours: float
     retain_last: int
     orphan_file_age_days: float
 
 
 @dataclass(frozen=True)
-class OrdersLoadRequest:
+class ExportLoadRequest:
+    # The declared table (ddb_athena/tables.toml, shipped with the job): its key, columns and partitioning.
+    table: str
     target: str
     catalog: str
     files: list[ExportDataFile]
     quarantine_uri: str
     exported_at: datetime
-    upkeep: OrdersUpkeep
+    upkeep: ExportUpkeep
     now: datetime
     # Set when the files are a full export: the table then holds every order as of `exported_at`.
     full_export_arn: str | None = None
@@ -54,14 +56,15 @@ class OrdersLoadRequest:
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> "OrdersLoadRequest":
+    def from_json(cls, data: dict) -> "ExportLoadRequest":
         return cls(
+            table=data["table"],
             target=data["target"],
             catalog=data["catalog"],
             files=[ExportDataFile(uri, items) for uri, items in data["files"]],
             quarantine_uri=data["quarantine_uri"],
             exported_at=datetime.fromisoformat(data["exported_at"]),
-            upkeep=OrdersUpkeep(**data["upkeep"]),
+            upkeep=ExportUpkeep(**data["upkeep"]),
             now=datetime.fromisoformat(data["now"]),
             full_export_arn=data.get("full_export_arn"),
             writer_lease=data.get("writer_lease"),
@@ -70,7 +73,7 @@ class OrdersLoadRequest:
 
 
 @dataclass
-class OrdersLoadOutcome:
+class ExportLoadOutcome:
     """What the load did (JSON values only): the asset's metadata and checks are read from it."""
 
     load: ExportLoadResult
@@ -80,11 +83,11 @@ class OrdersLoadOutcome:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict) -> "OrdersLoadOutcome":
+    def from_json(cls, data: dict) -> "ExportLoadOutcome":
         return cls(ExportLoadResult(**data["load"]), data["maintenance"])
 
 
-def load_orders_partition(spark: SparkSession, request: OrdersLoadRequest, before_commit: Callable[[], None] = lambda: None) -> OrdersLoadOutcome:
+def load_export_partition(spark: SparkSession, request: ExportLoadRequest, before_commit: Callable[[], None] = lambda: None) -> ExportLoadOutcome:
     """`before_commit` raises when this writer may no longer commit (checked right before the load's MERGE)."""
     writer = WriterBranch(lambda: spark, request.catalog, (request.target,), request.writer_token) if request.writer_token else None
     try:
@@ -94,10 +97,10 @@ def load_orders_partition(spark: SparkSession, request: OrdersLoadRequest, befor
             writer.drop()
 
 
-def _load(spark: SparkSession, request: OrdersLoadRequest, before_commit: Callable[[], None], writer: WriterBranch | None) -> OrdersLoadOutcome:
+def _load(spark: SparkSession, request: ExportLoadRequest, before_commit: Callable[[], None], writer: WriterBranch | None) -> ExportLoadOutcome:
     result = load_export_files(
         spark,
-        declared("orders").spec,
+        declared(request.table).spec,
         request.target,
         request.files,
         request.quarantine_uri,
@@ -109,7 +112,7 @@ def _load(spark: SparkSession, request: OrdersLoadRequest, before_commit: Callab
         # Days that end by the export's time need no export of their own from now on.
         record_loaded_full_export(spark, request.target, request.full_export_arn, request.exported_at)
     maintenance = {}
-    if maintenance_due(spark, request.target, ORDERS_MAINTENANCE_INTERVAL, request.now):
+    if maintenance_due(spark, request.target, EXPORTED_MAINTENANCE_INTERVAL, request.now):
         upkeep = request.upkeep
         maintained = maintain_table(
             spark,
@@ -121,4 +124,4 @@ def _load(spark: SparkSession, request: OrdersLoadRequest, before_commit: Callab
         )
         record_maintained(spark, request.target, maintained, request.now)
         maintenance = maintained.metadata()
-    return OrdersLoadOutcome(result, maintenance)
+    return ExportLoadOutcome(result, maintenance)

@@ -1,15 +1,18 @@
-"""The orders schedule: daily at a configurable hour (UTC), for the day that just ended."""
+"""An exported table's schedule (<name>_daily_schedule): daily at a configurable hour (UTC), for the day that just ended."""
 
 from dagster import DefaultScheduleStatus, build_schedule_from_partitioned_job
 
-from ddb_athena.exported.jobs import orders_daily
+from ddb_athena.exported.jobs import DAILY_JOBS
 from ddb_athena.lib.settings import Settings
 
 # Each tick runs the partition of the previous day, once that day has ended.
-orders_daily_schedule = build_schedule_from_partitioned_job(
-    orders_daily,
-    name="orders_daily_schedule",
-    hour_of_day=Settings.from_env().orders_schedule_hour,
-    minute_of_hour=0,
-    default_status=DefaultScheduleStatus.RUNNING,
-)
+DAILY_SCHEDULES = {
+    name: build_schedule_from_partitioned_job(
+        job,
+        name=f"{name}_daily_schedule",
+        hour_of_day=Settings.from_env().orders_schedule_hour,
+        minute_of_hour=0,
+        default_status=DefaultScheduleStatus.RUNNING,
+    )
+    for name, job in DAILY_JOBS.items()
+}

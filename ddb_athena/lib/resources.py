@@ -16,7 +16,7 @@ from ddb_athena.lake.class_lookups import keep_class_lookups
 from ddb_athena.lake.identifiers import qualified_name
 from ddb_athena.lake.local_jars import aws_profile_jar_paths, local_file_system_jar, local_jar_paths
 from ddb_athena.lake.session_config import SparkIcebergOptions, iceberg_spark_config, python_workers_from, runs_in_this_process, sigint_handler_kept
-from ddb_athena.lib.declarations import TableDeclaration, declared, declared_tables
+from ddb_athena.lib.declarations import TableDeclaration, declared_tables
 from ddb_athena.lib.settings import (
     DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS,
     DEFAULT_MERGE_INTERVAL_SECONDS,
@@ -197,10 +197,9 @@ class SyncSettings(ConfigurableResource):
     tables are (`setup_for_execution`)."""
 
     bucket: str
-    books_table: str = Field(description="DynamoDB table name of books")
-    orders_table: str = Field(default="orders", description="DynamoDB table name of orders")
     dynamodb_tables: dict[str, str] = Field(
-        default_factory=dict, description="the DynamoDB table of every other declared table (ddb_athena/tables.toml), by its name"
+        default_factory=dict,
+        description="the DynamoDB table of each declared table (ddb_athena/tables.toml), by its name; unset: the declared dynamodb_table",
     )
     namespace: str = Field(default="library", description="Iceberg namespace (the Glue database on AWS)")
     books_capture: Literal["run", "lambda"] = Field(
@@ -322,30 +321,14 @@ class SyncSettings(ConfigurableResource):
             )
 
     def dynamodb_table_of(self, table: TableDeclaration) -> str:
-        """The DynamoDB table of a declared table in this deployment (books_table and orders_table name theirs)."""
-        return {"books": self.books_table, "orders": self.orders_table}.get(table.name) or self.dynamodb_tables.get(table.name) or table.dynamodb_table
+        """The DynamoDB table of a declared table in this deployment."""
+        return self.dynamodb_tables.get(table.name) or table.dynamodb_table
 
     def iceberg_table_of(self, table: TableDeclaration) -> str:
         return qualified_name(self.namespace, table.iceberg_table)
 
     def layout_of(self, table: TableDeclaration) -> SourceLayout:
         return SourceLayout(self.bucket, table.source_prefix)
-
-    @property
-    def books_layout(self) -> SourceLayout:
-        return self.layout_of(declared("books"))
-
-    @property
-    def books_iceberg_table(self) -> str:
-        return self.iceberg_table_of(declared("books"))
-
-    @property
-    def orders_layout(self) -> SourceLayout:
-        return self.layout_of(declared("orders"))
-
-    @property
-    def orders_iceberg_table(self) -> str:
-        return self.iceberg_table_of(declared("orders"))
 
     @property
     def snapshot_retention(self) -> timedelta:
@@ -365,7 +348,7 @@ class SyncSettings(ConfigurableResource):
 
 
 # The fields a deployment names once for every part (Settings reads them, with the local defaults).
-DEPLOYMENT_FIELDS = ("bucket", "books_table", "orders_table", "dynamodb_tables", "namespace")
+DEPLOYMENT_FIELDS = ("bucket", "dynamodb_tables", "namespace")
 
 
 # How many of the longest merge intervals a key may differ while its change is in flight: the wait for its cycle, then

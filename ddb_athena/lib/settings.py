@@ -8,7 +8,7 @@ from datetime import date
 from pathlib import Path
 
 from ddb_athena.lake.identifiers import validate_identifier
-from ddb_athena.lib.declarations import declared, declared_tables
+from ddb_athena.lib.declarations import declared_tables
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCAL_STATE_DIR = REPO_ROOT / ".ddb_athena"
@@ -108,10 +108,8 @@ class Settings:
     profile: str
     bucket: str
     warehouse: str
-    books_table: str
-    orders_table: str
     region: str
-    # Every declared table's DynamoDB table, by its declared name (books and orders included).
+    # Every declared table's DynamoDB table, by its declared name.
     dynamodb_tables: Mapping[str, str] = field(default_factory=dict)
     namespace: str = NAMESPACE
     credentials: Mapping[str, str] = field(default_factory=dict)
@@ -175,8 +173,6 @@ class Settings:
             warehouse=warehouse,
             # As declared (ddb_athena/tables.toml), or named by the declaration's variable: DynamoDB table names allow '-'
             # and '.', which never reach SQL.
-            books_table=declared("books").dynamodb_table_name(env),
-            orders_table=declared("orders").dynamodb_table_name(env),
             dynamodb_tables={name: table.dynamodb_table_name(env) for name, table in declared_tables().items()},
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
             namespace=validate_identifier(env.get("DDB_ATHENA_NAMESPACE", NAMESPACE), "namespace"),

@@ -28,16 +28,15 @@ from datetime import UTC, datetime
 
 from botocore.exceptions import ClientError
 
-from ddb_athena.lib.declarations import declared, declared_tables
+from ddb_athena.lib.declarations import declared_tables
 from ddb_athena.lib.lease_record import describe_holder, lease_body, lease_key
 
 # Every run that writes a table is in that table's pool, which dagster.yaml limits to one run at a time: Materialize,
 # a backfill or a re-execution queues behind the running writer. The lease below stops the writers the queue does
 # not see.
-# (Both orders assets are in orders': a backfill's partitions run one after the other, so on a table never loaded the
-# first pays for the full export and the others find it loaded.) Each table's is `<name>_writer` (lib/declarations.py).
-BOOKS_WRITER_POOL = declared("books").writer_pool
-ORDERS_WRITER_POOL = declared("orders").writer_pool
+# (Both assets of an exported table are in its pool: a backfill's partitions run one after the other, so on a table
+# never loaded the first pays for the full export and the others find it loaded.) Each table's is `<name>_writer`
+# (lib/declarations.py).
 WRITER_POOLS = tuple(table.writer_pool for table in declared_tables().values())
 
 # Renewals per lifetime: a holder survives two failed renewals in a row (a slow or throttled request).

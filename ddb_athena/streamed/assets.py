@@ -71,8 +71,6 @@ def streamed_assets(table: TableDeclaration) -> StreamedAssets:
 
 
 STREAMED = {name: streamed_assets(table) for name, table in declared_tables().items() if table.kind == "streamed"}
-BOOKS = STREAMED["books"]
-books_source, books_iceberg = BOOKS.source, BOOKS.iceberg
 
 
 class SyncConfig(Config):
@@ -85,7 +83,7 @@ class SyncConfig(Config):
         ge=0,
         le=MAX_SYNC_RUN_MINUTES,
         description="How long this run keeps syncing; 0: one cycle. Default: the sync resource's sync_run_minutes for a "
-        "books_sync run (every streamed table), one cycle for any other (Materialize in the UI, a bootstrap).",
+        "sync job's run (books_sync: every streamed table), one cycle for any other (Materialize in the UI, a bootstrap).",
     )
     merge_interval_seconds: float | None = Field(
         default=None,
@@ -383,7 +381,7 @@ def sync_table_asset(assets: StreamedAssets):
         pool=table.writer_pool,
         description=f"Captures the {table.name} stream and MERGEs it into <namespace>.{table.iceberg_table}: one cycle "
         "(Materialize, the bootstrap), or every merge_interval_seconds for run_minutes. The long-lived sync of every "
-        "streamed table is the books_sync job.",
+        "streamed table is the sync job (books_sync).",
     )
     def sync_table(
         context: AssetExecutionContext,
@@ -408,4 +406,3 @@ def sync_table_asset(assets: StreamedAssets):
 
 
 SYNC_ASSETS = {name: sync_table_asset(assets) for name, assets in STREAMED.items()}
-sync_books = SYNC_ASSETS["books"]

@@ -93,8 +93,3 @@ def streamed_checks(assets: StreamedAssets) -> StreamedChecks:
 
 
 CHECKS = {name: streamed_checks(assets) for name, assets in STREAMED.items()}
-BOOKS_CHECKS = CHECKS["books"]
-books_freshness_checks = BOOKS_CHECKS.freshness
-books_backlog, books_quarantine_empty, books_capture_failures = BOOKS_CHECKS.backlog, BOOKS_CHECKS.quarantine_empty, BOOKS_CHECKS.capture_failures
-books_unique_id, books_row_count_parity, books_files_compact = BOOKS_CHECKS.unique_key, BOOKS_CHECKS.parity, BOOKS_CHECKS.files_compact
-BOOKS_FRESHNESS = STREAMED["books"].table.freshness

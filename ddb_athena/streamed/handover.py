@@ -16,9 +16,13 @@ from dataclasses import dataclass
 
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunRecord, RunsFilter
 
-# The one job that syncs every streamed table: named when books was the only one, and kept, so that an existing
-# instance keeps its runs' history and its schedule's cursor.
-SYNC_JOB_NAME = "books_sync"
+from ddb_athena.lib.declarations import declared_tables
+
+# The one job that syncs every streamed table, and the schedule that starts it: named when books was the only one, and
+# kept while books is declared, so that an existing instance keeps its runs' history and its schedule's cursor.
+_SYNC_NAMED_AFTER = "books" if "books" in declared_tables() else "streamed"
+SYNC_JOB_NAME = f"{_SYNC_NAMED_AFTER}_sync"
+SYNC_SCHEDULE_NAME = f"{_SYNC_NAMED_AFTER}_every_minute"
 # Set by a sync run once it is ready to take the lease.
 READY_TAG = "ddb_athena/ready_to_sync"
 # Run monitoring (dagster.yaml) ends a sync run still going this long after its planned end: it hangs.

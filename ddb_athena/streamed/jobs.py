@@ -59,7 +59,7 @@ def keep_books_in_sync(
 
 
 @job(name=SYNC_JOB_NAME, description="The long-lived sync of every streamed table: capture each stream and MERGE it into Iceberg every few seconds.")
-def books_sync_job():
+def sync_job():
     keep_books_in_sync()
 
 
@@ -117,5 +117,3 @@ def streamed_jobs(assets: StreamedAssets) -> StreamedJobs:
 
 
 JOBS = {name: streamed_jobs(assets) for name, assets in STREAMED.items()}
-BOOTSTRAP_JOB_NAME = JOBS["books"].bootstrap.name
-books_bootstrap, books_key_parity, books_maintenance = JOBS["books"].bootstrap, JOBS["books"].key_parity, JOBS["books"].maintenance

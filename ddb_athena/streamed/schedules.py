@@ -18,8 +18,8 @@ from dagster import (
 from ddb_athena.lib.resources import SyncSettings
 from ddb_athena.lib.settings import Settings
 from ddb_athena.streamed.assets import STREAMED
-from ddb_athena.streamed.handover import SYNC_RUN_SLACK_MINUTES, planned_end, waiting_writers
-from ddb_athena.streamed.jobs import JOBS, books_sync_job
+from ddb_athena.streamed.handover import SYNC_RUN_SLACK_MINUTES, SYNC_SCHEDULE_NAME, planned_end, waiting_writers
+from ddb_athena.streamed.jobs import JOBS, sync_job
 
 # A successor is launched this long before the running sync run's planned end: its process, its JVM (and on ECS its
 # task) start while that run still cycles, which hands over once the successor is ready (streamed/handover.py).
@@ -34,23 +34,23 @@ def sync_run_tags(sync: SyncSettings) -> dict[str, str]:
     return {"dagster/max_runtime": str(int(max_runtime))}
 
 
-@schedule(job=books_sync_job, cron_schedule="* * * * *", default_status=DefaultScheduleStatus.RUNNING)
-def books_every_minute(context: ScheduleEvaluationContext, sync: SyncSettings):
+@schedule(name=SYNC_SCHEDULE_NAME, job=sync_job, cron_schedule="* * * * *", default_status=DefaultScheduleStatus.RUNNING)
+def sync_every_minute(context: ScheduleEvaluationContext, sync: SyncSettings):
     # One sync run at a time, which loops for sync_run_minutes. A tick starts one when none runs (first start, or
     # after a crash), or launches the successor of the newest one in its last minute and a half, one at a time. The
     # newest decides, not how many run: while one hands over to it, a short run's own end may already be near.
-    job = books_sync_job.name
+    job = sync_job.name
     waiting = waiting_writers(context.instance)
     if all(assets.table.writer_pool in waiting for assets in STREAMED.values()):
         # A table with a writer of its own is given up by the sync for that writer's while: none is left to sync.
         runs = ", ".join(sorted(f"{run.run_id} ({run.job_name})" for run in waiting.values()))
         return SkipReason(f"every streamed table has another writer ({runs}): the sync resumes after them")
     if context.instance.get_runs(filters=RunsFilter(job_name=job, statuses=_WAITING), limit=1):
-        return SkipReason("a books_sync run is on its way")
+        return SkipReason(f"a {job} run is on its way")
     running = context.instance.get_run_records(filters=RunsFilter(job_name=job, statuses=_RUNNING), limit=10)
     ends = [planned_end(record, sync.sync_run_minutes) for record in running]
     if ends and max(ends) - time.time() > SUCCESSOR_LEAD_SECONDS:
-        return SkipReason("the books_sync run is running")
+        return SkipReason(f"the {job} run is running")
     return RunRequest(tags=sync_run_tags(sync))
 
 
@@ -65,4 +65,3 @@ KEY_PARITY_SCHEDULES = {
     )
     for name, jobs in JOBS.items()
 }
-books_key_parity_daily = KEY_PARITY_SCHEDULES["books"]

@@ -7,9 +7,9 @@ import pytest
 from dagster import AssetCheckEvaluation, AssetKey, DagsterInstance, build_run_status_sensor_context, build_sensor_context
 
 from ddb_athena.alerts.sensors import NO_TOPIC, alert_on_failed_run, alert_on_red_checks
-from ddb_athena.cleanup.jobs import books_source_cleanup
 from ddb_athena.definitions import defs
 from ddb_athena.lib.resources import AwsClientsResource, sync_settings
+from ddb_athena_tests.books_and_orders import books_source_cleanup
 
 DAGSTER_URL = "https://dagster.example.com"
 

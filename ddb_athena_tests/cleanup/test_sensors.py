@@ -5,12 +5,12 @@ import json
 import pytest
 from dagster import build_sensor_context, instance_for_test
 
-from ddb_athena.cleanup.jobs import books_source_cleanup, orders_export_cleanup
 from ddb_athena.cleanup.sensors import cleanup_after_materialization
 from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import list_change_files
 from ddb_athena.streamed.capture.lambda_handler import handle_stream_event
+from ddb_athena_tests.books_and_orders import books_source_cleanup, orders_export_cleanup
 from ddb_athena_tests.dagster_helpers import local_resources, materialization_metadata, sync_books
 from ddb_athena_tests.lake.helpers import ChangeFiles, change
 from ddb_athena_tests.streamed.test_assets import lambda_event
@@ -34,7 +34,7 @@ def test_each_materialization_gets_one_cleanup_that_deletes_only_what_it_committ
     """The files in S3: a bootstrap's snapshot, and the capture Lambda's change files (the run's own capture keeps its
     files on local disk: a commit of those alone has no manifest, nothing to clean up)."""
     s3, layout = settings.client("s3"), SourceLayout(settings.bucket, "books_source")
-    BookSimulator(settings.client("dynamodb"), settings.books_table).insert("scanned")
+    BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"]).insert("scanned")
     newest = int(stream_records(settings)[-1]["dynamodb"]["SequenceNumber"])
     first = materialization_metadata(sync_books(instance, books_capture="lambda"), "books_iceberg")
     handle_stream_event(lambda_event("after-scan", str(newest + 200), "captured by the Lambda"), s3, layout)

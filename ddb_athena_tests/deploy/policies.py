@@ -8,6 +8,7 @@ form in the template fails the test instead of passing unchecked.
 import json
 import re
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import cache
@@ -138,6 +139,16 @@ def _ecs_requests(call: AwsCall) -> list[tuple[str, list[str]]]:
     return [(f"ecs:{call.operation}", [name for name in named.split(",") if name])]
 
 
+def table_parameters(dynamodb_tables: Mapping[str, str], stream_arn: Callable[[str], str]) -> dict:
+    """The stack's parameters for the declared tables: a DynamoDB table's name where a variable names it, a streamed
+    table's stream (`stream_arn` of its DynamoDB table)."""
+    tables = declared_tables().values()
+    return {
+        **{f"{camel(table.name)}TableName": dynamodb_tables[table.name] for table in tables if table.dynamodb_table_variable},
+        **{f"{camel(table.name)}StreamArn": stream_arn(dynamodb_tables[table.name]) for table in tables if table.kind == "streamed"},
+    }
+
+
 @dataclass(frozen=True)
 class Deployment:
     """Parameter values of one deployment; the bucket is the one each call names (tests use several)."""
@@ -166,12 +177,7 @@ class Deployment:
         names = {"books": self.books_table, "orders": self.orders_table}
         tables = {name: names.get(name, table.dynamodb_table) for name, table in declared_tables().items()}
         return {
-            **{f"{camel(name)}TableName": tables[name] for name, table in declared_tables().items() if table.dynamodb_table_variable},
-            **{
-                f"{camel(name)}StreamArn": f"arn:aws:dynamodb:{self.region}:{ACCOUNT}:table/{tables[name]}/stream/*"
-                for name, table in declared_tables().items()
-                if table.kind == "streamed"
-            },
+            **table_parameters(tables, lambda table: f"arn:aws:dynamodb:{self.region}:{ACCOUNT}:table/{table}/stream/*"),
             "ExistingBucketName": bucket,
             "GlueDatabaseName": "library",
             "DagsterPrincipal": self.dagster_principal,

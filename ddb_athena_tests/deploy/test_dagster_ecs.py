@@ -157,9 +157,9 @@ def test_the_platform_deploys_into_the_emulator_beside_a_data_stack(settings, tm
 
 
 def test_a_run_takes_the_syncs_measured_task_unless_its_job_asks_for_less():
-    from ddb_athena.cleanup.jobs import books_source_cleanup, orders_export_cleanup
     from ddb_athena_bench.bill import Task
     from ddb_athena_bench.cost import DEFAULT_SPARK_MEMORY, DEFAULT_TASK
+    from ddb_athena_tests.books_and_orders import books_source_cleanup, orders_export_cleanup
 
     variables = {variable["Name"]: variable["Value"] for variable in platform_container()["Environment"]}
     assert variables["DDB_ATHENA_SPARK_DRIVER_MEMORY"] == DEFAULT_SPARK_MEMORY

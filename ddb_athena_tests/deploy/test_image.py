@@ -107,8 +107,8 @@ def test_inside_the_image_the_code_location_loads_and_a_books_cycle_lands_in_ice
     tag, _ = image
     dynamodb = settings.client("dynamodb")
     for number in range(5):
-        dynamodb.put_item(TableName=settings.books_table, Item={"id": {"S": f"book-{number}"}, "name": {"S": f"Name {number}"}})
-    dynamodb.delete_item(TableName=settings.books_table, Key={"id": {"S": "book-4"}})
+        dynamodb.put_item(TableName=settings.dynamodb_tables["books"], Item={"id": {"S": f"book-{number}"}, "name": {"S": f"Name {number}"}})
+    dynamodb.delete_item(TableName=settings.dynamodb_tables["books"], Key={"id": {"S": "book-4"}})
     warehouse = tmp_path / "warehouse"
     warehouse.mkdir()
     warehouse.chmod(0o777)  # the image's user writes it

@@ -13,7 +13,7 @@ from ddb_athena.lib.declarations import declared_tables, parse_declarations
 from ddb_athena.lib.settings import Settings
 from ddb_athena_build.packaging import CAPTURE_LAMBDA, build_zip
 from ddb_athena_build.templates import camel
-from ddb_athena_tests.deploy.policies import TEMPLATE, as_list, load_template, rendered
+from ddb_athena_tests.deploy.policies import TEMPLATE, as_list, load_template, rendered, table_parameters
 from ddb_athena_tests.deploy.policies import load_template as template
 
 # IAM actions without resource-level permissions: `Resource: "*"` is the only form they take.
@@ -141,17 +141,10 @@ def created_stack(cloudformation, name: str, body: dict, parameters: dict) -> di
     return stack
 
 
-def table_parameters(settings) -> dict:
+def stack_table_parameters(settings) -> dict:
     """The stack's parameters for the declared tables, as the emulator has them."""
     dynamodb = settings.client("dynamodb")
-    parameters = {}
-    for table in declared_tables().values():
-        name = settings.dynamodb_tables[table.name]
-        if table.dynamodb_table_variable:
-            parameters[f"{camel(table.name)}TableName"] = name
-        if table.kind == "streamed":
-            parameters[f"{camel(table.name)}StreamArn"] = dynamodb.describe_table(TableName=name)["Table"]["LatestStreamArn"]
-    return parameters
+    return table_parameters(settings.dynamodb_tables, lambda name: dynamodb.describe_table(TableName=name)["Table"]["LatestStreamArn"])
 
 
 def data_stack(settings, tmp_path, **parameters) -> dict:
@@ -162,7 +155,7 @@ def data_stack(settings, tmp_path, **parameters) -> dict:
     build_zip(archive)
     s3.create_bucket(Bucket="code-bucket")
     s3.upload_file(str(archive), "code-bucket", "ddb_athena/streamed/capture-lambda.zip")
-    parameters |= table_parameters(settings) | {"CaptureCodeBucket": "code-bucket"}
+    parameters |= stack_table_parameters(settings) | {"CaptureCodeBucket": "code-bucket"}
     return created_stack(settings.client("cloudformation"), "ddb-athena", emulated(template()), parameters)
 
 
@@ -170,7 +163,7 @@ def data_stack(settings, tmp_path, **parameters) -> dict:
 def test_the_stack_deploys_into_the_emulator(settings, tmp_path, principal, books_capture):
     s3 = settings.client("s3")
     stack = data_stack(settings, tmp_path, DagsterPrincipal=principal, BooksCapture=books_capture)
-    stream_arn = settings.client("dynamodb").describe_table(TableName=settings.books_table)["Table"]["LatestStreamArn"]
+    stream_arn = settings.client("dynamodb").describe_table(TableName=settings.dynamodb_tables["books"])["Table"]["LatestStreamArn"]
     outputs = {output["OutputKey"]: output["OutputValue"] for output in stack["Outputs"]}
     bucket = outputs["BucketName"]
     # moto's CloudFormation creates the bucket but applies neither its public access block nor its lifecycle
@@ -181,7 +174,7 @@ def test_the_stack_deploys_into_the_emulator(settings, tmp_path, principal, book
         function = lambda_client.get_function(FunctionName=outputs["CaptureFunctionName"])["Configuration"]
         assert function["Environment"]["Variables"]["DDB_ATHENA_BUCKET"] == bucket
         mappings = lambda_client.list_event_source_mappings(FunctionName=outputs["CaptureFunctionName"])["EventSourceMappings"]
-        streams = {value for name, value in table_parameters(settings).items() if name.endswith("StreamArn")}
+        streams = {value for name, value in stack_table_parameters(settings).items() if name.endswith("StreamArn")}
         assert sorted(mapping["EventSourceArn"] for mapping in mappings) == sorted(streams) and stream_arn in streams
     else:  # the sync run reads the stream: no Lambda, and its role may read the stream
         assert lambda_client.list_functions()["Functions"] == [] and "CaptureFunctionName" not in outputs

@@ -7,8 +7,9 @@ from dagster import DagsterInstance
 
 from ddb_athena.dev.cli import main
 from ddb_athena.dev.local_runs import limit_writer_pools
-from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL, ORDERS_WRITER_POOL, WRITER_POOLS
+from ddb_athena.lib.writer_lease import WRITER_POOLS
 from ddb_athena.lib.writer_pools import pool_limit, writer_pool_problems, writer_pool_warning
+from ddb_athena_tests.books_and_orders import BOOKS_WRITER_POOL, ORDERS_WRITER_POOL
 
 REPO = Path(__file__).resolve().parents[2]
 # This repository's settings without the pools: what an instance set up before them, or by hand, has.

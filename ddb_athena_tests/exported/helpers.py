@@ -10,7 +10,7 @@ def pitr_holds_since(settings, moment: datetime) -> None:
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.dynamodb.models import dynamodb_backends
 
-    table = dynamodb_backends[DEFAULT_ACCOUNT_ID][settings.region].get_table(settings.orders_table)
+    table = dynamodb_backends[DEFAULT_ACCOUNT_ID][settings.region].get_table(settings.dynamodb_tables["orders"])
     table.continuous_backups["PointInTimeRecoveryDescription"]["EarliestRestorableDateTime"] = moment.timestamp()
 
 

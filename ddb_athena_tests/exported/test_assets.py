@@ -10,11 +10,10 @@ from dagster import AssetMaterialization, AssetSelection, DagsterInstance, mater
 from pyspark.sql import functions as F
 
 from ddb_athena.dev.simulate import order_item
-from ddb_athena.exported.assets import orders_athena, orders_export, orders_partitions
-from ddb_athena.exported.checks import orders_unique_order_id
 from ddb_athena.exported.export import COVERED, FULL_EXPORT, INCREMENTAL_EXPORT
 from ddb_athena.lake.change_merge import table_properties
 from ddb_athena.lake.export_load import FULL_EXPORT_TIME_PROPERTY
+from ddb_athena_tests.books_and_orders import orders_athena, orders_export, orders_partitions, orders_unique_order_id
 from ddb_athena_tests.dagster_helpers import check_results, clock_at, local_resources, materialization_metadata
 
 # The day first, before the emulator's state: see the fixture.
@@ -43,16 +42,16 @@ def put_orders(settings, count: int, seed: int) -> None:
     rng = random.Random(seed)
     dynamodb = settings.client("dynamodb")
     for index in range(count):
-        dynamodb.put_item(TableName=settings.orders_table, Item=order_item(rng, datetime.now(UTC) - timedelta(hours=index)))
+        dynamodb.put_item(TableName=settings.dynamodb_tables["orders"], Item=order_item(rng, datetime.now(UTC) - timedelta(hours=index)))
 
 
 def dynamodb_order_ids(settings) -> list[str]:
-    pages = settings.client("dynamodb").get_paginator("scan").paginate(TableName=settings.orders_table, ProjectionExpression="order_id")
+    pages = settings.client("dynamodb").get_paginator("scan").paginate(TableName=settings.dynamodb_tables["orders"], ProjectionExpression="order_id")
     return [item["order_id"]["S"] for page in pages for item in page["Items"]]
 
 
 def exports_paid(settings) -> int:
-    table_arn = settings.client("dynamodb").describe_table(TableName=settings.orders_table)["Table"]["TableArn"]
+    table_arn = settings.client("dynamodb").describe_table(TableName=settings.dynamodb_tables["orders"])["Table"]["TableArn"]
     return len(settings.client("dynamodb").list_exports(TableArn=table_arn)["ExportSummaries"])
 
 
@@ -70,7 +69,7 @@ def backfill_from_the_start_date(instance, last: str) -> dict[str, dict]:
 
 
 def test_a_new_deployment_bootstraps_and_every_later_night_backfill_and_rerun_succeeds(spark, settings, instance, days):
-    pitr = settings.client("dynamodb").describe_continuous_backups(TableName=settings.orders_table)["ContinuousBackupsDescription"]
+    pitr = settings.client("dynamodb").describe_continuous_backups(TableName=settings.dynamodb_tables["orders"])["ContinuousBackupsDescription"]
     assert pitr["PointInTimeRecoveryDescription"]["EarliestRestorableDateTime"] > datetime.now(UTC) - timedelta(minutes=5)
     put_orders(settings, 10, seed=1)
     # The first partition run (make dev's, or the first scheduled night's) bootstraps: a full export now.
@@ -142,7 +141,10 @@ def test_a_changed_order_is_counted_and_warns_without_rewriting_the_row(spark, s
     sync_orders(instance, days.yesterday)
     (order_id, *_) = dynamodb_order_ids(settings)
     settings.client("dynamodb").update_item(
-        TableName=settings.orders_table, Key={"order_id": {"S": order_id}}, UpdateExpression="SET paid = :p", ExpressionAttributeValues={":p": {"BOOL": False}}
+        TableName=settings.dynamodb_tables["orders"],
+        Key={"order_id": {"S": order_id}},
+        UpdateExpression="SET paid = :p",
+        ExpressionAttributeValues={":p": {"BOOL": False}},
     )
     before = spark.table(f"{settings.namespace}.orders").where(f"order_id = '{order_id}'").collect()[0]["item"]
     with clock_at(days.night(1)):
@@ -196,7 +198,9 @@ def test_a_window_lost_to_point_in_time_recovery_fails_before_any_export_and_a_b
     # PITR turned off and on again after the full export: it no longer reaches back to the export's time.
     dynamodb = settings.client("dynamodb")
     for enabled in (False, True):
-        dynamodb.update_continuous_backups(TableName=settings.orders_table, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": enabled})
+        dynamodb.update_continuous_backups(
+            TableName=settings.dynamodb_tables["orders"], PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": enabled}
+        )
     with clock_at(days.night(1)):
         with pytest.raises(Exception, match="earliest time point-in-time recovery still holds"):
             sync_orders(instance, days.today.isoformat())
@@ -229,3 +233,74 @@ def test_a_damaged_export_file_turns_the_reconciliation_and_quarantine_checks_re
     assert checks["orders_export_reconciles"].metadata["unaccounted"].value == 40 - loaded["items_read"] > 0
     assert loaded["corrupt_files"] == 1 and loaded["rows_inserted"] == loaded["items_read"] > 0
     assert spark.table(f"{settings.namespace}.orders").count() == loaded["rows_inserted"]
+
+
+SHIPMENTS = """
+[shipments]
+kind = "exported"
+dynamodb_table = "shipments"
+iceberg_table = "shipments"
+partition_key = { attribute = "order_id", type = "S" }
+sort_key = { attribute = "parcel", type = "N" }
+columns = [
+    { name = "shipped_at", attribute = "shipped_at", transform = "iso_timestamp", required = true },
+    { name = "carrier", attribute = "carrier" },
+]
+partition_by = ["days(shipped_at)"]
+freshness_minutes = 1560
+"""
+
+
+def test_any_exported_table_declared_gets_its_own_assets_and_checks_and_loads_its_composite_keys(spark, settings, instance, days, monkeypatch):
+    """A second exported table, declared with a composite key (S + N): the factory gives it orders' assets and checks
+    under its own names, and its export lands in its own Iceberg table, each (order_id, parcel) once, read back by
+    PyIceberg as Athena reads it. Delimiter characters in a key part never merge two keys."""
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    from pyiceberg.table import StaticTable
+
+    from ddb_athena.exported.assets import exported_assets
+    from ddb_athena.exported.checks import exported_checks
+    from ddb_athena.lib import declarations
+
+    table = declarations.parse_declarations(SHIPMENTS)["shipments"]
+    # As if ddb_athena/tables.toml declared it: the load (in the run, or a job on EMR) finds its declaration by name.
+    with_shipments = {**declarations.declared_tables(), "shipments": table}
+    monkeypatch.setattr(declarations, "declared_tables", lambda: with_shipments)
+    assets = exported_assets(table, days.yesterday)
+    checks = exported_checks(assets)
+    dynamodb = settings.client("dynamodb")
+    dynamodb.create_table(
+        TableName="shipments",
+        KeySchema=[{"AttributeName": "order_id", "KeyType": "HASH"}, {"AttributeName": "parcel", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": "order_id", "AttributeType": "S"}, {"AttributeName": "parcel", "AttributeType": "N"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    dynamodb.update_continuous_backups(TableName="shipments", PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True})
+    shipped = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    # Joined by "#", ("a#b", 1) would read as order "a" with a parcel "b#1": each key part stays its own column.
+    keys = [("a#b", "1"), ("a", "1"), ("a", "2"), ("a#b#", "1"), ("x", "10")]
+    for order_id, parcel in keys:
+        item = {"order_id": {"S": order_id}, "parcel": {"N": parcel}, "shipped_at": {"S": shipped}, "carrier": {"S": "post"}}
+        dynamodb.put_item(TableName="shipments", Item=item)
+    result = materialize(
+        [assets.export, assets.athena, *checks.all],
+        partition_key=days.yesterday,
+        resources=local_resources(export_poll_seconds=0.1),
+        instance=instance,
+        raise_on_error=True,
+    )
+    loaded = materialization_metadata(result, "shipments_athena")
+    assert loaded["rows_inserted"] == len(keys) and loaded["duplicates_skipped"] == 0
+    assert materialization_metadata(result, "shipments_export")["item_count"] == len(keys)
+    results = check_results(result)
+    assert {"shipments_export_reconciles", "shipments_no_mutated_documents", "shipments_quarantine_empty", "shipments_unique_order_id_parcel"} <= set(results)
+    assert all(check.passed for check in results.values()), {name: check.metadata for name, check in results.items()}
+    location = Path(urlparse(settings.warehouse).path) / settings.namespace / "shipments"
+    rows = StaticTable.from_metadata(str(location)).scan(selected_fields=("order_id", "parcel", "carrier")).to_arrow().to_pylist()
+    assert sorted((row["order_id"], str(row["parcel"]), row["carrier"]) for row in rows) == sorted((o, p, "post") for o, p in keys)
+    # The next night's run for the same day finds every key loaded: nothing twice.
+    again = materialize([assets.export, assets.athena], partition_key=days.yesterday, resources=local_resources(export_poll_seconds=0.1), instance=instance)
+    assert materialization_metadata(again, "shipments_athena")["rows_inserted"] == 0
+    assert len(StaticTable.from_metadata(str(location)).scan().to_arrow()) == len(keys)

@@ -39,7 +39,7 @@ def layout(settings):
 def seed_orders(settings, count: int) -> None:
     rng = random.Random(count)
     for _ in range(count):
-        settings.client("dynamodb").put_item(TableName=settings.orders_table, Item=order_item(rng, NOW))
+        settings.client("dynamodb").put_item(TableName=settings.dynamodb_tables["orders"], Item=order_item(rng, NOW))
 
 
 def export(settings, layout, full, day=YESTERDAY, coverage=None, dynamodb=None, logs=None, now=NOW):
@@ -47,7 +47,7 @@ def export(settings, layout, full, day=YESTERDAY, coverage=None, dynamodb=None, 
         dynamodb or settings.client("dynamodb"),
         settings.client("s3"),
         layout,
-        settings.orders_table,
+        settings.dynamodb_tables["orders"],
         day.date().isoformat(),
         day,
         day + timedelta(days=1),
@@ -160,7 +160,7 @@ def test_a_full_export_lists_data_when_there_is_no_manifest_and_a_rerun_reuses_i
 
 
 def table_arn(settings):
-    return settings.client("dynamodb").describe_table(TableName=settings.orders_table)["Table"]["TableArn"]
+    return settings.client("dynamodb").describe_table(TableName=settings.dynamodb_tables["orders"])["Table"]["TableArn"]
 
 
 def test_an_incremental_request_covers_the_day_with_new_images_and_a_token_derived_from_the_partition(settings, layout):
@@ -227,18 +227,23 @@ def test_preconditions_fail_clearly_before_anything_is_requested(settings, layou
         export(settings, layout, False, day=today)
     with pytest.raises(ExportError, match="not between 15 minutes and 24 hours"):
         check_preconditions(
-            dynamodb, settings.client("s3"), settings.orders_table, layout, ExportWindow(INCREMENTAL_EXPORT, YESTERDAY, YESTERDAY + timedelta(minutes=10)), NOW
+            dynamodb,
+            settings.client("s3"),
+            settings.dynamodb_tables["orders"],
+            layout,
+            ExportWindow(INCREMENTAL_EXPORT, YESTERDAY, YESTERDAY + timedelta(minutes=10)),
+            NOW,
         )
     with pytest.raises(ExportError, match="not between 15 minutes and 24 hours"):
         check_preconditions(
             dynamodb,
             settings.client("s3"),
-            settings.orders_table,
+            settings.dynamodb_tables["orders"],
             layout,
             ExportWindow(INCREMENTAL_EXPORT, YESTERDAY - timedelta(days=1), YESTERDAY + timedelta(minutes=1)),
             NOW,
         )
-    dynamodb.update_continuous_backups(TableName=settings.orders_table, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": False})
+    dynamodb.update_continuous_backups(TableName=settings.dynamodb_tables["orders"], PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": False})
     with pytest.raises(ExportError, match="Point-in-time recovery is off.*update-continuous-backups"):
         export(settings, layout, True)
     with pytest.raises(ExportError, match="bucket 'missing-bucket' does not exist"):

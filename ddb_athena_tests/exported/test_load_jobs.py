@@ -13,13 +13,13 @@ import pytest
 from botocore.stub import Stubber
 from dagster import DagsterExecutionInterruptedError, DagsterInstance, materialize
 
-from ddb_athena.exported.assets import orders_athena, orders_export
-from ddb_athena.exported.load_runner import ENTRY_POINT, OrdersLoadRunner
+from ddb_athena.exported.load_runner import ENTRY_POINT, ExportLoadRunner
 from ddb_athena.lake.job_submission import JobSubmissionError, spark_home_environment, spark_submit_command
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource
 from ddb_athena.lib.settings import Settings
 from ddb_athena.resources import resources_from_settings
 from ddb_athena_build.packaging import build_emr_job
+from ddb_athena_tests.books_and_orders import orders_athena, orders_export
 from ddb_athena_tests.dagster_helpers import check_results, materialization_metadata
 from ddb_athena_tests.deploy.policies import EMR_APPLICATION_ID, EMR_LOG_GROUP, EMR_ROLE_ARN
 from ddb_athena_tests.exported.test_assets import put_orders, sync_orders
@@ -227,7 +227,7 @@ def emr_resources(settings: Settings) -> dict:
         "aws": StubbedEmrAws(region_name=aws.region_name, endpoint_url=aws.endpoint_url, aws_access_key_id="testing", aws_secret_access_key="testing"),
         # The aws profile's Spark settings (Glue, S3FileIO, s3://) go into the request; no session is started here.
         "spark": IcebergSparkResource(profile="aws", warehouse="s3://test-bucket/warehouse", master=None),
-        "orders_load": OrdersLoadRunner(
+        "orders_load": ExportLoadRunner(
             mode="emr_serverless",
             emr_application_id=EMR_APPLICATION_ID,
             emr_execution_role_arn=EMR_ROLE_ARN,

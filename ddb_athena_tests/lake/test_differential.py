@@ -50,8 +50,8 @@ def test_rounds_of_random_changes_converge_to_dynamodb_column_by_column(spark, s
     dynamodb, s3 = settings.client("dynamodb"), settings.client("s3")
     layout = SourceLayout(settings.bucket, "books_source")
     table = f"{settings.namespace}.books"
-    capture = StreamCapture(dynamodb, settings.client("dynamodbstreams"), s3, settings.books_table, layout, namer=ChangeFileNamer())
-    simulator = BookSimulator(dynamodb, settings.books_table, rng=random.Random(20261122))
+    capture = StreamCapture(dynamodb, settings.client("dynamodbstreams"), s3, settings.dynamodb_tables["books"], layout, namer=ChangeFileNamer())
+    simulator = BookSimulator(dynamodb, settings.dynamodb_tables["books"], rng=random.Random(20261122))
     seen_actions = set()
     for round_number in range(ROUNDS):
         for _ in range(OPERATIONS_PER_ROUND):
@@ -66,7 +66,7 @@ def test_rounds_of_random_changes_converge_to_dynamodb_column_by_column(spark, s
         if round_number % 2 == 0:  # every other cleanup "fails": the next round replays those files too
             delete_committed_files(s3, settings.bucket, manifest)
 
-        expected, actual = dynamodb_rows(dynamodb, settings.books_table), iceberg_rows(spark, table)
+        expected, actual = dynamodb_rows(dynamodb, settings.dynamodb_tables["books"]), iceberg_rows(spark, table)
         assert actual.keys() == expected.keys(), f"round {round_number}: ids differ"
         for book_id, row in expected.items():
             assert actual[book_id] == row, f"round {round_number}: {book_id} differs"

@@ -14,7 +14,7 @@ from ddb_athena.lake.maintenance import (
     table_totals,
 )
 from ddb_athena.lib.declarations import declared
-from ddb_athena.streamed.jobs import books_maintenance
+from ddb_athena_tests.books_and_orders import books_maintenance
 from ddb_athena_tests.dagster_helpers import local_resources
 from ddb_athena_tests.lake.helpers import ChangeFiles, change, plant_file
 
@@ -137,7 +137,7 @@ def test_retentions_below_their_floors_are_refused_clearly(spark, settings):
         maintain_table(spark, "lake", files.table, timedelta(hours=1), 1, timedelta(hours=12))
     for bad in ({"snapshot_retention_hours": 0.5}, {"orphan_file_age_days": 0.5}):
         with pytest.raises(ValidationError):
-            SyncSettings(bucket="b", books_table="books", **bad)
+            SyncSettings(bucket="b", **bad)
 
 
 def test_orphan_files_go_once_older_than_their_age_and_a_recent_one_stays(spark, settings):

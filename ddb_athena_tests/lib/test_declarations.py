@@ -45,7 +45,7 @@ def test_the_dynamodb_table_is_the_declared_name_or_the_one_its_variable_gives()
     assert declared("books").dynamodb_table_name({}) == "books"
     assert declared("books").dynamodb_table_name({"DDB_ATHENA_BOOKS_TABLE": "prod-books"}) == "prod-books"
     settings = Settings.from_env({"DDB_ATHENA_ORDERS_TABLE": "prod.orders"})
-    assert (settings.books_table, settings.orders_table) == ("books", "prod.orders")
+    assert (settings.dynamodb_tables["books"], settings.dynamodb_tables["orders"]) == ("books", "prod.orders")
 
 
 REVIEWS = """

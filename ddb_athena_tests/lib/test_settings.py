@@ -8,7 +8,7 @@ def test_local_defaults_work_with_nothing_set():
     settings = Settings.from_env({})
     assert settings.profile == "local" and settings.bucket == "ddb-athena-local"
     assert settings.warehouse.startswith("file://") and settings.warehouse.endswith("/.ddb_athena/warehouse")
-    assert settings.books_table == "books" and settings.orders_table == "orders" and settings.namespace == "library"
+    assert settings.dynamodb_tables["books"] == "books" and settings.dynamodb_tables["orders"] == "orders" and settings.namespace == "library"
     assert settings.endpoint_url == settings.default_endpoint_url == LOCAL_ENDPOINT_URL
     assert settings.credentials == {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
     assert settings.spark_master == "local[2]"
@@ -133,7 +133,7 @@ def test_a_run_length_or_merge_interval_out_of_range_is_refused_in_the_resource_
     from ddb_athena.streamed.assets import SyncConfig
 
     with pytest.raises(ValueError):
-        SyncSettings(bucket="b", books_table="books", **{resource_field: value})
+        SyncSettings(bucket="b", **{resource_field: value})
     with pytest.raises(ValueError):
         SyncConfig(**{run_config_field: value})
 
@@ -198,8 +198,8 @@ def test_deletes_are_remembered_at_least_as_long_as_the_stream_keeps_changes():
     from ddb_athena.lib.resources import SyncSettings
 
     with pytest.raises(pydantic.ValidationError, match="tombstone_retention_days"):
-        SyncSettings(bucket="b", books_table="books", tombstone_retention_days=0.5)
-    assert SyncSettings(bucket="b", books_table="books", tombstone_retention_days=1).tombstone_retention_days == 1
+        SyncSettings(bucket="b", tombstone_retention_days=0.5)
+    assert SyncSettings(bucket="b", tombstone_retention_days=1).tombstone_retention_days == 1
 
 
 def test_the_spark_drivers_heap_is_the_deployments_choice_and_sparks_own_default_when_unset():
@@ -215,7 +215,7 @@ def test_the_spark_drivers_heap_is_the_deployments_choice_and_sparks_own_default
     ("override", "named"),
     [
         ({"bucket": "another-bucket"}, "bucket 'another-bucket' (the deployment's: 'test-bucket')"),
-        ({"books_table": "prod-books"}, "the DynamoDB table of books 'prod-books' (the deployment's: 'books')"),
+        ({"dynamodb_tables": {"books": "prod-books"}}, "the DynamoDB table of books 'prod-books' (the deployment's: 'books')"),
         ({"dynamodb_tables": {"reviews": "other-reviews"}}, "the DynamoDB table of reviews 'other-reviews' (the deployment's: 'reviews')"),
         ({"namespace": "elsewhere"}, "namespace 'elsewhere'"),
         ({"namespace": None}, "namespace 'library'"),  # left out: the field's default, not the deployment's
@@ -240,7 +240,7 @@ def test_a_run_cannot_point_its_settings_at_another_table_than_its_leases_fence(
 
     # A run config of the resource replaces the code location's values (Dagster falls back to the fields' defaults, not
     # to them): it names where the tables are, or is refused.
-    required = {"bucket": settings.bucket, "books_table": settings.books_table, "namespace": settings.namespace}
+    required = {"bucket": settings.bucket, "dynamodb_tables": dict(settings.dynamodb_tables), "namespace": settings.namespace}
     with DagsterInstance.ephemeral() as instance:
         config = {name: value for name, value in (required | override).items() if value is not None}
         result = a_run.execute_in_process(run_config={"resources": {"sync": {"config": config}}}, instance=instance, raise_on_error=False)

@@ -196,17 +196,18 @@ def test_a_job_commits_only_while_its_launching_run_holds_the_lease(spark, setti
     from dataclasses import replace
 
     from ddb_athena.exported.orders_load_job import WriterLeaseLost, still_the_writer
-    from ddb_athena.exported.partition_load import OrdersLoadRequest, OrdersUpkeep
+    from ddb_athena.exported.partition_load import ExportLoadRequest, ExportUpkeep
 
     launcher = lease(settings, "Dagster run 5678 (orders_daily)", ttl=30.0)
     uri = f"s3a://{settings.bucket}/{launcher.key}"
-    request = OrdersLoadRequest(
+    request = ExportLoadRequest(
+        "orders",
         "library.orders",
         "lake",
         [],
         "s3a://b/q",
         datetime.now(UTC),
-        OrdersUpkeep(1, 1, 1),
+        ExportUpkeep(1, 1, 1),
         datetime.now(UTC),
         writer_lease={"uri": uri, "holder": "Dagster run 5678 (orders_daily)", "ttl_seconds": 30.0},
         writer_token=launcher.token,

@@ -12,8 +12,8 @@ import pytest
 from dagster import DagsterInstance, DagsterRunStatus
 
 from ddb_athena.dev.simulate import BookSimulator
-from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL
 from ddb_athena_bench.delayed_location import DELAY_VARIABLE
+from ddb_athena_tests.books_and_orders import BOOKS_WRITER_POOL
 from ddb_athena_tests.stack.test_one_writer import (
     REPO,
     dagster_stack,
@@ -44,7 +44,7 @@ def started_late(instance: DagsterInstance, run_id: str) -> bool:
 
 def test_with_runs_starting_90_s_late_the_sync_hands_over_without_a_pause_in_its_commits(settings, tmp_path):
     dynamodb = settings.client("dynamodb")
-    books = BookSimulator(dynamodb, settings.books_table, rng=random.Random(5))
+    books = BookSimulator(dynamodb, settings.dynamodb_tables["books"], rng=random.Random(5))
     for _ in range(10):
         books.insert()
     workspace = tmp_path / "workspace.yaml"
@@ -97,7 +97,7 @@ def test_with_runs_starting_90_s_late_the_sync_hands_over_without_a_pause_in_its
             assert any("is ready and takes over" in (entry.user_message or "") for entry in instance.all_logs(predecessor.run_id))
         assert overlaps(instance, writer_runs(instance, BOOKS_WRITER_POOL), f"{settings.namespace}.books") == []
 
-        expected = dynamodb_items(settings, settings.books_table, "id")
+        expected = dynamodb_items(settings, settings.dynamodb_tables["books"], "id")
 
         def caught_up():
             return {row["id"] for row in iceberg_rows(settings.warehouse, settings.namespace, "books")} == set(expected)

@@ -27,9 +27,10 @@ from dagster_graphql import DagsterGraphQLClient
 
 from ddb_athena.dev.local_runs import limit_writer_pools
 from ddb_athena.dev.simulate import BookSimulator, order_item
-from ddb_athena.lib.writer_lease import BOOKS_WRITER_POOL, ORDERS_WRITER_POOL, WRITER_POOLS
+from ddb_athena.lib.writer_lease import WRITER_POOLS
 from ddb_athena.streamed.handover import SYNC_JOB_NAME
 from ddb_athena_bench.postgres_server import postgres_server
+from ddb_athena_tests.books_and_orders import BOOKS_WRITER_POOL, ORDERS_WRITER_POOL
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -168,7 +169,7 @@ def dynamodb_items(settings, table: str, key: str) -> dict[str, dict]:
 
 def test_a_sync_materialize_and_an_orders_backfill_on_a_new_deployment_keep_one_writer_per_table(settings, days, tmp_path, monkeypatch):
     dynamodb = settings.client("dynamodb")
-    books = BookSimulator(dynamodb, settings.books_table, rng=random.Random(7))
+    books = BookSimulator(dynamodb, settings.dynamodb_tables["books"], rng=random.Random(7))
     for _ in range(20):
         books.insert()
     rng = random.Random(3)
@@ -176,7 +177,7 @@ def test_a_sync_materialize_and_an_orders_backfill_on_a_new_deployment_keep_one_
     for partition in partitions:
         for hour in range(0, 24, 6):
             created = datetime.combine(datetime.fromisoformat(partition).date(), day_time(hour), tzinfo=UTC)
-            dynamodb.put_item(TableName=settings.orders_table, Item=order_item(rng, created))
+            dynamodb.put_item(TableName=settings.dynamodb_tables["orders"], Item=order_item(rng, created))
 
     port = free_port()
     deployed_storage = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())["storage"]
@@ -227,7 +228,7 @@ def test_a_sync_materialize_and_an_orders_backfill_on_a_new_deployment_keep_one_
             tags = [record.dagster_run.tags for record in orders_runs]
             assert sorted(tag["dagster/partition"] for tag in tags if "dagster/partition" in tag) == partitions
 
-            expected_books = dynamodb_items(settings, settings.books_table, "id")
+            expected_books = dynamodb_items(settings, settings.dynamodb_tables["books"], "id")
 
             def books_caught_up():
                 rows = iceberg_rows(settings.warehouse, settings.namespace, "books")
@@ -242,8 +243,8 @@ def test_a_sync_materialize_and_an_orders_backfill_on_a_new_deployment_keep_one_
 
     rows = iceberg_rows(settings.warehouse, settings.namespace, "orders")
     order_ids = [row["order_id"] for row in rows]
-    assert len(order_ids) == len(set(order_ids)) == len(dynamodb_items(settings, settings.orders_table, "order_id")) == 12
-    table_arn = dynamodb.describe_table(TableName=settings.orders_table)["Table"]["TableArn"]
+    assert len(order_ids) == len(set(order_ids)) == len(dynamodb_items(settings, settings.dynamodb_tables["orders"], "order_id")) == 12
+    table_arn = dynamodb.describe_table(TableName=settings.dynamodb_tables["orders"])["Table"]["TableArn"]
     exports = dynamodb.list_exports(TableArn=table_arn)["ExportSummaries"]
     assert len(exports) == 1  # one full export, whatever the partitions' order
 
@@ -272,7 +273,7 @@ def merges_after(instance: DagsterInstance, moment: float, other_than: str) -> l
 
 def test_a_sync_killed_under_writes_is_replaced_within_two_minutes_and_loses_nothing(settings, tmp_path):
     dynamodb = settings.client("dynamodb")
-    books = BookSimulator(dynamodb, settings.books_table, rng=random.Random(11))
+    books = BookSimulator(dynamodb, settings.dynamodb_tables["books"], rng=random.Random(11))
     for _ in range(10):
         books.insert()
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
@@ -310,7 +311,7 @@ def test_a_sync_killed_under_writes_is_replaced_within_two_minutes_and_loses_not
                 writer.join()
         assert instance.get_run_by_id(victim.run_id).status == DagsterRunStatus.FAILURE  # found dead, not left STARTED
 
-        expected = dynamodb_items(settings, settings.books_table, "id")
+        expected = dynamodb_items(settings, settings.dynamodb_tables["books"], "id")
 
         def caught_up():
             return {row["id"] for row in iceberg_rows(settings.warehouse, settings.namespace, "books")} == set(expected)

@@ -55,13 +55,13 @@ def simulator_writing(simulator: BookSimulator, every_seconds: float) -> Iterato
 
 def assert_same_keys(spark, settings, dynamodb):
     iceberg = [row[0] for row in spark.table(f"{settings.namespace}.books").select(declared("books").spec.key.name).collect()]
-    pages = dynamodb.get_paginator("scan").paginate(TableName=settings.books_table, ConsistentRead=True)
+    pages = dynamodb.get_paginator("scan").paginate(TableName=settings.dynamodb_tables["books"], ConsistentRead=True)
     assert sorted(iceberg) == sorted(item["id"]["S"] for page in pages for item in page["Items"])
 
 
 def test_first_sync_bootstraps_then_minute_syncs_apply_changes(spark, settings, instance):
     dynamodb = settings.client("dynamodb")
-    simulator = BookSimulator(dynamodb, settings.books_table)
+    simulator = BookSimulator(dynamodb, settings.dynamodb_tables["books"])
     for _ in range(12):
         simulator.insert()
 
@@ -87,7 +87,7 @@ def test_first_sync_bootstraps_then_minute_syncs_apply_changes(spark, settings, 
 
 def test_a_requested_bootstrap_recovers_from_a_stream_gap(spark, settings, instance):
     dynamodb = settings.client("dynamodb")
-    simulator = BookSimulator(dynamodb, settings.books_table)
+    simulator = BookSimulator(dynamodb, settings.dynamodb_tables["books"])
     simulator.insert()
     sync_books(instance)
     break_checkpoints(spark, settings)
@@ -105,7 +105,7 @@ def snapshot_count(spark, settings) -> int:
 
 def test_one_run_cycles_with_its_warm_session_and_records_every_cycle_with_its_checks(spark, settings, instance):
     dynamodb = settings.client("dynamodb")
-    simulator = BookSimulator(dynamodb, settings.books_table)
+    simulator = BookSimulator(dynamodb, settings.dynamodb_tables["books"])
     for _ in range(5):
         simulator.insert()
     sync_books(instance)  # the bootstrap
@@ -135,7 +135,7 @@ def test_one_run_cycles_with_its_warm_session_and_records_every_cycle_with_its_c
 def test_the_runs_own_capture_writes_nothing_to_s3_but_its_lease_and_lists_the_change_prefix_once_a_run(spark, settings, instance):
     """Its change files on local disk, its positions in the commit: no change file, checkpoint or manifest in S3."""
     dynamodb = settings.client("dynamodb")
-    simulator = BookSimulator(dynamodb, settings.books_table)
+    simulator = BookSimulator(dynamodb, settings.dynamodb_tables["books"])
     simulator.insert()
     sync_books(instance)  # the bootstrap
     layout = SourceLayout(settings.bucket, "books_source")
@@ -159,7 +159,7 @@ def test_the_runs_own_capture_writes_nothing_to_s3_but_its_lease_and_lists_the_c
 
 def test_a_quiet_table_backs_off_to_the_longest_interval_and_a_busy_one_keeps_the_interval(spark, settings, instance):
     dynamodb = settings.client("dynamodb")
-    simulator = BookSimulator(dynamodb, settings.books_table)
+    simulator = BookSimulator(dynamodb, settings.dynamodb_tables["books"])
     simulator.insert()
     sync_books(instance)  # the bootstrap
     quiet = sync_books(instance, config={"run_minutes": 0.25, "merge_interval_seconds": 1}, longest_merge_interval_seconds=4)
@@ -184,7 +184,7 @@ def spark_job_ids(spark) -> set[int]:
 
 
 def test_an_idle_cycle_runs_no_spark_job_commits_no_snapshot_and_is_recorded_once_a_minute(spark, settings, instance):
-    BookSimulator(settings.client("dynamodb"), settings.books_table).insert()
+    BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"]).insert()
     sync_books(instance)
     snapshots, jobs = snapshot_count(spark, settings), spark_job_ids(spark)
     result = sync_books(instance, config={"run_minutes": 0.05, "merge_interval_seconds": 1})
@@ -196,7 +196,7 @@ def test_an_idle_cycle_runs_no_spark_job_commits_no_snapshot_and_is_recorded_onc
 
 
 def test_a_stop_during_a_run_ends_it_after_the_cycle_in_progress(spark, settings, instance, monkeypatch):
-    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table)
+    simulator = BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"])
     simulator.insert()
     sync_books(instance)
     simulator.insert()
@@ -225,7 +225,7 @@ def test_a_stop_during_a_run_ends_it_after_the_cycle_in_progress(spark, settings
 def test_a_run_killed_after_its_commit_before_its_manifest_is_made_good_by_the_next_run(spark, settings, instance, monkeypatch):
     """Files in S3 (the capture Lambda's): committed, then the run dies before their manifest is written."""
     s3, layout = settings.client("s3"), SourceLayout(settings.bucket, "books_source")
-    BookSimulator(settings.client("dynamodb"), settings.books_table).insert("scanned")
+    BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"]).insert("scanned")
     newest = int(stream_records(settings)[-1]["dynamodb"]["SequenceNumber"])
     sync_books(instance, books_capture="lambda")
     handle_stream_event(lambda_event("after-scan", str(newest + 200), "captured by the Lambda"), s3, layout)
@@ -249,7 +249,7 @@ def test_a_run_killed_after_its_commit_before_its_manifest_is_made_good_by_the_n
 def test_a_run_killed_after_its_commit_before_it_moves_its_positions_resumes_from_the_commits_own(spark, settings, instance, monkeypatch):
     """The run's own capture: the positions are in the commit, so a run that dies right after it has nothing to redo."""
     dynamodb = settings.client("dynamodb")
-    simulator = BookSimulator(dynamodb, settings.books_table)
+    simulator = BookSimulator(dynamodb, settings.dynamodb_tables["books"])
     simulator.insert()
     sync_books(instance)
     for _ in range(10):
@@ -270,7 +270,7 @@ def test_a_run_killed_after_its_commit_before_it_moves_its_positions_resumes_fro
 
 
 def test_the_sync_run_maintains_its_table_between_merges_and_checks_the_files_stay_few(spark, settings, instance):
-    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table)
+    simulator = BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"])
     for _round_number in range(3):  # a few commits, each leaving small files
         simulator.insert()
         sync_books(instance)
@@ -294,7 +294,7 @@ def maintenance_metadata(result) -> dict:
 
 
 def test_the_sync_runs_maintenance_lists_orphans_at_its_first_pass_then_once_per_sweep_interval(spark, settings, instance):
-    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table)
+    simulator = BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"])
     simulator.insert()
     sync_books(instance)
     books = f"{settings.namespace}.books"
@@ -324,19 +324,19 @@ def data_files(spark, table: str) -> int:
 
 def test_between_maintenances_the_sync_run_compacts_the_table_and_leaves_its_tombstones_to_maintenance(spark, settings, instance):
     dynamodb = settings.client("dynamodb")
-    simulator = BookSimulator(dynamodb, settings.books_table)
+    simulator = BookSimulator(dynamodb, settings.dynamodb_tables["books"])
     for _ in range(4):
         simulator.insert()
     sync_books(instance)
     for _ in range(2):  # each run commits a data file, a delete file and a tombstone file
         simulator.insert()
-        dynamodb.delete_item(TableName=settings.books_table, Key={"id": {"S": simulator.live.pop(0)}})
+        dynamodb.delete_item(TableName=settings.dynamodb_tables["books"], Key={"id": {"S": simulator.live.pop(0)}})
         sync_books(instance)
     books, tombstones = f"{settings.namespace}.books", f"{settings.namespace}.books_tombstones"
     assert data_files(spark, books) >= 3 and data_files(spark, tombstones) == 2
 
     simulator.insert()
-    dynamodb.delete_item(TableName=settings.books_table, Key={"id": {"S": simulator.live.pop(0)}})
+    dynamodb.delete_item(TableName=settings.dynamodb_tables["books"], Key={"id": {"S": simulator.live.pop(0)}})
     # Due after the run's merge: 4 data files, 3 more than the table's size needs. The tombstones (3 files), read only
     # by the sync's own lookup, wait for maintenance.
     result = sync_books(instance, compaction_file_threshold=2)
@@ -367,7 +367,7 @@ def lambda_event(book_id: str, sequence_number: str, name: str) -> dict:
 
 def test_with_the_capture_lambda_the_run_merges_its_files_and_never_reads_the_stream(spark, settings, instance):
     s3, layout = settings.client("s3"), SourceLayout(settings.bucket, "books_source")
-    BookSimulator(settings.client("dynamodb"), settings.books_table).insert("scanned")
+    BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"]).insert("scanned")
     newest = int(stream_records(settings)[-1]["dynamodb"]["SequenceNumber"])
     # Older than the first run's scan: superseded by it (the scan sees the table as of then).
     handle_stream_event(lambda_event("before-scan", str(newest - 1), "only in a superseded file"), s3, layout)
@@ -383,7 +383,7 @@ def test_with_the_capture_lambda_the_run_merges_its_files_and_never_reads_the_st
 
 def test_with_the_capture_lambda_a_change_written_during_the_bootstrap_scan_applies_on_top(spark, settings, instance, monkeypatch):
     s3, layout = settings.client("s3"), SourceLayout(settings.bucket, "books_source")
-    BookSimulator(settings.client("dynamodb"), settings.books_table).insert("scanned")
+    BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"]).insert("scanned")
     newest = int(stream_records(settings)[-1]["dynamodb"]["SequenceNumber"])
     scan = bootstrap.scan_table
 
@@ -410,7 +410,7 @@ def test_a_writer_outside_the_run_queue_stops_without_writing_while_another_hold
 
     from ddb_athena.lib.writer_lease import WriterLease
 
-    BookSimulator(settings.client("dynamodb"), settings.books_table).insert()
+    BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"]).insert()
     s3 = settings.client("s3")
     table = f"{settings.namespace}.books"
     running = WriterLease(s3, settings.bucket, table, "Dagster run 1234abcd (books_sync)", ttl_seconds=5)
@@ -463,7 +463,7 @@ class FailingS3:
 def books_behind_a_stream_gap(spark, settings, instance) -> tuple:
     """Three books synced, then a gap in the stream (positions it no longer holds), then a fourth book."""
     dynamodb = settings.client("dynamodb")
-    simulator = BookSimulator(dynamodb, settings.books_table)
+    simulator = BookSimulator(dynamodb, settings.dynamodb_tables["books"])
     for _ in range(3):
         simulator.insert()
     sync_books(instance)
@@ -579,7 +579,7 @@ def queued_run(instance, job_name: str, pools: set[str]):
 def test_a_sync_run_gives_way_after_its_cycle_to_a_books_writer_waiting_in_the_queue(spark, settings, instance):
     from ddb_athena.streamed.handover import waiting_writers
 
-    BookSimulator(settings.client("dynamodb"), settings.books_table).insert()
+    BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"]).insert()
     sync_books(instance)
     queued_run(instance, "books_sync", {"books_writer"})  # a sync run of an earlier version (in the pool then): not a writer to give way to
     queued_run(instance, "orders_daily", {"orders_writer"})  # another table's writer: neither
@@ -613,7 +613,7 @@ def test_behind_the_stream_a_cycle_merges_what_it_read_within_its_interval_and_t
     from ddb_athena.lib.resources import AwsClientsResource
 
     dynamodb = settings.client("dynamodb")
-    simulator = BookSimulator(dynamodb, settings.books_table)
+    simulator = BookSimulator(dynamodb, settings.dynamodb_tables["books"])
     simulator.insert()
     sync_books(instance)  # the bootstrap
     for _ in range(40):

@@ -66,7 +66,7 @@ def never_older_than(log: list[tuple[str, str | None]], scan_started_at: int) ->
 
 def test_a_bootstrap_beside_writes_never_publishes_a_key_older_than_its_scan(spark, settings, monkeypatch):
     dynamodb = settings.client("dynamodb")
-    writes = RandomWrites(dynamodb, settings.books_table)
+    writes = RandomWrites(dynamodb, settings.dynamodb_tables["books"])
     for _ in range(120):  # a retained stream many captures long: 3,000 writes, 20 per key on average
         writes.write_batch()
     scan_started_at: list[int] = []
@@ -84,7 +84,7 @@ def test_a_bootstrap_beside_writes_never_publishes_a_key_older_than_its_scan(spa
         settings.client("s3"),
         lambda: spark,
         "s3a",
-        settings.books_table,
+        settings.dynamodb_tables["books"],
         table,
         SourceLayout(settings.bucket, "books_source"),
         log=print,

@@ -11,8 +11,8 @@ from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import change_file_name
 from ddb_athena.streamed.check_results import cycle_check_results, key_parity_readers
-from ddb_athena.streamed.checks import books_backlog, books_row_count_parity
 from ddb_athena.streamed.key_parity import EXTRA, MISSING, ParityTracker
+from ddb_athena_tests.books_and_orders import books_backlog, books_row_count_parity
 from ddb_athena_tests.dagster_helpers import books_synced, check_results, local_resources, materialization_metadata, sync_books
 from ddb_athena_tests.fake_clock import FakeClock
 from ddb_athena_tests.lake.helpers import T0
@@ -28,7 +28,7 @@ def instance():
 
 def test_checks_pass_on_a_healthy_sync_and_fail_on_bad_input_backlog_and_drift(spark, settings, instance):
     dynamodb, s3 = settings.client("dynamodb"), settings.client("s3")
-    simulator = BookSimulator(dynamodb, settings.books_table)
+    simulator = BookSimulator(dynamodb, settings.dynamodb_tables["books"])
     for _ in range(5):
         simulator.insert()
     healthy = check_results(sync_books(instance))
@@ -53,7 +53,7 @@ def test_checks_pass_on_a_healthy_sync_and_fail_on_bad_input_backlog_and_drift(s
 
     # An item no sync merges (none runs) differs longer than the settle time: the check, run on its own, waits
     # that long for it and then warns. A backlog past the bound fails.
-    dynamodb.put_item(TableName=settings.books_table, Item={"id": {"S": "sneaky"}})
+    dynamodb.put_item(TableName=settings.dynamodb_tables["books"], Item={"id": {"S": "sneaky"}})
     s3.put_object(Bucket=settings.bucket, Key=layout.changes_prefix + change_file_name(T0, "lambda"), Body=b"")
     resources = local_resources(backlog_limit_minutes=0, parity_settle_seconds=2)
     backlog = books_backlog(aws=resources["aws"], sync=resources["sync"])
@@ -65,7 +65,7 @@ def test_checks_pass_on_a_healthy_sync_and_fail_on_bad_input_backlog_and_drift(s
 
 
 def test_parity_tells_a_change_in_flight_from_a_row_deleted_by_hand(spark, settings, instance):
-    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table)
+    simulator = BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"])
     for _ in range(4):
         simulator.insert()
     sync_books(instance)
@@ -93,7 +93,7 @@ def test_parity_tells_a_change_in_flight_from_a_row_deleted_by_hand(spark, setti
 def test_a_key_changed_again_between_two_looks_is_in_flight_at_both_and_stuck_only_when_nothing_merged(spark, settings, instance):
     dynamodb = settings.client("dynamodb")
     books_synced(settings, instance, "book-a", "book-b")
-    simulator = BookSimulator(dynamodb, settings.books_table)
+    simulator = BookSimulator(dynamodb, settings.dynamodb_tables["books"])
     resources = local_resources()
     # No settle time: a key that differs the same way at two looks is stuck, unless a change was merged for it.
     tracker = ParityTracker(settle_seconds=0)
@@ -104,7 +104,7 @@ def test_a_key_changed_again_between_two_looks_is_in_flight_at_both_and_stuck_on
         return tracker.observe(*readers)
 
     def delete(book_id):
-        dynamodb.delete_item(TableName=settings.books_table, Key={"id": {"S": book_id}})
+        dynamodb.delete_item(TableName=settings.dynamodb_tables["books"], Key={"id": {"S": book_id}})
 
     simulator.insert("book-c")  # in flight at the first look: missing from Iceberg
     delete("book-b")  # in flight: only in Iceberg
@@ -123,7 +123,7 @@ def test_a_key_changed_again_between_two_looks_is_in_flight_at_both_and_stuck_on
 
 def test_a_foreign_file_in_the_change_prefix_is_quarantined_turns_the_check_red_and_the_rest_flows(spark, settings, instance):
     s3 = settings.client("s3")
-    simulator = BookSimulator(settings.client("dynamodb"), settings.books_table)
+    simulator = BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"])
     simulator.insert()
     sync_books(instance)
     layout = SourceLayout(settings.bucket, "books_source")

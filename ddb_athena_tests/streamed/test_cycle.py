@@ -18,7 +18,7 @@ def books_sync(spark, settings, **options) -> StreamSync:
         settings.client("s3"),
         lambda: spark,
         "s3a",
-        settings.books_table,
+        settings.dynamodb_tables["books"],
         f"{settings.namespace}.books",
         SourceLayout(settings.bucket, "books_source"),
         log=print,
@@ -29,11 +29,11 @@ def books_sync(spark, settings, **options) -> StreamSync:
 
 
 def put(settings, book_id: str, name: str) -> None:
-    settings.client("dynamodb").put_item(TableName=settings.books_table, Item={"id": {"S": book_id}, "name": {"S": name}})
+    settings.client("dynamodb").put_item(TableName=settings.dynamodb_tables["books"], Item={"id": {"S": book_id}, "name": {"S": name}})
 
 
 def delete(settings, book_id: str) -> None:
-    settings.client("dynamodb").delete_item(TableName=settings.books_table, Key={"id": {"S": book_id}})
+    settings.client("dynamodb").delete_item(TableName=settings.dynamodb_tables["books"], Key={"id": {"S": book_id}})
 
 
 def names(spark, settings) -> dict[str, str]:
@@ -43,7 +43,7 @@ def names(spark, settings) -> dict[str, str]:
 def stream_records(settings) -> list[dict]:
     """Every record the table's stream holds, oldest first (the emulator's single shard)."""
     streams = settings.client("dynamodbstreams")
-    arn = latest_stream_arn(settings.client("dynamodb"), settings.books_table)
+    arn = latest_stream_arn(settings.client("dynamodb"), settings.dynamodb_tables["books"])
     (shard,) = list_shards(streams, arn)
     iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
     records = []

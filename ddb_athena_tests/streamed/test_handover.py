@@ -6,7 +6,7 @@ from dagster import AssetKey, DagsterInstance, DagsterRunStatus, instance_for_te
 
 from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.streamed.handover import READY_TAG, SyncHandover, waiting_writers
-from ddb_athena.streamed.jobs import books_sync_job
+from ddb_athena_tests.books_and_orders import books_sync_job
 from ddb_athena_tests.dagster_helpers import add_run, local_resources, start
 
 
@@ -65,7 +65,7 @@ def sync_job_run(instance, **config):
 
 
 def test_a_sync_job_run_warms_up_says_it_is_ready_syncs_and_hands_over_to_a_ready_successor(spark, settings, instance):
-    BookSimulator(settings.client("dynamodb"), settings.books_table).insert()
+    BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"]).insert()
     # A successor that is ready: the run ends after its first cycle, not after its two minutes.
     successor = add_run(instance, status=DagsterRunStatus.STARTED, tags={READY_TAG: "true"})
     result = sync_job_run(instance, run_minutes=2)

@@ -8,9 +8,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 from dagster import AssetKey, DagsterInstance, job, op
+from pyiceberg.table import StaticTable
 
 from ddb_athena.dev.local_stack import create_dynamodb_table, table_exists
 from ddb_athena.dev.simulate import SeededTraffic, seed_items
@@ -19,8 +22,9 @@ from ddb_athena.lib.declarations import declared, parse_declarations
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.writer_lease import WriterLease
 from ddb_athena.streamed import cycle as stream_cycle
-from ddb_athena.streamed.assets import BOOKS, STREAMED, SyncConfig, streamed_assets, sync_cycles
+from ddb_athena.streamed.assets import STREAMED, SyncConfig, streamed_assets, sync_cycles
 from ddb_athena.streamed.check_results import observe_key_parity
+from ddb_athena_tests.books_and_orders import BOOKS
 from ddb_athena_tests.dagster_helpers import local_resources
 from ddb_athena_tests.lake.test_schema_evolution import read_by_pyiceberg
 from ddb_athena_tests.lib.test_declarations import REVIEWS as REVIEWS_DECLARATION
@@ -91,7 +95,7 @@ def test_a_bad_batch_of_one_table_leaves_the_other_syncing_and_is_merged_once_it
     monkeypatch.setattr(stream_cycle, "merge_change_files", merge_failing_for_reviews)
 
     def on_cycle(number: int) -> None:
-        dynamodb.put_item(TableName=settings.books_table, Item={"id": {"S": f"book-{number}"}, "name": {"S": "n"}})
+        dynamodb.put_item(TableName=settings.dynamodb_tables["books"], Item={"id": {"S": f"book-{number}"}, "name": {"S": "n"}})
         dynamodb.put_item(TableName="reviews", Item={"book_id": {"S": "book-1"}, "review_id": {"N": str(number)}, "stars": {"N": "4"}})
         failing["on"] = number < 4  # cycles 1-3 fail for reviews
 
@@ -116,7 +120,7 @@ def test_a_table_whose_lease_is_taken_is_given_up_while_the_other_syncs_and_take
     intruder = {}
 
     def on_cycle(number: int) -> None:
-        dynamodb.put_item(TableName=settings.books_table, Item={"id": {"S": f"book-{number}"}, "name": {"S": "n"}})
+        dynamodb.put_item(TableName=settings.dynamodb_tables["books"], Item={"id": {"S": f"book-{number}"}, "name": {"S": "n"}})
         dynamodb.put_item(TableName="reviews", Item={"book_id": {"S": "b"}, "review_id": {"N": str(number)}, "stars": {"N": "1"}})
         if number == 2:
             # Another writer takes the reviews lease (as one does after an expiry); the run's next renewal (every 2 s)
@@ -197,6 +201,12 @@ FROZEN_RUN = textwrap.dedent(
 )
 
 
+def main_snapshot(settings, table: str) -> int:
+    """The snapshot readers of `table` see (its main), from its newest metadata, as Athena finds it."""
+    namespace, name = table.split(".")
+    return StaticTable.from_metadata(str(Path(urlparse(settings.warehouse).path) / namespace / name)).metadata.current_snapshot_id
+
+
 def _wait_for(process: subprocess.Popen, wanted: str, seen: list[str]) -> None:
     while (line := process.stdout.readline()) and line.strip() != wanted:
         seen.append(line.strip())
@@ -215,7 +225,7 @@ def test_a_run_frozen_past_its_leases_mid_cycle_changes_neither_table_once_resum
 
     def write(batch: int) -> None:
         for number in range(3):
-            dynamodb.put_item(TableName=settings.books_table, Item={"id": {"S": f"book-{number}"}, "name": {"S": f"batch {batch}"}})
+            dynamodb.put_item(TableName=settings.dynamodb_tables["books"], Item={"id": {"S": f"book-{number}"}, "name": {"S": f"batch {batch}"}})
             dynamodb.put_item(TableName="reviews", Item={"book_id": {"S": "b"}, "review_id": {"N": str(number)}, "stars": {"N": str(batch)}})
 
     def tables() -> dict:
@@ -233,7 +243,7 @@ def test_a_run_frozen_past_its_leases_mid_cycle_changes_neither_table_once_resum
         _wait_for(frozen, "paused", seen)
         os.killpg(frozen.pid, signal.SIGSTOP)
         write(3)
-        dynamodb.delete_item(TableName=settings.books_table, Key={"id": {"S": "book-0"}})
+        dynamodb.delete_item(TableName=settings.dynamodb_tables["books"], Key={"id": {"S": "book-0"}})
         dynamodb.delete_item(TableName="reviews", Key={"book_id": {"S": "b"}, "review_id": {"N": "0"}})
         # The next run waits out both leases (no renewal from a frozen run), then syncs both tables.
         log, _ = run_two_tables(instance, lambda number: None, cycles=3)
@@ -242,6 +252,9 @@ def test_a_run_frozen_past_its_leases_mid_cycle_changes_neither_table_once_resum
         expected = tables()
         assert {key: name for key, (name, _) in expected["books"].items()} == {"book-1": "batch 3", "book-2": "batch 3"}
         assert [(review, stars) for review, stars, _ in expected["reviews"]] == [(1, 3), (2, 3)]
+        # What readers see is main's current snapshot: older changes cannot move a row back (sequence guards), so
+        # only main itself shows whether the resumed run published anything.
+        heads = {table: main_snapshot(settings, table) for table in (books, reviews)}
 
         os.killpg(frozen.pid, signal.SIGCONT)
         frozen.stdin.write("go on\n")
@@ -252,6 +265,7 @@ def test_a_run_frozen_past_its_leases_mid_cycle_changes_neither_table_once_resum
         assert any(reviews in line for line in given_up) and any(books in line for line in given_up), out
         spark.sql(f"REFRESH TABLE {reviews}")
         assert tables() == expected  # not one row of either table changed by the resumed run, no delete undone
+        assert {table: main_snapshot(settings, table) for table in (books, reviews)} == heads  # not one snapshot published
     finally:
         if frozen.poll() is None:
             os.killpg(frozen.pid, signal.SIGKILL)

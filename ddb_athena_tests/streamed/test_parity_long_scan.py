@@ -7,8 +7,8 @@ from dagster import DagsterInstance
 
 from ddb_athena.lib.declarations import declared
 from ddb_athena.streamed.check_results import key_parity_readers
-from ddb_athena.streamed.checks import books_row_count_parity
 from ddb_athena.streamed.key_parity import DIFFERENT, ParityTracker
+from ddb_athena_tests.books_and_orders import books_row_count_parity
 from ddb_athena_tests.dagster_helpers import books_synced, local_resources, sync_books
 
 BOOKS = declared("books")
@@ -44,8 +44,8 @@ def test_missing_extra_and_changed_keys_turn_the_check_red_though_the_scan_outla
     # Three divergences no change will repair (no sync runs after them): a row deleted from the table by hand, and a
     # delete and an update whose stream records were lost.
     spark.sql(f"DELETE FROM {settings.namespace}.books WHERE id = 'book-01'")
-    dynamodb.delete_item(TableName=settings.books_table, Key={"id": {"S": "book-02"}})
-    update_name(dynamodb, settings.books_table, "book-03", "A Title The Table Never Saw")
+    dynamodb.delete_item(TableName=settings.dynamodb_tables["books"], Key={"id": {"S": "book-02"}})
+    update_name(dynamodb, settings.dynamodb_tables["books"], "book-03", "A Title The Table Never Saw")
 
     resources = slow_scan_resources()
     check = books_row_count_parity(aws=resources["aws"], spark=resources["spark"], sync=resources["sync"])
@@ -73,16 +73,16 @@ def test_a_value_merged_or_changed_again_after_the_scan_is_in_flight_and_one_the
     tracker = ParityTracker(settle_seconds=0)
 
     for book_id in ("book-a", "book-b"):
-        update_name(dynamodb, settings.books_table, book_id, "Second Title")  # in flight at the scan
+        update_name(dynamodb, settings.dynamodb_tables["books"], book_id, "Second Title")  # in flight at the scan
     first = tracker.observe(read_rows, scan, read_tombstones)
     assert first.passed and first.in_flight == {("book-a",): DIFFERENT, ("book-b",): DIFFERENT}
-    update_name(dynamodb, settings.books_table, "book-b", "Third Title")  # changed again after the scan
+    update_name(dynamodb, settings.dynamodb_tables["books"], "book-b", "Third Title")  # changed again after the scan
     sync_books(instance)
     # book-a's row now holds what the scan read: merged. book-b's holds a later change: in flight, not divergence.
     second = tracker.recheck(read_rows, read_tombstones)
     assert second.passed and second.in_flight == {("book-b",): DIFFERENT} and second.unexplained == {}
 
-    update_name(dynamodb, settings.books_table, "book-a", "Lost Title")  # a change no sync merges
+    update_name(dynamodb, settings.dynamodb_tables["books"], "book-a", "Lost Title")  # a change no sync merges
     assert tracker.observe(read_rows, scan, read_tombstones).in_flight == {("book-a",): DIFFERENT}
     stuck = tracker.recheck(read_rows, read_tombstones)
     assert not stuck.passed and stuck.unexplained == {("book-a",): DIFFERENT}

@@ -7,7 +7,7 @@ from ddb_athena.lib.declarations import declared_tables
 from ddb_athena.lib.resources import SyncSettings
 from ddb_athena.lib.resources import sync_settings as settings_from
 from ddb_athena.lib.settings import Settings
-from ddb_athena.streamed.schedules import books_every_minute
+from ddb_athena_tests.books_and_orders import books_every_minute
 from ddb_athena_tests.dagster_helpers import add_run, start
 
 

@@ -11,7 +11,7 @@ from ddb_athena.streamed.capture.change_files import ChangeFileNamer, list_chang
 def put_items(settings, count: int) -> None:
     dynamodb = settings.client("dynamodb")
     for index in range(count):
-        dynamodb.put_item(TableName=settings.books_table, Item={"id": {"S": f"b{index:04d}"}, "blob": {"B": b"\x00" * 300}})
+        dynamodb.put_item(TableName=settings.dynamodb_tables["books"], Item={"id": {"S": f"b{index:04d}"}, "blob": {"B": b"\x00" * 300}})
 
 
 def test_a_bootstrap_snapshot_holds_every_item_in_bounded_parts_and_is_found_until_merged(settings):
@@ -20,7 +20,7 @@ def test_a_bootstrap_snapshot_holds_every_item_in_bounded_parts_and_is_found_unt
     put_items(settings, 1500)  # several scan pages
     assert pending_snapshot(s3, layout) is None
 
-    result = bootstrap_snapshot(dynamodb, s3, settings.books_table, ("id",), layout, ChangeFileNamer(), part_bytes=100_000)
+    result = bootstrap_snapshot(dynamodb, s3, settings.dynamodb_tables["books"], ("id",), layout, ChangeFileNamer(), part_bytes=100_000)
     assert result.items == 1500
     # The seal is the only change file; the merge reads it with its parts.
     assert list_change_files(s3, layout) == [result.change_file] and pending_snapshot(s3, layout) == result.change_file
@@ -57,11 +57,11 @@ def test_a_scan_that_fails_leaves_no_snapshot_and_its_parts_are_deleted_by_the_n
     layout = SourceLayout(settings.bucket, "books_source")
     put_items(settings, 500)
     with pytest.raises(ClientError, match="throttled"):
-        bootstrap_snapshot(FailingScan(dynamodb, pages=3), s3, settings.books_table, ("id",), layout, ChangeFileNamer(), part_bytes=20_000)
+        bootstrap_snapshot(FailingScan(dynamodb, pages=3), s3, settings.dynamodb_tables["books"], ("id",), layout, ChangeFileNamer(), part_bytes=20_000)
     assert list(list_keys(s3, settings.bucket, layout.snapshots_prefix))  # parts were written as the scan went
     assert list_change_files(s3, layout) == [] and pending_snapshot(s3, layout) is None  # but nothing a merge reads
 
-    sealed = bootstrap_snapshot(dynamodb, s3, settings.books_table, ("id",), layout, ChangeFileNamer(), part_bytes=20_000)
+    sealed = bootstrap_snapshot(dynamodb, s3, settings.dynamodb_tables["books"], ("id",), layout, ChangeFileNamer(), part_bytes=20_000)
     assert delete_unsealed_parts(s3, layout) > 0
     assert sorted(obj["Key"] for obj in list_keys(s3, settings.bucket, layout.snapshots_prefix)) == sealed.parts  # a sealed one's stay
 
@@ -69,5 +69,5 @@ def test_a_scan_that_fails_leaves_no_snapshot_and_its_parts_are_deleted_by_the_n
 def test_an_empty_table_has_a_snapshot_too(settings):
     s3 = settings.client("s3")
     layout = SourceLayout(settings.bucket, "books_source")
-    result = bootstrap_snapshot(settings.client("dynamodb"), s3, settings.books_table, ("id",), layout, ChangeFileNamer())
+    result = bootstrap_snapshot(settings.client("dynamodb"), s3, settings.dynamodb_tables["books"], ("id",), layout, ChangeFileNamer())
     assert result.items == 0 and len(result.parts) == 1 and pending_snapshot(s3, layout) == result.change_file

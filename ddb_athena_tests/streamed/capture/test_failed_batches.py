@@ -4,11 +4,12 @@ import json
 
 from dagster import DagsterInstance
 
+from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import list_change_files
 from ddb_athena.streamed.capture.failed_batches import MAX_PAGES_PER_RANGE, failure_queue_depth, replay
 from ddb_athena.streamed.capture.stream_reader import latest_stream_arn, list_shards
-from ddb_athena.streamed.checks import books_capture_failures
+from ddb_athena_tests.books_and_orders import books_capture_failures
 from ddb_athena_tests.dagster_helpers import check_results, local_resources, sync_books
 from ddb_athena_tests.streamed.capture.fakes import STREAM_ARN, FakeShard, FakeStreams, stream_record
 
@@ -123,9 +124,9 @@ def test_the_check_is_red_while_a_batch_waits_and_the_replayed_changes_reach_the
     with DagsterInstance.ephemeral() as instance:
         sync_books(instance)  # the bootstrap of an empty table (the Lambda then writes every change file)
         for index in range(3):
-            dynamodb.put_item(TableName=settings.books_table, Item={"id": {"S": f"lost-{index}"}, "name": {"S": "n"}})
+            dynamodb.put_item(TableName=settings.dynamodb_tables["books"], Item={"id": {"S": f"lost-{index}"}, "name": {"S": "n"}})
         # The Lambda failed on the whole batch of these three: nothing reached the change prefix.
-        stream_arn = latest_stream_arn(dynamodb, settings.books_table)
+        stream_arn = latest_stream_arn(dynamodb, settings.dynamodb_tables["books"])
         streams = settings.client("dynamodbstreams")
         (shard,) = list_shards(streams, stream_arn)
         iterator = streams.get_shard_iterator(StreamArn=stream_arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
@@ -137,7 +138,7 @@ def test_the_check_is_red_while_a_batch_waits_and_the_replayed_changes_reach_the
         assert not red.passed and red.metadata["failed_batches"].value == 1
 
         resources = local_resources(**options)
-        result = replay(sqs, streams, settings.client("s3"), url, lambda arn: resources["sync"].books_layout, log=lambda line: None)
+        result = replay(sqs, streams, settings.client("s3"), url, lambda arn: resources["sync"].layout_of(declared("books")), log=lambda line: None)
         assert result.records == 3 and not result.not_replayable
         green = check_results(sync_books(instance, **options))["books_capture_failures"]
         assert green.passed and books_capture_failures(aws=resources["aws"], sync=resources["sync"]).passed

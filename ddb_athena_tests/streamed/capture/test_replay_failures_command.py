@@ -13,8 +13,8 @@ def written_sequences(settings, count: int) -> tuple[str, str, list[str]]:
     """Writes `count` books; their stream's ARN, its shard and their sequence numbers."""
     dynamodb, streams = settings.client("dynamodb"), settings.client("dynamodbstreams")
     for index in range(count):
-        dynamodb.put_item(TableName=settings.books_table, Item={"id": {"S": f"b{index}"}, "name": {"S": "n"}})
-    stream_arn = latest_stream_arn(dynamodb, settings.books_table)
+        dynamodb.put_item(TableName=settings.dynamodb_tables["books"], Item={"id": {"S": f"b{index}"}, "name": {"S": "n"}})
+    stream_arn = latest_stream_arn(dynamodb, settings.dynamodb_tables["books"])
     (shard,) = list_shards(streams, stream_arn)
     iterator = streams.get_shard_iterator(StreamArn=stream_arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
     return stream_arn, shard["ShardId"], [record["dynamodb"]["SequenceNumber"] for record in streams.get_records(ShardIterator=iterator)["Records"]]
