@@ -213,8 +213,9 @@ class StreamSync:
             self._held.committed()
         manifest = None
         if staged:
-            # A bootstrap's manifest also lists its snapshot parts, which lie beside the change prefix.
-            files_prefix = f"{self._layout.prefix}/" if result.bootstrap_file else None
+            # A snapshot's manifest also lists its parts, which lie beside the change prefix: whether this merge applied
+            # it or found it applied already (its manifest lost after the publication).
+            files_prefix = f"{self._layout.prefix}/" if seals else None
             manifest = write_commit_manifest(self._s3, self._layout, batch, staged, self._iceberg_table, result.snapshot_id, files_prefix=files_prefix)
         if result.columns_added:
             self._log(f"Columns added to {self._iceberg_table} and filled from each row's item: {', '.join(result.columns_added)}")

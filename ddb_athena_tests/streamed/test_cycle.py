@@ -1,6 +1,9 @@
 """One books sync cycle (capture, merge, manifest) on the emulator: the edges of its order of events."""
 
+import json
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.source_layout import SourceLayout
@@ -78,6 +81,31 @@ def test_a_cleanup_between_the_manifests_and_the_listing_does_not_fail_the_cycle
     outcome = sync.cycle("c2")
     assert outcome.merged["files_consumed"] == 1
     assert names(spark, settings) == {"a": "first", "b": "second"}
+
+
+def test_a_bootstrap_whose_manifest_was_lost_is_listed_by_the_next_cycles_manifest_not_a_cycle_failing_forever(spark, settings, monkeypatch):
+    """The bootstrap published, then its manifest's write failed (a lost response, a crash): the next cycle stages the
+    snapshot's seal and parts again, which the table has applied already, and its manifest lists them all (the parts
+    lie beside the change prefix), so the cleanup deletes them and the cycles go on."""
+    put(settings, "a", "first")
+    sync = books_sync(spark, settings)
+    written = books_cycle.write_commit_manifest
+
+    def lost(*args, **kwargs):
+        monkeypatch.setattr(books_cycle, "write_commit_manifest", written)
+        raise ConnectionError("the manifest's PUT got no response")
+
+    monkeypatch.setattr(books_cycle, "write_commit_manifest", lost)
+    with pytest.raises(ConnectionError):
+        sync.cycle("bootstrap", bootstrap=True)
+    assert names(spark, settings) == {"a": "first"}
+    put(settings, "b", "second")
+    outcome = sync.cycle("after")
+    s3 = settings.client("s3")
+    listed = json.loads(s3.get_object(Bucket=settings.bucket, Key=outcome.merged["commit_manifest"])["Body"].read())["files"]
+    assert any("/_snapshots/" in key for key in listed) and any("snapshot" in key and "/changes/" in key for key in listed)
+    assert names(spark, settings) == {"a": "first", "b": "second"}
+    assert sync.cycle("next").idle  # nothing staged again
 
 
 def test_a_change_older_than_the_bootstrap_scan_never_beats_it_in_any_file_that_comes_later(spark, settings):

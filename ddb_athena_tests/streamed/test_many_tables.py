@@ -172,28 +172,31 @@ def test_a_long_step_of_one_table_keeps_every_lease_of_the_run_alive_and_a_hung_
             lease.release()
 
 
-# A sync run of books and reviews in a process of its own (its JVM in its process group): at its first merge of
-# reviews' change files (its first cycle bootstraps each table from a scan; books merged and published before it in
-# the same cycle) it prints "paused" and waits for a line (the test freezes it meanwhile); it prints "cycle N" after
-# each cycle, and at the end the lines of its log about its leases.
+# A sync run of books and reviews in a process of its own (its JVM in its process group): inside its first write of
+# reviews, on the branch it took (its first cycle scans each table; the second merges the scans, books published
+# before reviews), it prints "paused" and waits for a line (the test freezes it meanwhile); it prints "cycle N" after
+# each cycle, and at the end the lines of its log about its leases. (A pause between the lease check and the take is
+# a fault of its own: issue 54.)
 FROZEN_RUN = textwrap.dedent(
     """
     import sys
     from dagster import DagsterInstance
-    from ddb_athena.streamed import cycle as stream_cycle
+    from ddb_athena.lake import change_merge
     from ddb_athena_tests.streamed import test_many_tables as two_tables
 
-    merge, reviews_merges = stream_cycle.merge_change_files, []
+    reviews_merges = []
 
-    def pausing(spark, spec, target, *args, **kwargs):
-        if spec.table == "reviews":
-            reviews_merges.append(target)
-            if len(reviews_merges) == 1:
-                print("paused", flush=True)
-                sys.stdin.readline()
-        return merge(spark, spec, target, *args, **kwargs)
+    def pausing(write):
+        def paused_at_first_reviews_merge(spark, spec, *args):
+            if spec.table == "reviews":
+                reviews_merges.append(spec)
+                if len(reviews_merges) == 1:
+                    print("paused", flush=True)
+                    sys.stdin.readline()
+            return write(spark, spec, *args)
+        return paused_at_first_reviews_merge
 
-    stream_cycle.merge_change_files = pausing
+    change_merge._rebuild, change_merge._upsert = pausing(change_merge._rebuild), pausing(change_merge._upsert)
     with DagsterInstance.ephemeral() as instance:
         log, _ = two_tables.run_two_tables(instance, lambda number: print(f"cycle {number}", flush=True), cycles=int(sys.argv[1]))
     print(*[line for line in log if line.startswith(("Giving", "Took"))], sep="\\n", flush=True)
@@ -216,8 +219,8 @@ def _wait_for(process: subprocess.Popen, wanted: str, seen: list[str]) -> None:
 def test_a_run_frozen_past_its_leases_mid_cycle_changes_neither_table_once_resumed(spark, settings, instance, monkeypatch):
     """Two tables in one run, frozen (SIGSTOP: its Python and its JVM) inside its merge of reviews, after its commit of
     books in the same cycle, past both leases; the next run takes both and syncs newer changes of the same keys, and a
-    delete. Resumed, the frozen run publishes nothing to either table: it gives both up, and what it syncs after taking
-    them back (free again) is only what the stream holds, so the tables, read as Athena reads them, stay the next run's."""
+    delete. Resumed, the frozen run publishes nothing to either table (main's snapshot stays the next run's: a row
+    could not tell, as the sequence guards keep an older change from moving it back): it gives both up, ending."""
     monkeypatch.setenv("DDB_ATHENA_WRITER_LEASE_SECONDS", "6")
     dynamodb = settings.client("dynamodb")
     reviews_table(dynamodb)
@@ -235,7 +238,9 @@ def test_a_run_frozen_past_its_leases_mid_cycle_changes_neither_table_once_resum
         }
 
     write(1)
-    frozen = subprocess.Popen([sys.executable, "-c", FROZEN_RUN, "8"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    # Two cycles: the paused one is the last, so the resumed run ends after it (a later cycle would take the tables
+    # back, free by then, and fence main as their writer).
+    frozen = subprocess.Popen([sys.executable, "-c", FROZEN_RUN, "2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
     seen: list[str] = []
     try:
         _wait_for(frozen, "cycle 1", seen)
