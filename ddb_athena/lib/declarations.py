@@ -16,6 +16,9 @@ from ddb_athena.lake.identifiers import validate_identifier
 from ddb_athena.lake.table_spec import KEY_TRANSFORMS, SOURCE_PROPERTIES, TRANSFORMS, ColumnSpec, TableSpec, tombstone_table
 
 DECLARATIONS_FILE = Path(__file__).resolve().parents[1] / "tables.toml"
+# A sync cycle's interval, the run's or a table's own (lib/settings.py has the default): above a minute the promise of
+# a minute or two, and the 2-minute backlog check, no longer hold.
+MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS = 1.0, 60.0
 # A kind of table -> (its TableSpec source, the suffixes of its two assets and of its S3 prefix).
 KINDS = {"streamed": "stream", "exported": "export"}
 _ASSET_SUFFIXES = {"streamed": ("source", "iceberg"), "exported": ("export", "athena")}
@@ -30,6 +33,7 @@ _FIELDS = {
     "partition_by": 'a list like ["days(created_at)"]',
     "freshness_minutes": "minutes without an update before the freshness check turns red",
     "snapshot_retention_hours": "hours of snapshots kept for readers (at least 1); default the sync resource's",
+    "merge_interval_seconds": f"a streamed table's own sync interval ({MIN_MERGE_INTERVAL_SECONDS:g}-{MAX_MERGE_INTERVAL_SECONDS:g} s); default the run's",
 }
 _REQUIRED = ("kind", "dynamodb_table", "iceberg_table", "partition_key", "freshness_minutes")
 _KEY_FIELDS = ("attribute", "type", "name", "precision", "scale")
@@ -52,6 +56,7 @@ class TableDeclaration:
     spec: TableSpec
     freshness: timedelta
     snapshot_retention_hours: float | None = None
+    merge_interval_seconds: float | None = None
 
     @property
     def iceberg_table(self) -> str:
@@ -172,6 +177,17 @@ def declaration(name: str, entry: Any) -> TableDeclaration:
     # At least an hour, as the sync resource's: longer than the longest query, whose files an expiry would delete.
     if retention is not None and (isinstance(retention, bool) or not isinstance(retention, int | float) or retention < 1):
         raise _fail(name, "snapshot_retention_hours", f"expected a number of hours, at least 1 (longer than the longest query), got {retention!r}")
+    interval = entry.get("merge_interval_seconds")
+    if interval is not None:
+        if kind != "streamed":
+            raise _fail(name, "merge_interval_seconds", "only a streamed table is merged every few seconds; an exported one loads once a day")
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or not MIN_MERGE_INTERVAL_SECONDS <= interval <= MAX_MERGE_INTERVAL_SECONDS:
+            raise _fail(
+                name,
+                "merge_interval_seconds",
+                f"expected seconds from {MIN_MERGE_INTERVAL_SECONDS:g} to {MAX_MERGE_INTERVAL_SECONDS:g} (above a minute its freshness and backlog "
+                f"checks cannot hold), got {interval!r}",
+            )
     key = _key_column(name, "partition_key", entry["partition_key"])
     sort_key = _key_column(name, "sort_key", entry["sort_key"]) if "sort_key" in entry else None
     typed_columns = tuple(_column(name, index, column) for index, column in enumerate(columns))
@@ -190,7 +206,7 @@ def declaration(name: str, entry: Any) -> TableDeclaration:
         raise _fail(name, "iceberg_table, columns or partition_by", str(error)) from None
     if kind == "exported" and (spec.partition_column is None or spec.partition_column.sql_type != "timestamp"):
         raise _fail(name, "partition_by", "an exported table needs a timestamp partition column (its load matches on it), e.g. days(created_at)")
-    return TableDeclaration(name, kind, dynamodb_table, variable, spec, timedelta(minutes=freshness), retention)
+    return TableDeclaration(name, kind, dynamodb_table, variable, spec, timedelta(minutes=freshness), retention, interval)
 
 
 def parse_declarations(text: str) -> dict[str, TableDeclaration]:

@@ -16,18 +16,16 @@ from ddb_athena.lake.class_lookups import keep_class_lookups
 from ddb_athena.lake.identifiers import qualified_name
 from ddb_athena.lake.local_jars import aws_profile_jar_paths, local_file_system_jar, local_jar_paths
 from ddb_athena.lake.session_config import SparkIcebergOptions, iceberg_spark_config, python_workers_from, runs_in_this_process, sigint_handler_kept
-from ddb_athena.lib.declarations import TableDeclaration, declared_tables
+from ddb_athena.lib.declarations import MAX_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS, TableDeclaration, declared_tables
 from ddb_athena.lib.settings import (
     DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS,
     DEFAULT_MERGE_INTERVAL_SECONDS,
     DEFAULT_SYNC_RUN_MINUTES,
     DEFAULT_WRITER_LEASE_SECONDS,
     DEFAULT_WRITER_STALL_SECONDS,
-    MAX_MERGE_INTERVAL_SECONDS,
     MAX_SYNC_RUN_MINUTES,
     MAX_WRITER_LEASE_SECONDS,
     MAX_WRITER_STALL_SECONDS,
-    MIN_MERGE_INTERVAL_SECONDS,
     MIN_WRITER_LEASE_SECONDS,
     MIN_WRITER_STALL_SECONDS,
     SETTING_PREFIX,
@@ -329,6 +327,10 @@ class SyncSettings(ConfigurableResource):
 
     def layout_of(self, table: TableDeclaration) -> SourceLayout:
         return SourceLayout(self.bucket, table.source_prefix)
+
+    def parity_settle_seconds_of(self, table: TableDeclaration) -> float:
+        """How long a key of `table` may differ while its change is in flight: at least two of its own intervals."""
+        return max(self.parity_settle_seconds, PARITY_SETTLE_INTERVALS * (table.merge_interval_seconds or 0.0))
 
     @property
     def snapshot_retention(self) -> timedelta:

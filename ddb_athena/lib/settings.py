@@ -45,7 +45,6 @@ MIN_CLEANUP_INTERVAL_SECONDS = 30
 # within a minute with room (p95 under a minute over 30 minutes at 230 writes a second, upkeep passes included); above
 # a minute the promise of a minute or two, and the 2-minute backlog check, no longer hold.
 DEFAULT_MERGE_INTERVAL_SECONDS = 30.0
-MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS = 1.0, 60.0
 # A quiet table's cycles back off to this: its first change then waits up to this long, plus a cycle.
 DEFAULT_LONGEST_MERGE_INTERVAL_SECONDS = 45.0
 # A writer renews its table's lease a few times within this; a dead writer's lease expires this long after its last

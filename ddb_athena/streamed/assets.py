@@ -8,6 +8,7 @@ minute, so freshness holds and the event log stays small), with the table's chec
 quarantine every time, the checks that read the table every few cycles.
 """
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -28,9 +29,9 @@ from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY, tombstone_ta
 from ddb_athena.lake.maintenance import CompactionResult, MaintenanceResult, MaintenanceState, compact_if_due, maintenance_state
 from ddb_athena.lake.session_config import runs_in_this_process
 from ddb_athena.lake.writer_branch import WriterBranch, WriterFencedError
-from ddb_athena.lib.declarations import TableDeclaration, declared_tables
+from ddb_athena.lib.declarations import MAX_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS, TableDeclaration, declared_tables
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
-from ddb_athena.lib.settings import MAX_MERGE_INTERVAL_SECONDS, MAX_SYNC_RUN_MINUTES, MIN_MERGE_INTERVAL_SECONDS
+from ddb_athena.lib.settings import MAX_SYNC_RUN_MINUTES
 from ddb_athena.lib.upkeep import maintain
 from ddb_athena.lib.writer_lease import LeaseHeldError, LeaseLostError
 from ddb_athena.lib.writer_pools import warn_unless_writers_queue
@@ -211,12 +212,20 @@ class RunProgress:
 class TableInRun:
     """One streamed table in a sync run: its lease, writer branch, cycle state and asset events."""
 
-    def __init__(self, context, assets: StreamedAssets, aws, spark, sync: SyncSettings, leases: WriterLeases, interval: float, progress: RunProgress):
+    def __init__(self, context, assets: StreamedAssets, aws, spark, sync: SyncSettings, leases: WriterLeases, run_interval: float, progress: RunProgress):
         self.context, self.assets, self.table = context, assets, assets.table
-        self._aws, self._spark, self._sync, self._leases, self._interval, self._progress = aws, spark, sync, leases, interval, progress
+        self._aws, self._spark, self._sync, self._leases, self._progress = aws, spark, sync, leases, progress
+        # Its own interval where its declaration sets one, else the run's.
+        self.interval = self.table.merge_interval_seconds or run_interval
         self.target = sync.iceberg_table_of(self.table)
         self.run: SyncRun | None = None
         self._writer: WriterBranch | None = None
+        self._cycle_started: float | None = None
+
+    def due(self, run_interval: float) -> bool:
+        """Whether the table's own interval has gone by since its last cycle, to within half the run's interval (the
+        run cycles at its shortest table interval: a table of a longer one sits out the cycles in between)."""
+        return self._cycle_started is None or time.monotonic() - self._cycle_started >= self.interval - run_interval / 2
 
     @property
     def held(self) -> bool:
@@ -241,12 +250,12 @@ class TableInRun:
             log=self.context.log.info,
             warn=self.context.log.warning,
             before_write=before_write,
-            capture_seconds=self._interval,
+            capture_seconds=self.interval,
             writer=self._writer,
         )
         self.run = SyncRun(
             syncer,
-            sync_cadence(self._sync, self._interval),
+            sync_cadence(self._sync, self.interval),
             checks=lambda *when: cycle_check_results(self._aws, self._spark, self._sync, self.table, *when),
             upkeep=StreamedUpkeep(self._spark, self._sync, self.table, before_write=before_write, writer=self._writer),
         )
@@ -264,6 +273,7 @@ class TableInRun:
 
     def cycle(self, number: int, bootstrap: bool) -> bool:
         """One cycle of the table, its events logged; whether it found work."""
+        self._cycle_started = time.monotonic()
         report = self.run.cycle(f"{self.context.run.run_id}-{number}", bootstrap=bootstrap)
         for message in report.messages:
             self.context.log.info(message)
@@ -302,9 +312,11 @@ def sync_cycles(
     the writers queued behind it, and ends by its `end_reason`. A table whose cycle fails, or whose lease was lost, is
     logged and tried again at the next cycle while the others go on. Alone in the run, such a failure fails the run, as
     it always did (Materialize, a bootstrap, a one-table sync: the schedule starts the next)."""
-    interval = sync.merge_interval_seconds if config.merge_interval_seconds is None else config.merge_interval_seconds
+    run_interval = sync.merge_interval_seconds if config.merge_interval_seconds is None else config.merge_interval_seconds
     progress = RunProgress(spark)
-    in_run = [TableInRun(context, assets, aws, spark, sync, leases, interval, progress) for assets in tables]
+    in_run = [TableInRun(context, assets, aws, spark, sync, leases, run_interval, progress) for assets in tables]
+    # The run cycles at its tables' shortest interval; each table merges at its own.
+    interval = min(table.interval for table in in_run)
     alone = len(in_run) == 1
     waiting = waiting_writers(context.instance, other_than=context.run.run_id) if gives_way else {}
     for table in in_run:
@@ -333,7 +345,7 @@ def sync_cycles(
         for table in in_run:
             writer = waiting.get(table.table.writer_pool)
             # A table another writer waits for is not taken again; one held is given up after its cycle.
-            if writer is None or table.held:
+            if (writer is None or table.held) and table.due(interval):
                 busy |= cycle_table(table, number)
             if writer is not None and table.held:
                 table.give_up(f"run {writer.run_id} ({writer.job_name}) waits to write it")

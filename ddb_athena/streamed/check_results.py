@@ -133,9 +133,8 @@ def observe_key_parity(aws: AwsClientsResource, spark: IcebergSparkResource, syn
     read); then, every few seconds for at most the settle time after the scan, only the rows and tombstones of the
     keys that differed. It never reads DynamoDB a second time, so its read units are one scan's whatever differs."""
     scans: list[KeyScan] = []
-    parity = ParityTracker(sync.parity_settle_seconds).observe_until_settled(
-        *key_parity_readers(aws, spark, sync, table, scans), poll_seconds=min(PARITY_POLL_SECONDS, sync.parity_settle_seconds)
-    )
+    settle = sync.parity_settle_seconds_of(table)
+    parity = ParityTracker(settle).observe_until_settled(*key_parity_readers(aws, spark, sync, table, scans), poll_seconds=min(PARITY_POLL_SECONDS, settle))
     return parity, scans
 
 

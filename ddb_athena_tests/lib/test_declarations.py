@@ -86,6 +86,8 @@ def test_a_table_with_a_composite_key_is_a_declaration():
         (('type = "S" }', 'type = "S", size = 3 }'), "table reviews, field partition_key: unknown field 'size'"),
         (('kind = "streamed"', 'kind = "exported"'), "table reviews, field partition_by: an exported table needs a timestamp partition column"),
         (("freshness_minutes = 2", "freshness_minutes = 2\nsnapshot_retention_hours = 0.5"), "snapshot_retention_hours: expected a number of hours, at least"),
+        (("freshness_minutes = 2", "freshness_minutes = 2\nmerge_interval_seconds = 90"), "merge_interval_seconds: expected seconds from 1 to 60"),
+        (("freshness_minutes = 2", "freshness_minutes = 2\nmerge_interval_seconds = true"), "merge_interval_seconds: expected seconds from 1 to 60"),
         (("[reviews]", "[reviews"), "not valid TOML"),
         (("[reviews]", '["re views"]'), "table re views, field [name]: table name 're views' is not allowed"),
     ],
@@ -96,6 +98,16 @@ def test_each_malformed_declaration_is_refused_naming_its_table_and_field(change
     with pytest.raises(DeclarationError) as refused:
         parse_declarations(text)
     assert message in str(refused.value)
+
+
+def test_an_own_merge_interval_is_a_streamed_tables_only():
+    from ddb_athena_tests.deploy.test_template import THIRD_TABLE
+
+    exported = THIRD_TABLE[THIRD_TABLE.index("[audits]") :] + "merge_interval_seconds = 10\n"
+    with pytest.raises(DeclarationError, match="table audits, field merge_interval_seconds: only a streamed table is merged every few seconds"):
+        parse_declarations(exported)
+    assert parse_declarations(REVIEWS + "merge_interval_seconds = 10\n")["reviews"].merge_interval_seconds == 10
+    assert declared("books").merge_interval_seconds is None  # the run's
 
 
 def test_a_name_that_collides_with_another_tables_tombstones_is_refused():

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -275,6 +276,32 @@ def test_a_run_frozen_past_its_leases_mid_cycle_changes_neither_table_once_resum
         if frozen.poll() is None:
             os.killpg(frozen.pid, signal.SIGKILL)
             frozen.wait()
+
+
+def test_a_table_declared_with_its_own_interval_merges_at_it_beside_a_faster_one_in_the_same_run(spark, settings, instance):
+    """reviews declared with merge_interval_seconds = 6 beside books at the run's 1 s: the run cycles every second,
+    books merges in each cycle, reviews only once its own interval has gone by (within half the run's), and it takes
+    every change all the same."""
+    dynamodb = settings.client("dynamodb")
+    reviews_table(dynamodb)
+    slow = streamed_assets(replace(declared("reviews"), merge_interval_seconds=6.0))
+
+    def write(number: int) -> None:
+        dynamodb.put_item(TableName=settings.dynamodb_tables["books"], Item={"id": {"S": f"book-{number}"}, "name": {"S": "n"}})
+        dynamodb.put_item(TableName="reviews", Item={"book_id": {"S": "b"}, "review_id": {"N": str(number)}, "stars": {"N": "4"}})
+
+    write(0)
+    run_two_tables(instance, write, cycles=12, tables=(BOOKS, slow))
+
+    def gaps(asset: str) -> list[float]:
+        records = instance.fetch_materializations(AssetKey(asset), limit=100).records
+        return sorted(record.asset_materialization.metadata["seconds_since_previous_cycle"].value for record in records)[1:]
+
+    books_cycles, reviews_cycles = merged_cycles(instance, "books_iceberg"), merged_cycles(instance, "reviews_iceberg")
+    assert books_cycles == list(range(1, 13)) and 2 <= len(reviews_cycles) < len(books_cycles) / 2, (books_cycles, reviews_cycles)
+    assert min(gaps("reviews_iceberg")) >= 6.0 - 0.5 and min(gaps("books_iceberg")) < 6.0 - 0.5
+    # The changes of every cycle up to reviews' last are in it (later ones wait for its next cycle).
+    assert {review for _, review in rows(spark, f"{settings.namespace}.reviews")} >= set(range(reviews_cycles[-1]))
 
 
 def test_key_parity_of_the_declared_composite_key_table_end_to_end(spark, settings, instance):
