@@ -150,27 +150,29 @@ def _replay_failures(args, settings: Settings) -> int:
     from ddb_athena.lib.source_layout import SourceLayout
     from ddb_athena.streamed.capture.failed_batches import replay
 
-    queue_url = args.queue_url or sync_settings(settings).capture_failure_queue_url
-    if not queue_url:
-        print("No queue: pass --queue-url or set DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URL (the stack's CaptureFailureQueueUrl)", file=sys.stderr)
+    queue_urls = [args.queue_url] if args.queue_url else list(sync_settings(settings).capture_failure_queue_urls.values())
+    if not queue_urls:
+        print("No queue: pass --queue-url or set DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URLS (the stack's CaptureFailureQueueUrls)", file=sys.stderr)
         return 2
 
     # Each batch into its own table's prefix: the queue may hold the batches of several streams.
     def layout_of(stream_arn: str) -> SourceLayout:
         return SourceLayout(settings.bucket, streamed_table_of(stream_arn, os.environ).source_prefix)
 
-    result = replay(settings.client("sqs"), settings.client("dynamodbstreams"), settings.client("s3"), queue_url, layout_of, log=print)
-    print(f"{result.records} records captured again in {len(result.replayed)} change files")
-    if result.kept:
-        gone = ", ".join(batch.range_name for batch in result.not_replayable) or "none"
-        unfinished = ", ".join(batch.range_name for batch in result.unfinished) or "none"
-        print(
-            f"{result.kept} batches kept in the queue; no longer in the stream (a bootstrap recovers them): {gone}; "
-            f"not read to their end (run replay-failures again): {unfinished}",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    kept = 0
+    for queue_url in queue_urls:
+        result = replay(settings.client("sqs"), settings.client("dynamodbstreams"), settings.client("s3"), queue_url, layout_of, log=print)
+        print(f"{queue_url}: {result.records} records captured again in {len(result.replayed)} change files")
+        if result.kept:
+            kept += result.kept
+            gone = ", ".join(batch.range_name for batch in result.not_replayable) or "none"
+            unfinished = ", ".join(batch.range_name for batch in result.unfinished) or "none"
+            print(
+                f"{result.kept} batches kept in the queue; no longer in the stream (a bootstrap recovers them): {gone}; "
+                f"not read to their end (run replay-failures again): {unfinished}",
+                file=sys.stderr,
+            )
+    return 1 if kept else 0
 
 
 def _webserver_arguments(command: argparse.ArgumentParser) -> None:
@@ -230,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     bootstrap.set_defaults(handler=_bootstrap)
 
     replay = commands.add_parser("replay-failures", help="capture again the stream batches the capture Lambda gave up on (its on-failure queue)")
-    replay.add_argument("--queue-url", help="default: DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URL")
+    replay.add_argument("--queue-url", help="one queue; default: every queue of DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URLS")
     replay.set_defaults(handler=_replay_failures)
 
     wait = commands.add_parser("wait-for-runs", help="wait until no run of the Dagster instance ($DAGSTER_HOME) is in progress")

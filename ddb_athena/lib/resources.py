@@ -1,5 +1,6 @@
 """Dagster resources: AWS clients, the Iceberg-configured SparkSession, the sync settings, and where the orders load runs."""
 
+import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Literal
@@ -203,10 +204,11 @@ class SyncSettings(ConfigurableResource):
     books_capture: Literal["run", "lambda"] = Field(
         default="run", description="who reads the books stream: the sync run itself, or the capture Lambda (deploy/ddb_athena.yaml)"
     )
-    capture_failure_queue_url: str | None = Field(
-        default=None,
-        description="the capture Lambda's on-failure queue (the stack's CaptureFailureQueueUrl): batches it gave up on, "
-        "which turn books_capture_failures red until `ddb-athena replay-failures` captures them again",
+    capture_failure_queue_urls: dict[str, str] = Field(
+        default_factory=dict,
+        description="the capture Lambda's on-failure queue of each streamed table, by its name, as JSON (the stack's "
+        "CaptureFailureQueueUrls): batches it gave up on, which turn that table's <name>_capture_failures red until "
+        "`ddb-athena replay-failures` captures them again",
     )
     alert_topic_arn: str | None = Field(
         default=None,
@@ -349,6 +351,8 @@ class SyncSettings(ConfigurableResource):
         return timedelta(minutes=self.backlog_limit_minutes)
 
 
+# The fields whose variable holds JSON.
+JSON_FIELDS = ("capture_failure_queue_urls",)
 # The fields a deployment names once for every part (Settings reads them, with the local defaults).
 DEPLOYMENT_FIELDS = ("bucket", "dynamodb_tables", "namespace")
 
@@ -367,6 +371,12 @@ def sync_settings(settings: Settings, **options) -> SyncSettings:
     `options` over both (tests). Validated here, once, by the field's declaration: a bad value is refused when the
     code location loads, naming the variable."""
     values = {name: settings.environ[setting_variable(name)] for name in SyncSettings.model_fields if setting_variable(name) in settings.environ}
+    for name in JSON_FIELDS:
+        if name in values:
+            try:
+                values[name] = json.loads(values[name])
+            except json.JSONDecodeError:
+                raise SettingsError(f'{setting_variable(name)}={values[name]!r}: expected a JSON object like {{"books": "https://..."}}') from None
     deployment = {name: getattr(settings, name) for name in DEPLOYMENT_FIELDS}
     try:
         sync = SyncSettings(**{**deployment, **values, **options})
@@ -405,6 +415,9 @@ def settings_table() -> str:
             for attribute, symbol in (("ge", "≥"), ("gt", ">"), ("le", "≤"))
             if hasattr(rule, attribute)
         ]
-        default = "unset" if field.default is None else f"`{field.default:g}`" if isinstance(field.default, float) else f"`{field.default}`"
+        if field.default is None or field.default_factory is not None:
+            default = "unset"
+        else:
+            default = f"`{field.default:g}`" if isinstance(field.default, float) else f"`{field.default}`"
         rows.append(f"| `{setting_variable(name)}` (`{name}`) | {default} | {', '.join(bounds) or '-'} | {field.description or ''} |")
     return "\n".join(rows) + "\n"

@@ -65,15 +65,20 @@ def quarantine_result(aws: AwsClientsResource, sync: SyncSettings, table: TableD
     )
 
 
-def capture_failures_result(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheckResult:
-    depth = failure_queue_depth(aws.client("sqs"), sync.capture_failure_queue_url)
+def capture_failures_result(aws: AwsClientsResource, sync: SyncSettings, table: TableDeclaration) -> AssetCheckResult:
+    """Whether the capture Lambda gave up on a batch of `table`'s stream (its own queue: another table's failures
+    leave this check green)."""
+    queue = sync.capture_failure_queue_urls.get(table.name)
+    if not queue:
+        return AssetCheckResult(passed=True, metadata={"queue": "none: the sync run reads the stream itself"})
+    depth = failure_queue_depth(aws.client("sqs"), queue)
     return AssetCheckResult(
         passed=depth == 0,
-        metadata={"failed_batches": depth, "queue": sync.capture_failure_queue_url},
+        metadata={"failed_batches": depth, "queue": queue},
         description=None
         if not depth
-        else "The capture Lambda gave up on stream batches: their changes are missing from "
-        "the streamed tables. `ddb-athena replay-failures` captures them again while the stream holds them (24 hours).",
+        else f"The capture Lambda gave up on batches of the {table.name} stream: their changes are missing from the "
+        "table. `ddb-athena replay-failures` captures them again while the stream holds them (24 hours).",
     )
 
 
@@ -172,8 +177,8 @@ def cycle_check_results(
         results[f"{table.name}_backlog"] = backlog_result(aws, sync, table, stream_lag_seconds)
     if list_s3 or quarantined:
         results[f"{table.name}_quarantine_empty"] = quarantine_result(aws, sync, table)
-    if sync.capture_failure_queue_url:
-        results[f"{table.name}_capture_failures"] = capture_failures_result(aws, sync)
+    if table.name in sync.capture_failure_queue_urls:
+        results[f"{table.name}_capture_failures"] = capture_failures_result(aws, sync, table)
     if with_table:
         unique = unique_key_result(spark.spark_session, sync.iceberg_table_of(table), table.spec.key_names)
         # Between the daily key parity scans, a free signal beside the table's row count: DynamoDB's own item count

@@ -63,9 +63,7 @@ def streamed_checks(assets: StreamedAssets) -> StreamedChecks:
         "missing from the table until `ddb-athena replay-failures` captures it again).",
     )
     def capture_failures(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheckResult:
-        if not sync.capture_failure_queue_url:
-            return AssetCheckResult(passed=True, metadata={"queue": "none: the sync run reads the stream itself"})
-        return capture_failures_result(aws, sync)
+        return capture_failures_result(aws, sync, table)
 
     @asset_check(name=unique_check_name(table), asset=asset, description=f"No key ({', '.join(table.spec.key_names)}) appears twice in the table.")
     def unique_key(spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:

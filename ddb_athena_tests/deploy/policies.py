@@ -85,8 +85,8 @@ def call_resources(call: AwsCall) -> list[str]:
         # The tests' topics have names of their own; the code publishes to one topic, the stack's AlertTopic.
         return [f"arn:aws:sns:{region}:{ACCOUNT}:{STACK}-AlertTopic"]
     if call.service == "sqs":
-        # Named by its URL, which IAM does not check; the code uses one queue, the capture Lambda's failure queue.
-        return [f"arn:aws:sqs:{region}:{ACCOUNT}:{STACK}-CaptureFailureQueue"]
+        # Named by its URL, which IAM does not check; the code uses the capture Lambda's failure queue of a table (books').
+        return [f"arn:aws:sqs:{region}:{ACCOUNT}:{STACK}-CaptureBooksFailureQueue"]
     for name in ("StreamArn", "ExportArn", "TableArn"):
         if call.param(name):
             return [call.param(name)]

@@ -107,13 +107,15 @@ def test_the_capture_mapping_retries_boundedly_and_never_blocks_a_shard():
     mappings = {r["Properties"]["EventSourceArn"]["Ref"]: r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::EventSourceMapping"}
     # One mapping a streamed table, on its stream.
     assert set(mappings) == {f"{camel(table.name)}StreamArn" for table in declared_tables().values() if table.kind == "streamed"}
-    for mapping in mappings.values():
+    for stream, mapping in mappings.items():
         assert mapping["FunctionName"] == {"Ref": "CaptureFunction"}
         assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]  # the handler's batchItemFailures
         assert mapping["BisectBatchOnFunctionError"] is True
         assert 0 < mapping["MaximumRetryAttempts"] <= 10
         assert 0 < mapping["MaximumRecordAgeInSeconds"] < 24 * 3600  # replayable: inside the stream's retention
-        assert mapping["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": ["CaptureFailureQueue", "Arn"]}
+        # Each table's failed batches in its own queue: they turn only its check red.
+        queue = stream.replace("StreamArn", "FailureQueue")
+        assert mapping["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": [f"Capture{queue}", "Arn"]}
         assert mapping["StartingPosition"] == "TRIM_HORIZON" and mapping["ParallelizationFactor"] == 1
 
 
@@ -187,13 +189,17 @@ def test_the_stack_deploys_into_the_emulator(settings, tmp_path, principal, book
 
 def test_the_capture_alarms_on_its_errors_its_lag_and_its_failed_batches_to_the_alert_topic():
     resources = template()["Resources"]
-    alarms = {resource["Properties"]["MetricName"]: resource for resource in resources.values() if resource["Type"] == "AWS::CloudWatch::Alarm"}
+    every = [resource for resource in resources.values() if resource["Type"] == "AWS::CloudWatch::Alarm"]
+    alarms = {resource["Properties"]["MetricName"]: resource for resource in every}
     assert set(alarms) == {"Errors", "IteratorAge", "ApproximateNumberOfMessagesVisible"}
     assert all(alarm["Condition"] == "WithCaptureLambda" and alarm["Properties"]["Threshold"] >= 0 for alarm in alarms.values())
     # Every alarm tells the one topic the alert sensors publish to.
     assert all(alarm["Properties"]["AlarmActions"] == [{"Ref": "AlertTopic"}] for alarm in alarms.values())
     assert alarms["IteratorAge"]["Properties"]["Threshold"] <= 120_000  # milliseconds: the freshness promise
-    assert alarms["ApproximateNumberOfMessagesVisible"]["Properties"]["Dimensions"][0]["Value"] == {"Fn::GetAtt": ["CaptureFailureQueue", "QueueName"]}
+    # One depth alarm a streamed table's failure queue.
+    queues = [alarm["Properties"]["Dimensions"][0]["Value"] for alarm in every if alarm["Properties"]["MetricName"] == "ApproximateNumberOfMessagesVisible"]
+    streamed = [table for table in declared_tables().values() if table.kind == "streamed"]
+    assert queues == [{"Fn::GetAtt": [f"Capture{camel(table.name)}FailureQueue", "QueueName"]} for table in streamed]
 
 
 # A third table, named by a variable, with a composite key: what a user's declaration adds to the deployment.

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from ddb_athena.lib.resources import DEPLOYMENT_FIELDS, SyncSettings, setting_variable, settings_table, sync_settings
@@ -85,7 +87,7 @@ def test_every_sync_setting_comes_from_its_variable_for_the_runs_schedules_and_s
         if name in DEPLOYMENT_FIELDS or name == "books_capture":
             continue
         examples = {
-            "capture_failure_queue_url": "https://sqs.example/queue",
+            "capture_failure_queue_urls": {"books": "https://sqs.example/books", "reviews": "https://sqs.example/reviews"},
             "alert_topic_arn": "arn:aws:sns:us-east-1:123456789012:alerts",
             "dagster_url": "https://dagster.example.com",
         }
@@ -95,11 +97,14 @@ def test_every_sync_setting_comes_from_its_variable_for_the_runs_schedules_and_s
             upper = next((rule.le for rule in field.metadata if hasattr(rule, "le")), None)
             value = field.default + 1 if upper is None or field.default + 1 <= upper else (field.default + upper) / 2
         assert getattr(defaults, name) != value, name
-        assert getattr(sync_settings(Settings.from_env({setting_variable(name): str(value)})), name) == value, name
+        text = json.dumps(value) if isinstance(value, dict) else str(value)
+        assert getattr(sync_settings(Settings.from_env({setting_variable(name): text})), name) == value, name
     assert sync_settings(Settings.from_env({"DDB_ATHENA_BOOKS_CAPTURE": "lambda"})).books_capture == "lambda"
     assert sync_settings(Settings.from_env({"DDB_ATHENA_BUCKET": "prod"})).bucket == "prod"
     with pytest.raises(SettingsError, match="DDB_ATHENA_ALERT_TOPIC_ARN"):
         sync_settings(Settings.from_env({"DDB_ATHENA_ALERT_TOPIC_ARN": "alerts"}))
+    with pytest.raises(SettingsError, match='DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URLS=.*expected a JSON object like {"books"'):
+        sync_settings(Settings.from_env({"DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URLS": "https://sqs.example/queue"}))
 
 
 def test_the_longest_interval_is_never_shorter_than_a_longer_merge_interval_left_unset():

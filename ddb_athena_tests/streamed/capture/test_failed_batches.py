@@ -133,7 +133,7 @@ def test_the_check_is_red_while_a_batch_waits_and_the_replayed_changes_reach_the
         sequences = [record["dynamodb"]["SequenceNumber"] for record in streams.get_records(ShardIterator=iterator)["Records"]]
         sqs.send_message(QueueUrl=url, MessageBody=on_failure_message(stream_arn, shard["ShardId"], sequences[0], sequences[-1], 3))
 
-        options = {"books_capture": "lambda", "capture_failure_queue_url": url}
+        options = {"books_capture": "lambda", "capture_failure_queue_urls": {"books": url}}
         red = check_results(sync_books(instance, **options))["books_capture_failures"]
         assert not red.passed and red.metadata["failed_batches"].value == 1
 
