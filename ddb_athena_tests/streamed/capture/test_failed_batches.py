@@ -143,3 +143,18 @@ def test_the_check_is_red_while_a_batch_waits_and_the_replayed_changes_reach_the
         green = check_results(sync_books(instance, **options))["books_capture_failures"]
         assert green.passed and books_capture_failures(aws=resources["aws"], sync=resources["sync"]).passed
     assert sorted(row["id"] for row in spark.table(f"{settings.namespace}.books").collect()) == ["lost-0", "lost-1", "lost-2"]
+
+
+def test_a_batch_one_table_lost_turns_only_that_tables_check_red(settings):
+    """Each streamed table has its own failure queue (the stack renders one a table): a batch of books given up on
+    leaves reviews' capture_failures green."""
+    from ddb_athena.streamed.check_results import capture_failures_result
+
+    sqs = settings.client("sqs")
+    urls = {name: sqs.create_queue(QueueName=f"{name}-capture-failures")["QueueUrl"] for name in ("books", "reviews")}
+    arn = f"arn:aws:dynamodb:us-east-1:123456789012:table/{settings.dynamodb_tables['books']}/stream/2026-01-01T00:00:00.000"
+    sqs.send_message(QueueUrl=urls["books"], MessageBody=on_failure_message(arn, "shardId-1", "100", "200", 2))
+    resources = local_resources(books_capture="lambda", capture_failure_queue_urls=urls)
+    books, reviews = (capture_failures_result(resources["aws"], resources["sync"], declared(name)) for name in ("books", "reviews"))
+    assert not books.passed and books.metadata["failed_batches"].value == 1 and books.metadata["queue"].value == urls["books"]
+    assert reviews.passed and reviews.metadata["failed_batches"].value == 0
