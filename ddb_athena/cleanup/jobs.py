@@ -1,7 +1,7 @@
 """The cleanup jobs the sensor requests: they delete exactly the source files that successful materializations
 consumed (a streamed table's change files, an exported table's export files)."""
 
-from dagster import Config, OpExecutionContext, job, op
+from dagster import Config, JobDefinition, OpExecutionContext, job, op
 from pydantic import Field
 
 from ddb_athena.lib.declarations import TableDeclaration, declared_tables
@@ -33,36 +33,28 @@ DELETE_DESCRIPTION = "Deletes exactly the source files that successful materiali
 delete_committed_change_files = op(name="delete_committed_change_files", description=DELETE_DESCRIPTION)(_delete_committed_source_files)
 
 
-def source_cleanup_job(name: str):
-    @job(
-        name=f"{name}_source_cleanup",
-        description=f"Deletes the {name} change files that commits consumed (requested by the cleanup sensor).",
-        tags=SMALL_TASK_TAGS,
-    )
-    def source_cleanup():
-        delete_committed_change_files()
+def cleanup_job(name: str, description: str, delete) -> JobDefinition:
+    @job(name=name, description=f"{description} (requested by the cleanup sensor).", tags=SMALL_TASK_TAGS)
+    def cleanup():
+        delete()
 
-    return source_cleanup
+    return cleanup
 
 
-SOURCE_CLEANUPS = {name: source_cleanup_job(name) for name, table in declared_tables().items() if table.kind == "streamed"}
+SOURCE_CLEANUPS = {
+    name: cleanup_job(f"{name}_source_cleanup", f"Deletes the {name} change files that commits consumed", delete_committed_change_files)
+    for name, table in declared_tables().items()
+    if table.kind == "streamed"
+}
 
 
-def export_cleanup_job(table: TableDeclaration):
+def export_cleanup_job(table: TableDeclaration) -> JobDefinition:
     # A re-run of a partition re-uses its export's files: their cleanup waits in the table's writers' queue.
     delete_loaded_export_files = op(name=f"delete_loaded_{table.name}_export_files", description=DELETE_DESCRIPTION, pool=table.writer_pool)(
         _delete_committed_source_files
     )
-
-    @job(
-        name=f"{table.source_asset}_cleanup",
-        description=f"Deletes the {table.name} export files that loads consumed, after their retention (requested by the cleanup sensor).",
-        tags=SMALL_TASK_TAGS,
-    )
-    def export_cleanup():
-        delete_loaded_export_files()
-
-    return export_cleanup
+    description = f"Deletes the {table.name} export files that loads consumed, after their retention"
+    return cleanup_job(f"{table.source_asset}_cleanup", description, delete_loaded_export_files)
 
 
 EXPORT_CLEANUPS = {name: export_cleanup_job(table) for name, table in declared_tables().items() if table.kind == "exported"}
