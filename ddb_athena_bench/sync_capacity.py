@@ -129,7 +129,7 @@ def capacity_stack(
 
 def _writer(stack: CapacityStack, table: TableDeclaration):
     """Fenced as a deployment's sync is: each cycle publishes its branch (lake/writer_branch.py)."""
-    return writer_branch_of(stack.resources["spark"], stack.resources["sync"], "bench", table)
+    return writer_branch_of(stack.resources["spark"], stack.resources["sync"], "bench", 1, table)
 
 
 def _syncer(stack: CapacityStack, clients, before_write: Callable[[], None] = lambda: None, interval: float | None = None, writer=None, table=None):

@@ -72,7 +72,7 @@ def warm_sync(
     simulator)."""
     with local_stack(scratch, rate=rate, with_dagster=False, warehouse_on_s3=warehouse_on_s3) as (env, processes):
         resources = resources_from_settings(Settings.from_env(env))
-        writer = writer_branch_of(resources["spark"], resources["sync"], "bench", declared("books"))  # fenced, as a deployment's sync is
+        writer = writer_branch_of(resources["spark"], resources["sync"], "bench", 1, declared("books"))  # fenced, as a deployment's sync is
         syncer = stream_syncer(
             resources["aws"], resources["spark"], resources["sync"], declared("books"), log=lambda _: None, warn=print, before_write=lambda: None, writer=writer
         )

@@ -226,6 +226,7 @@ def load_day(
         full_export_arn=record.export_arn if record.export_type == FULL_EXPORT else None,
         writer_lease={"uri": layout.uri(lease.key, spark.source_scheme), "holder": lease.holder, "ttl_seconds": lease.ttl_seconds},
         writer_token=lease.token,
+        writer_epoch=lease.epoch,
     )
     # A load that runs as a job of its own makes its progress there: its platform's timeout bounds it, not the lease's.
     with lease.progress_elsewhere() if runner.mode != "in_process" else nullcontext():

@@ -44,8 +44,9 @@ class ExportLoadRequest:
     # The launching run's writer lease (uri, holder, ttl_seconds): a job checks it before it commits.
     writer_lease: dict | None = None
     # That lease's holding: the load commits to the writer branch named after it, published only while no other
-    # writer has taken the table (lake/writer_branch.py).
+    # writer has taken the table (lake/writer_branch.py), and takes the table only while no newer holding has.
     writer_token: str | None = None
+    writer_epoch: int = 0
 
     def to_json(self) -> dict:
         return {
@@ -69,6 +70,7 @@ class ExportLoadRequest:
             full_export_arn=data.get("full_export_arn"),
             writer_lease=data.get("writer_lease"),
             writer_token=data.get("writer_token"),
+            writer_epoch=data.get("writer_epoch", 0),
         )
 
 
@@ -88,8 +90,10 @@ class ExportLoadOutcome:
 
 
 def load_export_partition(spark: SparkSession, request: ExportLoadRequest, before_commit: Callable[[], None] = lambda: None) -> ExportLoadOutcome:
-    """`before_commit` raises when this writer may no longer commit (checked right before the load's MERGE)."""
-    writer = WriterBranch(lambda: spark, request.catalog, (request.target,), request.writer_token) if request.writer_token else None
+    """`before_commit` raises when this writer may no longer commit: checked before the table is taken (a job that
+    starts after its run died, the lease taken by a re-execution, stops here) and again right before the MERGE."""
+    before_commit()
+    writer = WriterBranch(lambda: spark, request.catalog, (request.target,), request.writer_token, request.writer_epoch) if request.writer_token else None
     try:
         return _load(spark, request, before_commit, writer)
     finally:

@@ -340,9 +340,11 @@ def merge_change_files(
     additions = ensure_tables(spark, spec, target) if ensure else []
     tables = _Tables(target, writer)
     result = MergeResult(change_files=list(change_file_uris))
+    # The writer's epoch in every data commit too: snapshot expiry never leaves main without the newest one.
+    data_properties = {**(commit_properties or {}), **(writer.commit_properties if writer is not None else {})}
     if additions:
         # After the writer took the table: a writer of the older declaration is fenced, and publishes nothing more.
-        with committed_with(spark, commit_properties):
+        with committed_with(spark, data_properties):
             add_columns(spark, spec, target, tables.table, additions)
         tables.written.add(target)
         tables.additions = additions
@@ -403,7 +405,7 @@ def merge_change_files(
 
         synced_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
         latest = spark.sql(_latest_changes_sql(spec, validated_view), args={**selection, "synced_at": synced_at})
-        with committed_with(spark, commit_properties):
+        with committed_with(spark, data_properties):
             if result.bootstrap_file:
                 _rebuild(spark, spec, tables, latest, result)
             else:

@@ -9,6 +9,13 @@ pointer fails: it is atomic. A writer that takes a table first moves `main` (an 
 fence) and branches from there; from then on no older writer's branch descends from `main`, and its fast-forward
 fails with WriterFencedError whenever it resumes. The table's readers never see an unpublished branch commit.
 
+The take is fenced too. Each holding of the lease has an epoch, one more than the holding before it
+(lib/writer_lease.py), and its fence carries it. A writer takes a table only while the newest fence on `main` is not
+newer than its own, and it commits its fence by the same compare-and-swap: on a branch created at the `main` it read,
+then `main` fast-forwarded to it. So a writer paused past its lease between its last lease check and its take (or a
+job on EMR that starts after its run died) finds its successor's fence, or fails to move `main` past it, and changes
+nothing readers see.
+
 A writer branch is dropped by its own writer when it ends; one left by a writer that died expires with its head
 snapshot after BRANCH_RETENTION_DAYS (no other writer drops it: a commit to a dropped branch would create it again
 from `main`, and that commit could then be published). Upkeep that rewrites files on `main` (compaction, expiry) is
@@ -19,32 +26,46 @@ from collections.abc import Callable, Sequence
 
 from pyspark.sql import SparkSession
 
-from ddb_athena.lake.commit_properties import empty_commit, newest_published
+from ddb_athena.lake.commit_properties import empty_commit, iceberg_table, newest_published
 from ddb_athena.lake.identifiers import dotted_name, string_literal, validate_identifier
 
 BRANCH_PREFIX = "writer_"
 # Longer than any pause a writer survives (its own run's maximum runtime is an hour and ten minutes); it bounds what
 # a dead writer's branch keeps alive. A stale branch's commits are never published: see the module's docstring.
 BRANCH_RETENTION_DAYS = 7
-# The summary property of a fence commit: which writer took the table, for the snapshot history.
+# The summary properties of a fence commit: which writer took the table (for the snapshot history), and its epoch.
 FENCE_SUMMARY_PROPERTY = "ddb_athena.writer-fence"
+FENCE_EPOCH_PROPERTY = "ddb_athena.writer-epoch"
+# A take retried when `main` moved between its read and its fence (an older writer's commit it then finds refused).
+TAKE_ATTEMPTS = 5
 
 
 class WriterFencedError(RuntimeError):
     """Another writer took the table since this one branched: nothing of this writer's is published."""
 
 
+class MainMovedError(WriterFencedError):
+    """`main` moved past this writer's fence, but by no newer writer (an older one's upkeep, which commits to `main`):
+    this writer still holds the table. Its unpublished commits are dropped, and its next write takes the table again."""
+
+
 class WriterBranch:
     """One writer's branch of each of `tables` (namespace.table names), taken on first use."""
 
-    def __init__(self, spark: Callable[[], SparkSession], catalog: str, tables: Sequence[str], token: str, carried: Sequence[str] = ()):
-        """`carried`: summary properties the fence commit repeats from the newest published snapshot that has them
-        (the stream positions: snapshot expiry counts the fence among the newer snapshots, never a reason to lose them)."""
-        self._spark, self._carried = spark, tuple(carried)
+    def __init__(self, spark: Callable[[], SparkSession], catalog: str, tables: Sequence[str], token: str, epoch: int, carried: Sequence[str] = ()):
+        """`token` and `epoch`: the lease holding this writer writes under. `carried`: summary properties the fence
+        commit repeats from the newest published snapshot that has them (the stream positions: snapshot expiry counts
+        the fence among the newer snapshots, never a reason to lose them)."""
+        self._spark, self._carried, self.epoch = spark, tuple(carried), epoch
         self.catalog = validate_identifier(catalog, "catalog name")
         self.tables = tuple(dotted_name(table) for table in tables)
         self.name = validate_identifier(f"{BRANCH_PREFIX}{token}", "writer branch")
         self._taken: set[str] = set()
+
+    @property
+    def commit_properties(self) -> dict[str, str]:
+        """What each of this writer's commits carries: its epoch (the take compares it with its own)."""
+        return {FENCE_EPOCH_PROPERTY: str(self.epoch)}
 
     def ref(self, table: str) -> str:
         """`table`'s name in SQL reads and writes of this writer: its branch once taken, `main` before."""
@@ -52,17 +73,36 @@ class WriterBranch:
         return f"{table}.branch_{self.name}" if table in self._taken else table
 
     def take(self, table: str) -> None:
-        """Fences `table` (an empty commit on `main`) and creates this writer's branch from it. The table must exist."""
+        """Fences `table` (an empty commit that `main` fast-forwards to) and writes on the branch it heads from then on;
+        WriterFencedError if a newer holding has fenced it. The table must exist."""
         table = dotted_name(table)
         if table in self._taken:
             return
         if table not in self.tables:
             raise ValueError(f"{table} is not among this writer's tables {self.tables}")
         spark = self._spark()
-        carried = {name: value for name in self._carried if (value := newest_published(spark, table, name)) is not None}
-        empty_commit(spark, table, {**carried, FENCE_SUMMARY_PROPERTY: self.name})
-        spark.sql(f"ALTER TABLE {table} CREATE OR REPLACE BRANCH {self.name} RETAIN {BRANCH_RETENTION_DAYS} DAYS")
-        self._taken.add(table)
+        for _ in range(TAKE_ATTEMPTS):
+            loaded = iceberg_table(spark, table)
+            loaded.refresh()
+            if loaded.currentSnapshot() is None:
+                empty_commit(spark, table, {})  # a table never written: a snapshot to branch from
+                continue
+            newest = newest_published(spark, table, FENCE_EPOCH_PROPERTY)
+            if newest is not None and int(newest) > self.epoch:
+                raise WriterFencedError(
+                    f"{table}: a newer writer (epoch {newest}) has taken the table since this one's lease (epoch {self.epoch}); this writer changes nothing"
+                )
+            head = loaded.currentSnapshot().snapshotId()
+            carried = {name: value for name in self._carried if (value := newest_published(spark, table, name)) is not None}
+            spark.sql(f"ALTER TABLE {table} CREATE OR REPLACE BRANCH {self.name} AS OF VERSION {head} RETAIN {BRANCH_RETENTION_DAYS} DAYS")
+            empty_commit(spark, table, {**carried, **self.commit_properties, FENCE_SUMMARY_PROPERTY: self.name}, branch=self.name)
+            self._taken.add(table)
+            try:
+                self.publish(table)  # main moves to the fence only if it is still where this writer read it
+                return
+            except WriterFencedError:
+                self._taken.discard(table)  # main moved meanwhile: read it again
+        raise WriterFencedError(f"{table}: main kept moving while this writer took it ({TAKE_ATTEMPTS} attempts); this writer changes nothing")
 
     def take_all(self) -> None:
         for table in self.tables:
@@ -87,6 +127,13 @@ class WriterBranch:
         except Exception as error:  # noqa: BLE001 - Spark wraps Iceberg's refusal; anything else is re-raised
             if "is not an ancestor of" not in str(error):
                 raise
+            newest = newest_published(self._spark(), table, FENCE_EPOCH_PROPERTY) if branch == "main" else None
+            if branch == "main" and (newest is None or int(newest) <= self.epoch):
+                self._taken.discard(table)
+                raise MainMovedError(
+                    f"{table}: main moved since {self.name} branched from it, by no newer writer (an older writer's upkeep); "
+                    "this writer's unpublished commits are dropped, and it takes the table again"
+                ) from None
             raise WriterFencedError(
                 f"{table}: another writer has committed since {self.name} branched from main; this writer's commits are not published"
             ) from None

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from botocore.exceptions import ClientError
 
 from ddb_athena.lib.declarations import declared_tables
-from ddb_athena.lib.lease_record import describe_holder, lease_body, lease_key
+from ddb_athena.lib.lease_record import describe_holder, epoch_of, lease_body, lease_key
 
 # Every run that writes a table is in that table's pool, which dagster.yaml limits to one run at a time: Materialize,
 # a backfill or a re-execution queues behind the running writer. The lease below stops the writers the queue does
@@ -59,6 +59,14 @@ class LeaseState:
     body: dict
     # By S3's clock: from the lease's last write to S3's answer to this read.
     age_seconds: float
+
+    @property
+    def released(self) -> bool:
+        return bool(self.body.get("released"))
+
+    @property
+    def epoch(self) -> int:
+        return epoch_of(self.body)
 
 
 def _precondition_failed(error: ClientError) -> bool:
@@ -98,6 +106,9 @@ class WriterLease:
         self.ttl_seconds, self.stall_seconds = ttl_seconds, stall_seconds
         # This holding's identity in the lease (a branch of the table is named after it too: lake/writer_branch.py).
         self.token = uuid.uuid4().hex[:16]
+        # This holding's place in the order of the table's holdings, set when it takes the lease (writer_branch.py
+        # refuses a fence older than the newest on main).
+        self.epoch: int | None = None
         self._clock, self._sleep, self._wall_clock, self._progress = clock, sleep, wall_clock, progress
         self._etag: str | None = None
         self._renewed_at: float | None = None
@@ -111,8 +122,8 @@ class WriterLease:
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
-    def _put(self, **condition) -> str:
-        body = lease_body(self.holder, self.table, self.ttl_seconds, self._wall_clock(), self.token)
+    def _put(self, epoch: int, released: bool = False, **condition) -> str:
+        body = lease_body(self.holder, self.table, self.ttl_seconds, self._wall_clock(), self.token, epoch, released)
         response = self._s3.put_object(Bucket=self.bucket, Key=self.key, Body=body, ContentType="application/json", **condition)
         return response["ETag"]
 
@@ -139,29 +150,29 @@ class WriterLease:
         """One attempt: creates the lease, or takes over one that S3's clock says has expired."""
         requested_at = self._clock()
         try:
-            self._taken(self._put(IfNoneMatch="*"), requested_at)
+            self._taken(self._put(1, IfNoneMatch="*"), requested_at, 1)  # the table's first lease
             return True
         except ClientError as error:
             if not _precondition_failed(error):
                 raise
         state = self.read()
         if state is None:
-            return False  # released between the two requests: the next attempt creates it
+            return False  # deleted (by a writer of before the epochs) between the two requests: the next attempt creates it
         if self._ours(state):
-            self._taken(state.etag, requested_at)  # the create succeeded; its response was lost and the retry refused
+            self._taken(state.etag, requested_at, state.epoch)  # the write succeeded; its response was lost and the retry refused
             return True
-        if state.age_seconds <= self.ttl_seconds:
+        if not state.released and state.age_seconds <= self.ttl_seconds:
             return False
-        requested_at = self._clock()
+        epoch, requested_at = state.epoch + 1, self._clock()
         try:
-            self._taken(self._put(IfMatch=state.etag), requested_at)  # expired: its holder stopped renewing
+            self._taken(self._put(epoch, IfMatch=state.etag), requested_at, epoch)  # released, or expired: its holder stopped renewing
             return True
         except ClientError as error:
             if not (_precondition_failed(error) or _not_found(error)):
                 raise
         state = self.read()  # renewed, released or taken by another contender meanwhile, or by this very request
         if self._ours(state):
-            self._taken(state.etag, requested_at)
+            self._taken(state.etag, requested_at, state.epoch)
             return True
         return False
 
@@ -182,10 +193,12 @@ class WriterLease:
             self._sleep(min(POLL_SECONDS, max(0.0, deadline - self._clock())))
         self._start_renewing()
 
-    def _taken(self, etag: str, requested_at: float) -> None:
+    def _taken(self, etag: str, requested_at: float, epoch: int | None = None) -> None:
         # From when the request was sent: the lease in S3 is at least that fresh, and check() errs on the safe side.
         with self._lock:
             self._etag, self._renewed_at, self._lost = etag, requested_at, None
+            if epoch is not None:
+                self.epoch = epoch
 
     def renew(self) -> None:
         """Extends the lease (If-Match on this holder's last ETag); raises LeaseLostError if another took it."""
@@ -195,7 +208,7 @@ class WriterLease:
             etag = self._etag
         requested_at = self._clock()
         try:
-            self._taken(self._put(IfMatch=etag), requested_at)
+            self._taken(self._put(self.epoch or 0, IfMatch=etag), requested_at)
         except ClientError as error:
             if not (_precondition_failed(error) or _not_found(error)):
                 raise
@@ -275,7 +288,8 @@ class WriterLease:
             self._renewal_error = None
 
     def release(self) -> None:
-        """Stops renewing and deletes the lease if it is still this writer's."""
+        """Stops renewing and marks the lease released if it is still this writer's (kept, so that the next holding's
+        epoch follows this one's)."""
         self._stop.set()
         if self._renewer is not None:
             self._renewer.join()
@@ -285,7 +299,7 @@ class WriterLease:
         if etag is None:
             return
         try:
-            self._s3.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=etag)
+            self._put(self.epoch or 0, released=True, IfMatch=etag)
         except ClientError as error:
             if not (_precondition_failed(error) or _not_found(error)):
                 raise

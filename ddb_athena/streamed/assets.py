@@ -28,7 +28,7 @@ from pydantic import Field
 from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY, tombstone_table
 from ddb_athena.lake.maintenance import CompactionResult, MaintenanceResult, MaintenanceState, compact_if_due, maintenance_state
 from ddb_athena.lake.session_config import runs_in_this_process
-from ddb_athena.lake.writer_branch import WriterBranch, WriterFencedError
+from ddb_athena.lake.writer_branch import MainMovedError, WriterBranch, WriterFencedError
 from ddb_athena.lib.declarations import MAX_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS, TableDeclaration, declared_tables
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.settings import MAX_SYNC_RUN_MINUTES
@@ -170,11 +170,11 @@ class StreamedUpkeep:
                 self.writer.follow_main(table)
 
 
-def writer_branch_of(spark: IcebergSparkResource, sync: SyncSettings, token: str, table: TableDeclaration) -> WriterBranch:
-    """The branch of a streamed table and its tombstones that a holding of the lease (its `token`) writes (created by
-    its first merge)."""
+def writer_branch_of(spark: IcebergSparkResource, sync: SyncSettings, token: str, epoch: int, table: TableDeclaration) -> WriterBranch:
+    """The branch of a streamed table and its tombstones that a holding of the lease (its `token` and `epoch`) writes
+    (created by its first merge)."""
     target = sync.iceberg_table_of(table)
-    return WriterBranch(lambda: spark.spark_session, spark.catalog, (target, tombstone_table(target)), token, carried=(STREAM_POSITIONS_PROPERTY,))
+    return WriterBranch(lambda: spark.spark_session, spark.catalog, (target, tombstone_table(target)), token, epoch, carried=(STREAM_POSITIONS_PROPERTY,))
 
 
 def maintenance_observation(result: MaintenanceResult, assets: StreamedAssets) -> AssetObservation:
@@ -240,7 +240,7 @@ class TableInRun:
             self._progress.step()
             lease.check()
 
-        self._writer = writer_branch_of(self._spark, self._sync, lease.token, self.table)
+        self._writer = writer_branch_of(self._spark, self._sync, lease.token, lease.epoch, self.table)
         # A capture reads the stream for at most one interval: behind, the table still moves every cycle.
         syncer = stream_syncer(
             self._aws,
@@ -360,6 +360,10 @@ def sync_cycles(
                 table.take(wait_seconds=0)
             return table.cycle(number, bootstrap=config.bootstrap and number == 1)
         except LeaseHeldError:
+            return False
+        except MainMovedError as error:
+            # Still this run's table: the cycle's changes are merged again by the next one (they stayed staged).
+            context.log.warning(str(error))
             return False
         except (LeaseLostError, WriterFencedError) as error:
             if alone:

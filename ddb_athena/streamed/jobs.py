@@ -100,7 +100,7 @@ def streamed_jobs(assets: StreamedAssets) -> StreamedJobs:
         target = sync.iceberg_table_of(table)
         lease = leases.hold(context, aws.client("s3"), sync.bucket, target, progress=spark.tasks_in_progress)
         # Fenced first: a sync that lost its lease to this job publishes nothing after it.
-        writer = writer_branch_of(spark, sync, lease.token, table)
+        writer = writer_branch_of(spark, sync, lease.token, lease.epoch, table)
         writer.take_all()
         try:
             context.log_event(maintenance_observation(maintain(spark, sync, table, writer=writer), assets))

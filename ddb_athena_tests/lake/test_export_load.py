@@ -176,11 +176,11 @@ def test_a_load_whose_table_another_writer_took_meanwhile_publishes_nothing(spar
     export_load.load(export_load.write([[full_line(item) for item in orders(4)]]))
     before = export_load.rows()
     files = export_load.write([[full_line(item) for item in orders(3, seed=2, start=DAY + timedelta(days=1))]])
-    paused = WriterBranch(lambda: spark, "lake", (export_load.table,), "paused")
+    paused = WriterBranch(lambda: spark, "lake", (export_load.table,), "paused", 1)
 
     def taken_meanwhile():
         # Right before the MERGE: this writer is paused past its lease, and the next one takes the table.
-        WriterBranch(lambda: spark, "lake", (export_load.table,), "next").take(export_load.table)
+        WriterBranch(lambda: spark, "lake", (export_load.table,), "next", 2).take(export_load.table)
 
     quarantine = export_load.layout.uri(f"{export_load.layout.quarantine_prefix}fenced", "s3a")
     with pytest.raises(WriterFencedError):

@@ -39,8 +39,9 @@ def merge(files: ChangeFiles, spec, keys, writer=None, ensure=True):
     return merge_change_files(files.spark, spec, files.table, uris, quarantine, writer=writer, ensure=ensure)
 
 
-def writer(files: ChangeFiles, token: str) -> WriterBranch:
-    return WriterBranch(lambda: files.spark, "lake", (files.table, tombstone_table(files.table)), token)
+def writer(files: ChangeFiles, token: str, epoch: int) -> WriterBranch:
+    """A writer of the lease holding `epoch` (each later holding one more)."""
+    return WriterBranch(lambda: files.spark, "lake", (files.table, tombstone_table(files.table)), token, epoch)
 
 
 @pytest.fixture
@@ -52,10 +53,10 @@ def test_a_column_added_to_a_live_table_is_filled_for_its_old_rows_in_the_writer
     rated = {"rating": {"N": "4.5"}}
     merge(files, BOOKS, [files.write(change(1, "b1", "INSERT", **rated), change(2, "b2", "INSERT"), change(3, "b3", "INSERT", rating={"N": "3"}))])
     # The writer of the older declaration took the table before the change.
-    old = writer(files, "old")
+    old = writer(files, "old", 1)
     merge(files, BOOKS, [files.write(change(4, "b2", name="second"))], writer=old)
 
-    new = writer(files, "new")
+    new = writer(files, "new", 2)
     result = merge(files, WITH_RATING, [files.write(change(5, "b4", "INSERT", rating={"N": "1.5"}))], writer=new)
     assert result.columns_added == ["rating"]
     rows = read_by_pyiceberg(settings, files.table)
@@ -69,22 +70,22 @@ def test_a_column_added_to_a_live_table_is_filled_for_its_old_rows_in_the_writer
     assert read_by_pyiceberg(settings, files.table)["b1"]["name"] != "stale"
     # Nor can one that starts with it: its declaration lacks a column the table has.
     with pytest.raises(SchemaChangeError, match="column rating .* is not in the declaration of books any more"):
-        merge(files, BOOKS, [files.write(change(7, "b1", name="stale"))], writer=writer(files, "restarted"))
+        merge(files, BOOKS, [files.write(change(7, "b1", name="stale"))], writer=writer(files, "restarted", 3))
     # The next writer of the new declaration adds nothing again.
-    assert merge(files, WITH_RATING, [files.write(change(8, "b1", name="later"))], writer=writer(files, "next")).columns_added == []
+    assert merge(files, WITH_RATING, [files.write(change(8, "b1", name="later"))], writer=writer(files, "next", 4)).columns_added == []
 
 
 def test_a_fill_fenced_before_its_publication_is_done_by_the_next_writer(files, settings):
     merge(files, BOOKS, [files.write(change(1, "b1", "INSERT", rating={"N": "2"}))])
-    first = writer(files, "first")
+    first = writer(files, "first", 1)
     first.take_all()
     # A second writer fences the first between its schema change and its publication.
-    writer(files, "second").take_all()
+    writer(files, "second", 2).take_all()
     with pytest.raises(WriterFencedError):
         merge(files, WITH_RATING, [files.write(change(2, "b2", "INSERT"))], writer=first)
     # The column exists, empty on every row; the writer after fills it.
     assert read_by_pyiceberg(settings, files.table)["b1"]["rating"] is None
-    assert merge(files, WITH_RATING, [], writer=writer(files, "third")).columns_added == ["rating"]
+    assert merge(files, WITH_RATING, [], writer=writer(files, "third", 3)).columns_added == ["rating"]
     assert read_by_pyiceberg(settings, files.table)["b1"]["rating"] == Decimal(2)
 
 

@@ -36,7 +36,7 @@ FROZEN_WRITER = textwrap.dedent(
     lease = WriterLease(boto3.client("s3"), bucket, table, "the writer that will be frozen", ttl_seconds=float(sys.argv[-1]))
     uris = uris[:-1]
     lease.acquire()
-    writer = writer_branch.WriterBranch(lambda: spark, "lake", (table, tombstone_table(table)), lease.token)
+    writer = writer_branch.WriterBranch(lambda: spark, "lake", (table, tombstone_table(table)), lease.token, lease.epoch)
 
     def pausing(module, name):
         original = getattr(module, name)
@@ -99,7 +99,7 @@ def test_a_writer_frozen_mid_merge_past_its_lease_changes_nothing_once_resumed(s
         # The next writer takes the expired lease (S3's clock) and commits newer changes of the same keys.
         second = WriterLease(settings.client("s3"), settings.bucket, files.table, "the next writer", ttl_seconds=TTL)
         second.acquire(wait_seconds=6 * TTL)
-        writer = WriterBranch(lambda: spark, "lake", (files.table, f"{files.table}_tombstones"), second.token)
+        writer = WriterBranch(lambda: spark, "lake", (files.table, f"{files.table}_tombstones"), second.token, second.epoch)
         files.merge(
             [files.write(change(20, "deleted-by-b", name="inserted again by the next writer"), change(21, "updated", name="by the next writer"))], writer
         )
@@ -128,7 +128,7 @@ def test_a_writer_branch_is_invisible_until_published_and_gone_when_dropped(spar
     files = ChangeFiles(spark, settings)
     files.write(change(1, "a"))
     files.merge()
-    writer = WriterBranch(lambda: spark, "lake", (files.table, f"{files.table}_tombstones"), "t0ken")
+    writer = WriterBranch(lambda: spark, "lake", (files.table, f"{files.table}_tombstones"), "t0ken", 1)
     writer.take_all()
     spark.sql(f"DELETE FROM {writer.ref(files.table)} WHERE id = 'a'")
     assert set(files.names()) == {"a"}  # readers see main
@@ -143,7 +143,7 @@ def test_a_branch_that_another_writer_fenced_cannot_be_published(spark, settings
     files.write(change(1, "a"))
     files.merge()
     tables = (files.table, f"{files.table}_tombstones")
-    old, new = WriterBranch(lambda: spark, "lake", tables, "old"), WriterBranch(lambda: spark, "lake", tables, "new")
+    old, new = WriterBranch(lambda: spark, "lake", tables, "old", 1), WriterBranch(lambda: spark, "lake", tables, "new", 2)
     old.take_all()
     new.take_all()  # the fence: an empty commit on main, with nothing else
     spark.sql(f"DELETE FROM {old.ref(files.table)} WHERE id = 'a'")
@@ -161,10 +161,100 @@ def test_the_fence_repeats_the_stream_positions_so_snapshot_expiry_never_loses_t
     merge_change_files(spark, declared("books").spec, files.table, uris, quarantine, commit_properties={STREAM_POSITIONS_PROPERTY: "after record 1"})
     tables = (files.table, f"{files.table}_tombstones")
     for token in ("first", "second"):  # two runs take the table: each fence commit repeats the newest positions
-        writer = WriterBranch(lambda: spark, "lake", tables, token, carried=(STREAM_POSITIONS_PROPERTY,))
+        writer = WriterBranch(lambda: spark, "lake", tables, token, 1, carried=(STREAM_POSITIONS_PROPERTY,))
         writer.take_all()
         writer.drop()  # the run ends
     # Expiry keeps the newest snapshot only: the commit that carried the positions first is gone.
     spark.sql(f"CALL lake.system.expire_snapshots(table => '{files.table}', older_than => TIMESTAMP '2999-01-01 00:00:00', retain_last => 1)")
     assert spark.table(f"{files.table}.snapshots").count() == 1
     assert newest_published(spark, files.table, STREAM_POSITIONS_PROPERTY) == "after record 1"
+
+
+def test_a_writer_whose_lease_was_taken_before_its_take_changes_nothing_and_the_live_writer_goes_on(spark, settings):
+    """A writer paused past its lease after its last lease check, before its take (or a job on EMR that starts after its
+    run died): its successor holds the next epoch and has fenced the table. Resumed, the stale take finds the newer
+    fence and refuses: main stays the live writer's, whose next publication goes through."""
+    files = ChangeFiles(spark, settings)
+    files.write(change(1, "a"))
+    files.merge()
+    tables = (files.table, f"{files.table}_tombstones")
+    s3 = settings.client("s3")
+    first = WriterLease(s3, settings.bucket, files.table, "paused writer", ttl_seconds=TTL)
+    first.acquire()
+    stale = WriterBranch(lambda: spark, "lake", tables, first.token, first.epoch)
+    first.check()  # its last check; then it pauses, and its lease goes to the next writer
+    first.release()
+    second = WriterLease(s3, settings.bucket, files.table, "live writer", ttl_seconds=TTL)
+    second.acquire()
+    try:
+        live = WriterBranch(lambda: spark, "lake", tables, second.token, second.epoch)
+        live.take_all()
+        head = spark.sql(f"SELECT snapshot_id FROM {files.table}.refs WHERE name = 'main'").collect()[0][0]
+        with pytest.raises(
+            WriterFencedError, match=rf"a newer writer \(epoch {second.epoch}\) has taken the table since this one's lease \(epoch {first.epoch}\)"
+        ):
+            stale.take(files.table)
+        assert spark.sql(f"SELECT snapshot_id FROM {files.table}.refs WHERE name = 'main'").collect()[0][0] == head
+        spark.sql(f"DELETE FROM {live.ref(files.table)} WHERE id = 'a'")
+        live.publish(files.table)  # the live writer was not fenced out
+        assert files.names() == {}
+        live.drop()
+        stale.drop()
+    finally:
+        second.release()
+
+
+def test_a_take_whose_main_moved_under_it_reads_main_again_and_a_newer_fence_stops_it(spark, settings, monkeypatch):
+    """The take commits its fence by compare-and-swap: a stale writer that read main before its successor fenced it
+    cannot move main past that fence (its fast-forward fails), and reading main again it finds the newer epoch."""
+    from ddb_athena.lake import writer_branch
+
+    files = ChangeFiles(spark, settings)
+    files.write(change(1, "a"))
+    files.merge()
+    tables = (files.table, f"{files.table}_tombstones")
+    stale, live = WriterBranch(lambda: spark, "lake", tables, "stale", 1), WriterBranch(lambda: spark, "lake", tables, "live", 2)
+    fence = writer_branch.empty_commit
+    interleaved = []
+
+    def successor_fences_first(session, table, properties, branch="main"):
+        if branch == stale.name and not interleaved:
+            interleaved.append(table)
+            live.take(table)  # between the stale writer's read of main and its fence
+        return fence(session, table, properties, branch=branch)
+
+    monkeypatch.setattr(writer_branch, "empty_commit", successor_fences_first)
+    with pytest.raises(WriterFencedError, match=r"a newer writer \(epoch 2\)"):
+        stale.take(files.table)
+    assert interleaved == [files.table]
+    fences = [row[0] for row in spark.sql(f"SELECT summary['ddb_athena.writer-fence'] FROM {files.table}.snapshots ORDER BY committed_at").collect()]
+    assert [name for name in fences if name] == ["writer_live", "writer_stale"]  # the stale fence exists only on its branch
+    main = spark.sql(f"SELECT snapshot_id FROM {files.table}.refs WHERE name = 'main'").collect()[0][0]
+    assert spark.sql(f"SELECT summary['ddb_athena.writer-fence'] FROM {files.table}.snapshots WHERE snapshot_id = {main}").collect()[0][0] == "writer_live"
+    live.drop()
+    stale.drop()
+
+
+def test_an_older_writers_upkeep_on_main_costs_the_live_writer_one_publication_not_the_table(spark, settings):
+    """Compaction and expiry commit to main (Iceberg rewrites no branch): a stale writer's upkeep can move main past
+    the live writer's fence. The live writer's publication then fails as MainMovedError (no newer epoch on main), and
+    its next take fences main again: it goes on writing."""
+    from ddb_athena.lake.commit_properties import empty_commit
+    from ddb_athena.lake.writer_branch import MainMovedError
+
+    files = ChangeFiles(spark, settings)
+    files.write(change(1, "a"))
+    files.merge()
+    tables = (files.table, f"{files.table}_tombstones")
+    live = WriterBranch(lambda: spark, "lake", tables, "live", 2)
+    live.take(files.table)
+    empty_commit(spark, files.table, {"operation-by": "a stale writer's compaction"})  # on main, after the live fence
+    spark.sql(f"DELETE FROM {live.ref(files.table)} WHERE id = 'a'")
+    with pytest.raises(MainMovedError, match="by no newer writer"):
+        live.publish(files.table)
+    assert set(files.names()) == {"a"}
+    live.take(files.table)  # fences main again, from where it is now
+    spark.sql(f"DELETE FROM {live.ref(files.table)} WHERE id = 'a'")
+    live.publish(files.table)
+    assert files.names() == {}
+    live.drop()

@@ -26,7 +26,7 @@ def test_a_second_writer_stops_with_a_message_naming_the_holder(settings):
             lease(settings, "dagster run bbbb (__ASSET_JOB)").acquire(wait_seconds=0.5)
     finally:
         first.release()
-    assert lease(settings, "dagster run bbbb").read() is None
+    assert lease(settings, "dagster run bbbb").read().released
 
 
 def test_a_live_holder_keeps_its_lease_past_its_time_to_live(settings):
@@ -48,6 +48,22 @@ def test_released_lease_is_free_at_once(settings):
     with lease(settings, "second") as second:
         second.check()
     assert time.monotonic() - started < 1.0
+
+
+def test_each_holding_of_a_lease_is_one_epoch_after_the_one_before_released_or_expired(settings):
+    """The epoch orders a table's holdings (a fence compares them: lake/writer_branch.py): the first is 1, each later one
+    the one before plus one, whether that one released the lease or let it expire; a renewal keeps it."""
+    with lease(settings, "first") as first:
+        assert first.epoch == 1
+    with lease(settings, "second") as second:
+        second.renew()
+        assert second.epoch == 2 and second.read().epoch == 2
+    dead = lease(settings, "a writer that dies", ttl=1.0)
+    dead.acquire()
+    dead._stop.set()  # its renewals stop, as if it died
+    with lease(settings, "its successor", ttl=1.0) as successor:
+        assert successor.epoch == 4 and not successor.read().released
+    assert dead.read().released and dead.read().epoch == 4  # released by its holder, the epoch kept for the next
 
 
 HOLDER_SCRIPT = textwrap.dedent(
@@ -166,7 +182,7 @@ def test_a_write_whose_response_was_lost_is_not_mistaken_for_a_takeover(settings
         assert s3.puts == 3 and holder.read().body["holder"] == "a writer on a flaky network", what
     finally:
         holder.release()
-    assert holder.read() is None  # released with the ETag it adopted
+    assert holder.read().released  # released with the ETag it adopted
 
 
 def test_a_writer_that_makes_no_progress_lets_its_lease_expire(settings):
@@ -196,7 +212,7 @@ def test_a_job_commits_only_while_its_launching_run_holds_the_lease(spark, setti
     from dataclasses import replace
 
     from ddb_athena.exported.orders_load_job import WriterLeaseLost, still_the_writer
-    from ddb_athena.exported.partition_load import ExportLoadRequest, ExportUpkeep
+    from ddb_athena.exported.partition_load import ExportLoadRequest, ExportUpkeep, load_export_partition
 
     launcher = lease(settings, "Dagster run 5678 (orders_daily)", ttl=30.0)
     uri = f"s3a://{settings.bucket}/{launcher.key}"
@@ -222,6 +238,17 @@ def test_a_job_commits_only_while_its_launching_run_holds_the_lease(spark, setti
             still_the_writer(spark, other)
     finally:
         launcher.release()
+    # A job that starts after its run died, the lease since taken by a re-execution: it stops before it takes the
+    # table (the fence on main would otherwise come before its only lease check).
+    reexecution = lease(settings, "Dagster run 9999 (orders_daily)", ttl=30.0)
+    reexecution.acquire()
+    try:
+        with pytest.raises(WriterLeaseLost, match="held by Dagster run 9999"):
+            load_export_partition(spark, request, before_commit=lambda: still_the_writer(spark, request))
+        if spark.catalog.tableExists("library.orders"):
+            assert spark.sql("SELECT count(*) FROM library.orders.refs WHERE name LIKE 'writer_%'").first()[0] == 0
+    finally:
+        reexecution.release()
     # Another holding under the same holder's name (the run's lease taken over, then taken again): not this job's.
     again = lease(settings, "Dagster run 5678 (orders_daily)", ttl=30.0)
     again.acquire()

@@ -82,6 +82,37 @@ def rows(spark, table: str) -> dict:
     return {(row["book_id"], row["review_id"]): row["stars"] for row in spark.table(table).collect()}
 
 
+def test_a_sync_whose_main_an_older_writer_moved_goes_on_and_merges_the_cycle_again(spark, settings, instance, monkeypatch):
+    """A stale writer's upkeep (compaction commits to main) moves main past the sync's fence before its publication:
+    the sync, alone in its run, loses that one publication, not the table or the run, and its next cycle merges the
+    same changes under a new fence."""
+    from ddb_athena.lake import writer_branch
+    from ddb_athena.lake.commit_properties import empty_commit
+
+    dynamodb = settings.client("dynamodb")
+    publish, publications, moved = writer_branch.WriterBranch.publish, [], []
+
+    def an_older_writers_upkeep_first(self, table):
+        if table.endswith(".books"):
+            publications.append(table)
+            if len(publications) == 2:  # the first is the take's own (its fence); the second publishes a merge
+                moved.append(table)
+                empty_commit(spark, table, {"operation-by": "a stale writer's compaction"})
+        return publish(self, table)
+
+    monkeypatch.setattr(writer_branch.WriterBranch, "publish", an_older_writers_upkeep_first)
+
+    def write(number: int) -> None:
+        dynamodb.put_item(TableName=settings.dynamodb_tables["books"], Item={"id": {"S": f"book-{number}"}, "name": {"S": "n"}})
+
+    write(0)
+    log, _ = run_two_tables(instance, write, cycles=4, tables=(BOOKS,))
+    assert moved and any("main moved since" in line and "takes the table again" in line for line in log), log
+    assert not any(line.startswith("Giving") and "lease was lost" in line for line in log)
+    names = {row["id"] for row in spark.table(f"{settings.namespace}.books").collect()}
+    assert {"book-0", "book-1", "book-2", "book-3"} <= names
+
+
 def test_a_bad_batch_of_one_table_leaves_the_other_syncing_and_is_merged_once_it_clears(spark, settings, instance, monkeypatch):
     dynamodb = settings.client("dynamodb")
     reviews_table(dynamodb)
@@ -173,31 +204,35 @@ def test_a_long_step_of_one_table_keeps_every_lease_of_the_run_alive_and_a_hung_
             lease.release()
 
 
-# A sync run of books and reviews in a process of its own (its JVM in its process group): inside its first write of
-# reviews, on the branch it took (its first cycle scans each table; the second merges the scans, books published
-# before reviews), it prints "paused" and waits for a line (the test freezes it meanwhile); it prints "cycle N" after
-# each cycle, and at the end the lines of its log about its leases. (A pause between the lease check and the take is
-# a fault of its own: issue 54.)
+# A sync run of books and reviews in a process of its own (its JVM in its process group): at its first merge of reviews
+# (its first cycle scans each table; the second merges the scans, books published before reviews), it prints "paused"
+# and waits for a line (the test freezes it meanwhile); it prints "cycle N" after each cycle, and at the end the lines
+# of its log about its leases. Where it pauses (argv[2]): after its last lease check, before it takes the table
+# ("before its take"), or on the branch it took ("inside its write").
 FROZEN_RUN = textwrap.dedent(
     """
     import sys
     from dagster import DagsterInstance
     from ddb_athena.lake import change_merge
+    from ddb_athena.streamed import cycle
     from ddb_athena_tests.streamed import test_many_tables as two_tables
 
     reviews_merges = []
 
     def pausing(write):
-        def paused_at_first_reviews_merge(spark, spec, *args):
+        def paused_at_first_reviews_merge(spark, spec, *args, **kwargs):
             if spec.table == "reviews":
                 reviews_merges.append(spec)
                 if len(reviews_merges) == 1:
                     print("paused", flush=True)
                     sys.stdin.readline()
-            return write(spark, spec, *args)
+            return write(spark, spec, *args, **kwargs)
         return paused_at_first_reviews_merge
 
-    change_merge._rebuild, change_merge._upsert = pausing(change_merge._rebuild), pausing(change_merge._upsert)
+    if sys.argv[2] == "before its take":
+        cycle.merge_change_files = pausing(cycle.merge_change_files)
+    else:
+        change_merge._rebuild, change_merge._upsert = pausing(change_merge._rebuild), pausing(change_merge._upsert)
     with DagsterInstance.ephemeral() as instance:
         log, _ = two_tables.run_two_tables(instance, lambda number: print(f"cycle {number}", flush=True), cycles=int(sys.argv[1]))
     print(*[line for line in log if line.startswith(("Giving", "Took"))], sep="\\n", flush=True)
@@ -217,11 +252,13 @@ def _wait_for(process: subprocess.Popen, wanted: str, seen: list[str]) -> None:
     assert line, f"the frozen run ended before {wanted!r}: {seen[-20:]}"
 
 
-def test_a_run_frozen_past_its_leases_mid_cycle_changes_neither_table_once_resumed(spark, settings, instance, monkeypatch):
-    """Two tables in one run, frozen (SIGSTOP: its Python and its JVM) inside its merge of reviews, after its commit of
+@pytest.mark.parametrize("pause_at", ["inside its write", "before its take"])
+def test_a_run_frozen_past_its_leases_mid_cycle_changes_neither_table_once_resumed(spark, settings, instance, monkeypatch, pause_at):
+    """Two tables in one run, frozen (SIGSTOP: its Python and its JVM) at its merge of reviews, after its commit of
     books in the same cycle, past both leases; the next run takes both and syncs newer changes of the same keys, and a
     delete. Resumed, the frozen run publishes nothing to either table (main's snapshot stays the next run's: a row
-    could not tell, as the sequence guards keep an older change from moving it back): it gives both up, ending."""
+    could not tell, as the sequence guards keep an older change from moving it back): it gives both up, ending.
+    Paused after its last lease check but before its take, its take finds the next run's newer fence and refuses."""
     monkeypatch.setenv("DDB_ATHENA_WRITER_LEASE_SECONDS", "6")
     dynamodb = settings.client("dynamodb")
     reviews_table(dynamodb)
@@ -241,7 +278,9 @@ def test_a_run_frozen_past_its_leases_mid_cycle_changes_neither_table_once_resum
     write(1)
     # Two cycles: the paused one is the last, so the resumed run ends after it (a later cycle would take the tables
     # back, free by then, and fence main as their writer).
-    frozen = subprocess.Popen([sys.executable, "-c", FROZEN_RUN, "2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    frozen = subprocess.Popen(
+        [sys.executable, "-c", FROZEN_RUN, "2", pause_at], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     seen: list[str] = []
     try:
         _wait_for(frozen, "cycle 1", seen)
