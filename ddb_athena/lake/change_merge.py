@@ -220,9 +220,27 @@ def table_properties(spark: SparkSession, target: str) -> dict[str, str]:
     return {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {dotted_name(target)}").collect()}
 
 
+def sequence_before_sql(column: str) -> str:
+    """The sequence number just below `column`'s (40 digits, zero-padded): in two halves of 20, each a decimal Spark
+    holds exactly (38 digits at most), the low half borrowing from the high one."""
+    column = validate_identifier(column)
+    high, low = f"left({column}, 20)", f"right({column}, 20)"
+    return (
+        f"CASE WHEN {low} = repeat('0', 20) "
+        f"THEN concat(lpad(CAST(CAST({high} AS DECIMAL(20, 0)) - 1 AS STRING), 20, '0'), repeat('9', 20)) "
+        f"ELSE concat({high}, lpad(CAST(CAST({low} AS DECIMAL(20, 0)) - 1 AS STRING), 20, '0')) END"
+    )
+
+
 def _tombstones_of(changes: DataFrame, spec: TableSpec) -> DataFrame:
-    """Tombstone rows (the tombstone table's columns) for the REMOVE changes among `changes` (not a dropped key's)."""
-    return changes.where("event_name = 'REMOVE' AND NOT _held").select(*spec.key_names, SEQUENCE_COLUMN, F.col(CHANGED_AT_COLUMN).alias("deleted_at"))
+    """Tombstone rows (the tombstone table's columns) for the REMOVE changes among `changes`, and for each key dropped
+    for its quarantined newest change (`_held`) one just below that change: every older change of the key is buried
+    (a late or replayed one would bring back a state readers saw replaced), the change itself, fixed and written
+    again, still applies."""
+    deleted_at = F.col(CHANGED_AT_COLUMN).alias("deleted_at")
+    removes = changes.where("event_name = 'REMOVE' AND NOT _held").select(*spec.key_names, SEQUENCE_COLUMN, deleted_at)
+    holds = changes.where("_held").select(*spec.key_names, F.expr(sequence_before_sql(SEQUENCE_COLUMN)).alias(SEQUENCE_COLUMN), deleted_at)
+    return removes.unionByName(holds)
 
 
 def _validated_changes_sql(spec: TableSpec, lines_view: str) -> str:
@@ -400,7 +418,8 @@ def merge_change_files(
                 args=selection,
             )
             result.keys_held = held.collect()[0]["held"]
-        if not applicable and not result.bootstrap_file:
+        # A key held by its quarantined newest change is dropped whether or not the batch has anything else to apply.
+        if not applicable and not result.bootstrap_file and not result.keys_held:
             return _with_snapshot(spark, target, tables.carry(spark, commit_properties, result))
 
         synced_at = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
@@ -410,7 +429,7 @@ def merge_change_files(
                 _rebuild(spark, spec, tables, latest, result)
             else:
                 with session_settings(spark, STREAM_BATCH_PLAN):
-                    _upsert(spark, spec, tables, latest, min(row["oldest"] for row in applicable_rows), result)
+                    _upsert(spark, spec, tables, latest, min(row["oldest"] for row in summary if row["applicable"]), result)
         tables.carry(spark, commit_properties, result)
         # Only once the rebuild is visible: which snapshot it applied, and the floor below which no change applies.
         # Never lowered: a writer frozen between its publication and this, resumed after a newer bootstrap, leaves the
@@ -518,7 +537,8 @@ def _upsert(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: DataF
     result.changes = sum(row["count"] for row in summary)
     result.newest_change_at = _utc(max((row["newest"] for row in summary if row["newest"]), default=None))
     unburied = [row for row in summary if not row["_buried"]]
-    deletes = sum(row["count"] for row in unburied if row["event_name"] == "REMOVE" and not row["_held"])
+    # A held key's tombstone too (its event is REMOVE).
+    deletes = sum(row["count"] for row in unburied if row["event_name"] == "REMOVE")
     upserts = sum(row["count"] for row in unburied if row["event_name"] != "REMOVE")
 
     view = validate_identifier(f"{spec.table}_changes")

@@ -146,11 +146,32 @@ def test_a_key_whose_newest_change_is_quarantined_is_dropped_until_the_change_is
     result = files.merge()
     assert result.records_quarantined == 2 and result.keys_held == 2
     assert files.names() == {"other": "changed"}
-    tombstones = {row["id"] for row in files.spark.table(f"{files.table}_tombstones").collect()}
-    assert tombstones == set()  # not deleted: the fixed change, written again, applies
+    # Not deleted: each held key's tombstone lies just below its quarantined change, so the fixed change, written
+    # again, applies, and no older one does.
+    tombstones = {(row["id"], int(row["_sequence_number"])) for row in files.spark.table(f"{files.table}_tombstones").collect()}
+    assert tombstones == {("held", 2), ("never-valid", 3)}
     files.write(change(3, "held", name="fixed"))
     files.merge()
     assert files.names() == {"other": "changed", "held": "fixed"}
+
+
+@pytest.mark.parametrize("beside", [False, True], ids=["alone-in-its-cycle", "beside-other-changes"])
+def test_a_key_dropped_for_its_quarantined_change_never_comes_back_older_whatever_arrives_late(files, beside):
+    """A late file (the capture Lambda's retry, a replay) with an older change of a key whose newest change was
+    quarantined: before, `WHEN NOT MATCHED ... INSERT` brought back a state readers had seen replaced. The key is
+    dropped alike whether its bad change is alone in its cycle or beside others (before, alone, the old row stayed)."""
+    files.write(change(5, "k", "INSERT", name="five"), change(5, "other", "INSERT"))
+    files.merge()
+    bad = [change(9, "k", date={"N": "soon"})]
+    result = files.merge([files.write(*bad, *([change(6, "other", name="six")] if beside else []))])
+    assert result.keys_held == 1 and "k" not in files.names()
+    for late in (change(4, "k", name="four"), change(8, "k", name="eight"), change(7, "k", "REMOVE")):
+        files.merge([files.write(late)])
+        assert "k" not in files.names(), late
+    files.merge([files.write(change(9, "k", name="nine, fixed"))])
+    assert files.names()["k"] == "nine, fixed"
+    files.merge([files.write(change(10, "k", name="ten"))])
+    assert files.names()["k"] == "ten"
 
 
 def test_every_attribute_survives_in_the_item_column_and_typed_columns_are_exact(files):
