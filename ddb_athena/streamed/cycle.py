@@ -93,6 +93,9 @@ class StreamSync:
         # other arrives (a file that does waits for the next run; the backlog check sees it meanwhile).
         self._list_staged = True
         self._bootstrap_checked = False
+        # A sealed snapshot waits to be merged (sealed by this run, or left by one that failed after its seal): until
+        # its merge publishes, every capture reads through the stream's end, as the bootstrap's own cycle does.
+        self._snapshot_unmerged = False
         # The tables are created (or brought up to the spec) by the run's first merge; later ones skip that.
         self._tables_ensured = False
 
@@ -112,12 +115,16 @@ class StreamSync:
         """The positions the table's commits carry; None (start from the checkpoints in S3) while a bootstrap's sealed
         snapshot waits to be merged: its positions, the stream's end before its scan, were saved there."""
         spark = self._spark()
-        if not table_exists(spark, self._iceberg_table):
-            return None
-        sealed = pending_snapshot(self._s3, self._layout)
-        if sealed and sealed.rsplit("/", 1)[-1] > (table_properties(spark, self._iceberg_table).get(BOOTSTRAP_FILE_PROPERTY) or ""):
+        if not table_exists(spark, self._iceberg_table) or self._unmerged_snapshot():
             return None
         return newest_published(spark, self._iceberg_table, STREAM_POSITIONS_PROPERTY)
+
+    def _unmerged_snapshot(self) -> str | None:
+        """The newest sealed snapshot that the table has not applied, if any."""
+        sealed = pending_snapshot(self._s3, self._layout)
+        spark = self._spark()
+        applied = table_properties(spark, self._iceberg_table).get(BOOTSTRAP_FILE_PROPERTY) if table_exists(spark, self._iceberg_table) else None
+        return sealed if sealed and sealed.rsplit("/", 1)[-1] > (applied or "") else None
 
     def capture(self, bootstrap: bool) -> dict:
         self._before_write()
@@ -127,7 +134,8 @@ class StreamSync:
             # Once per run: after the first merge the table exists (a later run checks again).
             missing = not table_exists(self._spark(), self._iceberg_table)
             self._bootstrap_checked = True
-            if bootstrap or (missing and not pending_snapshot(self._s3, self._layout)):
+            self._snapshot_unmerged = self._unmerged_snapshot() is not None
+            if bootstrap or (missing and not self._snapshot_unmerged):
                 reason = "requested" if bootstrap else f"{self._iceberg_table} does not exist yet"
                 self._log(f"Bootstrap ({reason}): scanning {self._table_name}; stream changes made after its start apply on top")
                 delete_unsealed_parts(self._s3, self._layout)
@@ -157,13 +165,15 @@ class StreamSync:
                         self._held.restart_durably(positions)
                 metadata.update(bootstrap_items=snapshot.items, bootstrap_file=snapshot.change_file, bootstrap_parts=len(snapshot.parts))
                 self._list_staged = True
+                self._snapshot_unmerged = True
         if not self._capture_stream:
             # The capture Lambda (reading the stream from its start) names its files after the snapshot's.
             metadata.update(capture="lambda", duration_seconds=time.monotonic() - started, source=self._layout.uri(self._layout.changes_prefix))
             return metadata
-        # A bootstrap's cycle reads through the scan's end before it publishes: a key the scan saw changed, whose change
-        # is among those applied on top, must also get every later change the scan saw, or it would go back.
-        result = self._capture.capture(bounded="bootstrap_file" not in metadata)
+        # A snapshot's merge reads through the scan's end before it publishes (in the bootstrap's cycle or, after a
+        # failure, a later one): a key the scan saw changed, whose change is among those applied on top, must also get
+        # every later change the scan saw, or it would go back.
+        result = self._capture.capture(bounded=not self._snapshot_unmerged)
         newest = datetime.fromisoformat(result.newest_change_at.replace("Z", "+00:00")) if result.newest_change_at else None
         metadata.update(
             capture="stream",
@@ -209,6 +219,8 @@ class StreamSync:
             commit_properties={STREAM_POSITIONS_PROPERTY: positions} if positions else None,
         )
         self._tables_ensured = True
+        if seals:  # applied now, or found applied already (its manifest lost)
+            self._snapshot_unmerged = False
         if self._held is not None:
             self._held.committed()
         manifest = None

@@ -134,3 +134,36 @@ def test_a_change_after_the_scan_applies_even_in_a_file_named_before_it_by_a_hos
     write_lambda_file(settings, newest, datetime.now(UTC) - timedelta(minutes=2))
     lambda_sync.cycle("after")
     assert names(spark, settings) == {"a": "after the scan"}
+
+
+def test_a_snapshot_merged_after_its_bootstrap_failed_is_published_only_once_the_capture_read_through_the_scans_end(spark, settings, monkeypatch):
+    """A bootstrap that failed after its seal is finished by a later cycle (the next run's): that cycle's capture reads
+    through the stream's end, as the bootstrap's own cycle does, not for one bounded interval; the cycles after the
+    snapshot's merge are bounded again."""
+    from ddb_athena.streamed.capture.stream_reader import StreamCapture
+
+    put(settings, "a", "first")
+    reads = []
+    capture = StreamCapture.capture
+
+    def recorded(self, bounded=True):
+        reads.append(bounded)
+        return capture(self, bounded=bounded)
+
+    monkeypatch.setattr(StreamCapture, "capture", recorded)
+    merge = books_cycle.merge_change_files
+
+    def failing_once(*args, **kwargs):
+        monkeypatch.setattr(books_cycle, "merge_change_files", merge)
+        raise RuntimeError("the run died after the seal")
+
+    monkeypatch.setattr(books_cycle, "merge_change_files", failing_once)
+    with pytest.raises(RuntimeError):
+        books_sync(spark, settings, capture_seconds=0.5).cycle("bootstrap", bootstrap=True)
+    assert reads == [False]
+    put(settings, "b", "during")
+    following = books_sync(spark, settings, capture_seconds=0.5)  # the next run
+    assert following.cycle("finish").merged["files_consumed"] >= 2
+    following.cycle("after")
+    assert reads == [False, False, True]
+    assert names(spark, settings) == {"a": "first", "b": "during"}
