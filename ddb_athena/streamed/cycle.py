@@ -115,7 +115,10 @@ class StreamSync:
         """The positions the table's commits carry; None (start from the checkpoints in S3) while a bootstrap's sealed
         snapshot waits to be merged: its positions, the stream's end before its scan, were saved there."""
         spark = self._spark()
-        if not table_exists(spark, self._iceberg_table) or self._unmerged_snapshot():
+        if not table_exists(spark, self._iceberg_table):
+            return None
+        # Known once the run's first capture has looked (and kept since); a listing before that.
+        if self._snapshot_unmerged if self._bootstrap_checked else self._unmerged_snapshot():
             return None
         return newest_published(spark, self._iceberg_table, STREAM_POSITIONS_PROPERTY)
 
