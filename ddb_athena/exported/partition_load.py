@@ -6,6 +6,7 @@ Spark job the run submits (`ddb_athena/exported/orders_load_job.py`, locally thr
 Serverless), which receives the request through Dagster Pipes and reports the outcome back the same way.
 """
 
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -14,11 +15,12 @@ from pyspark.sql import SparkSession
 
 from ddb_athena.lake.export_load import ExportDataFile, ExportLoadResult, load_export_files, record_loaded_full_export
 from ddb_athena.lake.maintenance import maintain_table, maintenance_due, record_maintained
-from ddb_athena.lake.writer_branch import WriterBranch
+from ddb_athena.lake.writer_branch import WriterBranch, retried_when_main_moved
 from ddb_athena.lib.declarations import declared
 
 # An exported table changes once a day: its upkeep (compaction, expiry, orphans) runs with the first load of a day.
 EXPORTED_MAINTENANCE_INTERVAL = timedelta(hours=20)
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ def load_export_partition(spark: SparkSession, request: ExportLoadRequest, befor
     before_commit()
     writer = WriterBranch(lambda: spark, request.catalog, (request.target,), request.writer_token, request.writer_epoch) if request.writer_token else None
     try:
-        return _load(spark, request, before_commit, writer)
+        return retried_when_main_moved(lambda: _load(spark, request, before_commit, writer), warn=_log.warning)
     finally:
         if writer is not None:
             writer.drop()
@@ -117,6 +119,10 @@ def _load(spark: SparkSession, request: ExportLoadRequest, before_commit: Callab
         record_loaded_full_export(spark, request.target, request.full_export_arn, request.exported_at)
     maintenance = {}
     if maintenance_due(spark, request.target, EXPORTED_MAINTENANCE_INTERVAL, request.now):
+        # Upkeep commits to main itself: only while this writer still holds the table.
+        before_commit()
+        if writer is not None:
+            writer.check_fence()
         upkeep = request.upkeep
         maintained = maintain_table(
             spark,

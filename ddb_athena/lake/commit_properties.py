@@ -8,7 +8,7 @@ Iceberg's Spark writes (SQL MERGE included) add to their snapshot's summary the 
 Python thread (PySpark's default): the commit of a SQL statement runs on the thread that issued it.
 """
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
@@ -50,15 +50,20 @@ def empty_commit(spark: SparkSession, table: str, properties: Mapping[str, str],
 def newest_published(spark: SparkSession, table: str, name: str) -> str | None:
     """The value of summary property `name` in the newest snapshot of `main`'s ancestry that carries it (what readers
     see: a writer's unpublished branch commits are not in it); None if none does (or it has expired)."""
+    return newest_published_of(spark, table, (name,)).get(name)
+
+
+def newest_published_of(spark: SparkSession, table: str, names: Iterable[str]) -> dict[str, str]:
+    """`newest_published` of each of `names` that some snapshot carries, in one walk of `main`'s ancestry."""
+    wanted, found = set(names), {}
     loaded = iceberg_table(spark, table)
     snapshot = loaded.currentSnapshot()
-    while snapshot is not None:
-        value = snapshot.summary().get(name)
-        if value is not None:
-            return value
+    while snapshot is not None and wanted - found.keys():
+        summary = snapshot.summary()
+        found.update((name, summary.get(name)) for name in wanted - found.keys() if summary.get(name) is not None)
         parent = snapshot.parentId()
         snapshot = loaded.snapshot(parent) if parent is not None else None
-    return None
+    return found
 
 
 def branch_summary(spark: SparkSession, table: str, branch: str) -> dict[str, str]:

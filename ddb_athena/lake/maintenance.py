@@ -7,6 +7,7 @@ taken for an orphan. Old metadata files go at each commit (the tables' `write.me
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -141,13 +142,17 @@ def compact(spark: SparkSession, catalog: str, target: str) -> CompactionResult:
     return CompactionResult(rewrite["rewritten_data_files_count"], rewrite["added_data_files_count"], merged_deletes)
 
 
-def compact_if_due(spark: SparkSession, catalog: str, target: str, file_threshold: int) -> CompactionResult | None:
+def compact_if_due(
+    spark: SparkSession, catalog: str, target: str, file_threshold: int, before_rewrite: Callable[[], None] = lambda: None
+) -> CompactionResult | None:
     """Compaction only (no expiry, no orphan listing) once the table's readers open `file_threshold` files more than
     they need (TableTotals.compaction_due); None when not due. The sync run asks after every merge: between
     maintenances, a busy table is compacted often, a quiet one not at all. Its tombstones, read only by the sync's own
-    lookup of the batch's newest sequence numbers (which skips older files by their bounds), wait for maintenance."""
+    lookup of the batch's newest sequence numbers (which skips older files by their bounds), wait for maintenance.
+    `before_rewrite` raises when this writer may no longer commit to `main`."""
     if not table_totals(spark, target).compaction_due(file_threshold):
         return None
+    before_rewrite()
     return compact(spark, catalog, target)
 
 

@@ -152,17 +152,32 @@ class StreamedUpkeep:
         return maintenance_state(self.spark.spark_session, self.sync.iceberg_table_of(self.table))
 
     def maintain(self, now: datetime, remove_orphans: bool) -> MaintenanceResult:
-        self.before_write()
+        self._before_upkeep()
         result = maintain(self.spark, self.sync, self.table, now=now, remove_orphans=remove_orphans, writer=self.writer)
         self._follow_main()
         return result
 
     def compact(self) -> CompactionResult | None:
         self.before_write()
-        result = compact_if_due(self.spark.spark_session, self.spark.catalog, self.sync.iceberg_table_of(self.table), self.sync.compaction_file_threshold)
+        result = compact_if_due(
+            self.spark.spark_session,
+            self.spark.catalog,
+            self.sync.iceberg_table_of(self.table),
+            self.sync.compaction_file_threshold,
+            before_rewrite=self._check_fence,
+        )
         if result is not None:
             self._follow_main()
         return result
+
+    def _before_upkeep(self) -> None:
+        self.before_write()
+        self._check_fence()
+
+    def _check_fence(self) -> None:
+        # Upkeep commits to main itself: only while no newer holding fenced the table.
+        if self.writer is not None:
+            self.writer.check_fence()
 
     def _follow_main(self) -> None:
         if self.writer is not None:

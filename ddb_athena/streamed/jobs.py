@@ -10,6 +10,7 @@ from dagster import AssetSelection, JobDefinition, OpExecutionContext, define_as
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from ddb_athena.lake.change_merge import warm_up
+from ddb_athena.lake.writer_branch import retried_when_main_moved
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.upkeep import maintain
 from ddb_athena.lib.writer_pools import warn_unless_writers_queue
@@ -103,7 +104,8 @@ def streamed_jobs(assets: StreamedAssets) -> StreamedJobs:
         writer = writer_branch_of(spark, sync, lease.token, lease.epoch, table)
         writer.take_all()
         try:
-            context.log_event(maintenance_observation(maintain(spark, sync, table, writer=writer), assets))
+            result = retried_when_main_moved(lambda: maintain(spark, sync, table, writer=writer), warn=context.log.warning)
+            context.log_event(maintenance_observation(result, assets))
         finally:
             writer.drop()
 

@@ -7,8 +7,10 @@ from decimal import Decimal
 import pytest
 
 from ddb_athena.dev.simulate import order_item
+from ddb_athena.exported.partition_load import ExportLoadRequest, ExportUpkeep, load_export_partition
+from ddb_athena.lake.commit_properties import empty_commit, newest_published
 from ddb_athena.lake.export_load import ExportDataFile, gzip_problem, load_export_files
-from ddb_athena.lake.writer_branch import WriterBranch, WriterFencedError
+from ddb_athena.lake.writer_branch import FENCE_EPOCH_PROPERTY, WriterBranch, WriterFencedError
 from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.quarantine import quarantined_records
@@ -186,3 +188,46 @@ def test_a_load_whose_table_another_writer_took_meanwhile_publishes_nothing(spar
     with pytest.raises(WriterFencedError):
         load_export_files(spark, declared("orders").spec, export_load.table, files, quarantine, EXPORTED_AT, before_commit=taken_meanwhile, writer=paused)
     assert export_load.rows() == before
+
+
+def _load_request(export_load, files: list[ExportDataFile], token: str, epoch: int, now: datetime) -> ExportLoadRequest:
+    quarantine = export_load.layout.uri(f"{export_load.layout.quarantine_prefix}{token}", "s3a")
+    return ExportLoadRequest(
+        "orders", export_load.table, "lake", files, quarantine, EXPORTED_AT, ExportUpkeep(1, 1, 1), now, writer_token=token, writer_epoch=epoch
+    )
+
+
+def test_a_load_whose_publication_an_older_writers_upkeep_beat_takes_the_table_again_and_loads_once(spark, export_load):
+    """An older writer's upkeep commits to main between the load's take and its publication (no newer epoch): the load
+    still holds the table, so it takes it again and loads, once, instead of failing its run."""
+    export_load.load(export_load.write([[full_line(item) for item in orders(2)]]))
+    files = export_load.write([[full_line(item) for item in orders(3, seed=2, start=DAY + timedelta(days=1))]])
+    checks = []
+
+    def an_older_writers_upkeep_first():
+        checks.append(1)
+        if len(checks) == 2:  # its checks: before the take, then before the MERGE, when the old writer's compaction lands
+            empty_commit(spark, export_load.table, {})
+
+    outcome = load_export_partition(spark, _load_request(export_load, files, "live", 2, datetime.now(UTC)), before_commit=an_older_writers_upkeep_first)
+    assert len(checks) == 3 and outcome.load.rows_inserted == 3  # checked before the take, then before each MERGE: taken again
+    assert len(export_load.rows()) == 5
+
+
+def test_a_stale_loads_upkeep_waits_for_no_newer_writer_and_changes_nothing_on_main(spark, export_load):
+    """The load's daily upkeep commits to main itself: a load whose table a newer holding fenced after its publication
+    (its job outlived its run) runs none of it."""
+    export_load.load(export_load.write([[full_line(item) for item in orders(2)]]))
+    files = export_load.write([[full_line(item) for item in orders(1, seed=3, start=DAY + timedelta(days=2))]])
+    checks = []
+
+    def taken_after_the_load():
+        checks.append(1)
+        if len(checks) == 3:  # its checks: before the take, before the MERGE, before the upkeep
+            WriterBranch(lambda: spark, "lake", (export_load.table,), "next", 3).take(export_load.table)
+
+    with pytest.raises(WriterFencedError, match="this writer's upkeep does not run"):
+        load_export_partition(spark, _load_request(export_load, files, "stale", 2, datetime.now(UTC) + timedelta(days=3)), before_commit=taken_after_the_load)
+    operations = [row["operation"] for row in spark.sql(f"SELECT operation FROM {export_load.table}.snapshots ORDER BY committed_at").collect()]
+    assert operations[-1] == "append"  # the newer writer's fence is the newest commit: no rewrite, no expiry after it
+    assert newest_published(spark, export_load.table, FENCE_EPOCH_PROPERTY) == "3"

@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY, merge_change_files
-from ddb_athena.lake.commit_properties import newest_published
-from ddb_athena.lake.writer_branch import WriterBranch, WriterFencedError
+from ddb_athena.lake.commit_properties import empty_commit, newest_published
+from ddb_athena.lake.writer_branch import FENCE_EPOCH_PROPERTY, WriterBranch, WriterFencedError
 from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.writer_lease import WriterLease
 from ddb_athena_tests.lake.helpers import ChangeFiles, change
@@ -150,6 +150,10 @@ def test_a_branch_that_another_writer_fenced_cannot_be_published(spark, settings
     with pytest.raises(WriterFencedError, match="another writer has committed since writer_old branched"):
         old.publish(files.table)
     assert set(files.names()) == {"a"}
+    # Nor does its upkeep run, which would commit to main itself; the live writer's does.
+    with pytest.raises(WriterFencedError, match=r"a newer writer \(epoch 2\).*this writer's upkeep does not run"):
+        old.check_fence()
+    new.check_fence()
     old.drop()
     new.drop()
 
@@ -257,4 +261,59 @@ def test_an_older_writers_upkeep_on_main_costs_the_live_writer_one_publication_n
     spark.sql(f"DELETE FROM {live.ref(files.table)} WHERE id = 'a'")
     live.publish(files.table)
     assert files.names() == {}
+    live.drop()
+
+
+class ConflictingCommit:
+    """A SparkSession whose next fast-forward, once armed, meets a commit another process made to the table while
+    Iceberg's procedure ran: the commit is made (through a second catalog of the same warehouse, which caches the
+    table apart from this session's), and the call fails as Iceberg's procedure then fails (it re-applies its update to
+    the metadata it started from: BaseTransaction's PendingUpdateFailedException, caused by a CommitFailedException)."""
+
+    def __init__(self, spark):
+        self._spark, self._concurrent_sql = spark, None
+        for name, value in spark.sparkContext.getConf().getAll():
+            if name.startswith("spark.sql.catalog.lake"):
+                spark.conf.set(name.replace("spark.sql.catalog.lake", "spark.sql.catalog.elsewhere"), value)
+
+    def arm(self, concurrent_sql: str) -> None:
+        self._concurrent_sql = concurrent_sql
+
+    def sql(self, statement: str):
+        if "system.fast_forward" in statement and self._concurrent_sql:
+            self._spark.sql(self._concurrent_sql)
+            self._concurrent_sql = None
+            raise RuntimeError(
+                "org.apache.iceberg.BaseTransaction$PendingUpdateFailedException: "
+                "org.apache.iceberg.exceptions.CommitFailedException: Table metadata refresh is required"
+            )
+        return self._spark.sql(statement)
+
+    def __getattr__(self, name):
+        return getattr(self._spark, name)
+
+
+@pytest.mark.parametrize("elsewhere", ["a stale writer's commit to its own branch", "a newer writer's fence on main"])
+def test_a_publication_whose_compare_and_swap_lost_to_another_commit_checks_the_fresh_table_again(spark, settings, elsewhere):
+    """A fast-forward whose compare-and-swap lost to another commit is called again: it goes through when `main` did
+    not move (the other commit was on another branch), and is refused when a newer writer fenced the table meanwhile."""
+    files = ChangeFiles(spark, settings)
+    files.write(change(1, "a"), change(2, "b"))
+    files.merge()
+    conflicting = ConflictingCommit(spark)
+    live = WriterBranch(lambda: conflicting, "lake", (files.table, f"{files.table}_tombstones"), "live", 2)
+    live.take_all()
+    spark.sql(f"DELETE FROM {live.ref(files.table)} WHERE id = 'a'")
+    if elsewhere.startswith("a newer"):
+        spark.sql(f"ALTER TABLE {files.table} CREATE BRANCH writer_newer")
+        empty_commit(spark, files.table, {FENCE_EPOCH_PROPERTY: "3"}, branch="writer_newer")
+        conflicting.arm(f"CALL elsewhere.system.fast_forward(table => '{files.table}', branch => 'main', to => 'writer_newer')")
+        with pytest.raises(WriterFencedError, match="another writer has committed"):
+            live.publish(files.table)
+        assert files.names() == {"a": "a@1", "b": "b@2"}
+    else:
+        conflicting.arm(f"ALTER TABLE elsewhere.{files.table} CREATE BRANCH writer_stale")
+        live.publish(files.table)
+        assert files.names() == {"b": "b@2"}
+    assert live.fast_forwards_retried == 1
     live.drop()
