@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
-from ddb_athena.lake.commit_properties import branch_summary, committed_with, empty_commit
+from ddb_athena.lake.commit_properties import branch_summary, committed_with, compare_and_set_properties, empty_commit
 from ddb_athena.lake.dynamodb_json import item_problem
 from ddb_athena.lake.identifiers import dotted_name, qualified_name, string_literal, validate_identifier
 from ddb_athena.lake.plan_settings import session_settings
@@ -432,10 +432,11 @@ def merge_change_files(
                     _upsert(spark, spec, tables, latest, min(row["oldest"] for row in summary if row["applicable"]), result)
         tables.carry(spark, commit_properties, result)
         # Only once the rebuild is visible: which snapshot it applied, and the floor below which no change applies.
-        # Never lowered: a writer frozen between its publication and this, resumed after a newer bootstrap, leaves the
+        # Never lowered, by a compare-and-set: a writer frozen before this, resumed after a newer bootstrap, leaves the
         # newer floor (properties commit to `main`, outside the fence).
-        if result.bootstrap_file and floor >= (table_properties(spark, target).get(STREAM_FLOOR_PROPERTY) or ""):
-            spark.sql(set_properties_sql(target, {BOOTSTRAP_FILE_PROPERTY: result.bootstrap_file, STREAM_FLOOR_PROPERTY: floor}))
+        if result.bootstrap_file:
+            applied = {BOOTSTRAP_FILE_PROPERTY: result.bootstrap_file, STREAM_FLOOR_PROPERTY: floor}
+            compare_and_set_properties(spark, target, lambda current: applied if floor >= (current.get(STREAM_FLOOR_PROPERTY) or "") else None)
     finally:
         validated.unpersist()
     return _with_snapshot(spark, target, result)

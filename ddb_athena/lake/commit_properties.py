@@ -8,7 +8,7 @@ Iceberg's Spark writes (SQL MERGE included) add to their snapshot's summary the 
 Python thread (PySpark's default): the commit of a SQL statement runs on the thread that issued it.
 """
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
@@ -71,6 +71,35 @@ def branch_summary(spark: SparkSession, table: str, branch: str) -> dict[str, st
     session's own commit, no request)."""
     snapshot = iceberg_table(spark, table).snapshot(branch)
     return dict(snapshot.summary()) if snapshot is not None else {}
+
+
+# A compare-and-set of table properties retried this often when another commit to the table came between its read
+# and its commit.
+PROPERTY_SET_ATTEMPTS = 10
+
+
+def compare_and_set_properties(spark: SparkSession, table: str, update: Callable[[Mapping[str, str]], Mapping[str, str] | None]) -> bool:
+    """Sets the properties `update` returns for the table's current properties (None: none), atomically: committed by
+    the catalog's compare-and-swap against the metadata `update` saw, and on a conflict read and decided again (an
+    `ALTER TABLE ... SET TBLPROPERTIES` re-applies its values to whatever metadata won, deciding nothing again).
+    Whether it set them."""
+    for _ in range(PROPERTY_SET_ATTEMPTS):
+        operations = iceberg_table(spark, table).operations()
+        base = operations.refresh()
+        current = dict(base.properties())
+        values = update(current)
+        if values is None:
+            return False
+        merged = spark._jvm.java.util.HashMap()
+        for name, value in {**current, **values}.items():
+            merged.put(name, value)
+        try:
+            operations.commit(base, base.replaceProperties(merged))
+            return True
+        except Exception as error:  # noqa: BLE001 - py4j wraps the JVM's exceptions; anything but a conflict is re-raised
+            if "CommitFailedException" not in str(error):
+                raise
+    raise RuntimeError(f"{table}: its properties kept changing while this writer set them ({PROPERTY_SET_ATTEMPTS} attempts)")
 
 
 def iceberg_table(spark: SparkSession, table: str):

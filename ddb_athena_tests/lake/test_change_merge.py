@@ -6,7 +6,8 @@ from datetime import timedelta
 import pytest
 
 from ddb_athena.lake import change_merge
-from ddb_athena.lake.change_merge import BOOTSTRAP_FILE_PROPERTY, STREAM_BATCH_PLAN, STREAM_FLOOR_PROPERTY, unburied_sql
+from ddb_athena.lake.change_merge import BOOTSTRAP_FILE_PROPERTY, STREAM_BATCH_PLAN, STREAM_FLOOR_PROPERTY, table_properties, unburied_sql
+from ddb_athena.lake.commit_properties import compare_and_set_properties
 from ddb_athena.lake.plan_settings import session_settings
 from ddb_athena.lake.table_spec import SEQUENCE_COLUMN
 from ddb_athena.lib.declarations import declared
@@ -355,3 +356,25 @@ def test_the_lookup_of_deletes_reads_only_the_tombstone_files_as_new_as_the_batc
     scan = _scan_metrics(classified, f"{files.table}_tombstones")
     # The deletes at 13 and 14 could be newer than the change; the three older files are not read at all.
     assert (scan["resultDataFiles"], scan["skippedDataFiles"]) == (2, 3), scan
+
+
+def test_the_stream_floor_is_never_lowered_by_a_writer_resumed_between_its_read_and_its_set(files):
+    """A bootstrap's writer reads the floor, is frozen, and resumes after a newer bootstrap raised it: the
+    compare-and-set fails on the newer metadata, reads it again, and leaves the newer floor (an ALTER TABLE would have
+    re-applied the lower one)."""
+    files.write(change(1, "a", "INSERT"))
+    files.merge()
+    spark, older, newer = files.spark, "5".zfill(40), "9".zfill(40)
+    seen = []
+
+    def frozen_then_resumed(current):
+        seen.append(current.get(STREAM_FLOOR_PROPERTY))
+        if len(seen) == 1:  # meanwhile, the newer bootstrap sets its floor
+            spark.sql(f"ALTER TABLE {files.table} SET TBLPROPERTIES ('{STREAM_FLOOR_PROPERTY}' = '{newer}')")
+        return {STREAM_FLOOR_PROPERTY: older} if older >= (current.get(STREAM_FLOOR_PROPERTY) or "") else None
+
+    assert not compare_and_set_properties(spark, files.table, frozen_then_resumed)
+    assert seen == [None, newer]
+    assert table_properties(spark, files.table)[STREAM_FLOOR_PROPERTY] == newer
+    assert compare_and_set_properties(spark, files.table, lambda current: {STREAM_FLOOR_PROPERTY: "a higher one"})
+    assert table_properties(spark, files.table)[STREAM_FLOOR_PROPERTY] == "a higher one"
