@@ -5,7 +5,7 @@ comes: the capture Lambda's handler, the operator's tools (`ddb-athena init/seed
 person's own credentials, never by a role of the stack), or else Dagster and its runs (also from the threads
 in which dagster-aws's Pipes readers poll CloudWatch Logs). On ECS, Dagster's own processes have a role of their
 own (deploy/dagster_ecs.yaml's PlatformRole): the EcsRunLauncher, the webserver reading run logs from S3, and the
-alert sensors, which on one host (DagsterPrincipal ec2-instance) are the runs' role's too. A call whose nearest
+sensors (alerts, cleanup), which on one host (DagsterPrincipal ec2-instance) are the runs' role's too. A call whose nearest
 project frame is a test's (setting up or reading the emulator, also from inside a callback the code calls)
 is the tests' own and is not kept, unless it is made by the launcher or the log reader (a test drives them).
 """
@@ -28,6 +28,8 @@ DAGSTER_AWS_DIR = Path(dagster_aws.__file__).parent
 CAPTURE_LAMBDA, DAGSTER_RUNS, SPARK_JOB, OPERATOR = "capture_lambda", "dagster_runs", "spark_job", "operator"
 PLATFORM = "dagster_platform"
 ALERTS_DIR = PACKAGE_DIR / "alerts"
+# Sensors, evaluated by the daemon: the platform's role on ECS.
+SENSOR_CODE = (ALERTS_DIR, PACKAGE_DIR / "cleanup" / "sensors.py")
 # dagster-aws's code that runs in the platform's processes: the run launcher (daemon, webserver) and the run log reader.
 PLATFORM_LIBRARY = (DAGSTER_AWS_DIR / "ecs", DAGSTER_AWS_DIR / "s3" / "compute_log_manager.py")
 LAMBDA_MODULE = PACKAGE_DIR / "streamed" / "capture" / "lambda_handler.py"
@@ -81,7 +83,7 @@ SUITE_CALLS_MARKER = "suite_calls"
 def _principals(package_frames: list[Path]) -> list[str]:
     if LAMBDA_MODULE in package_frames:
         return [CAPTURE_LAMBDA]
-    if any(frame.is_relative_to(ALERTS_DIR) for frame in package_frames):
+    if any(frame.is_relative_to(code) for frame in package_frames for code in SENSOR_CODE):
         return [PLATFORM, DAGSTER_RUNS]
     return [OPERATOR if package_frames[0] in OPERATOR_MODULES else DAGSTER_RUNS]
 

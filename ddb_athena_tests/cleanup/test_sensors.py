@@ -1,14 +1,17 @@
 """The cleanup sensor: one run per committing materialization, never twice, deleting exactly its files."""
 
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from dagster import build_sensor_context, instance_for_test
 
-from ddb_athena.cleanup.sensors import cleanup_after_materialization
+from ddb_athena.cleanup import sensors
+from ddb_athena.cleanup.sensors import cleanup_after_materialization, unclaimed_manifests
 from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import list_change_files
+from ddb_athena.streamed.capture.commit_manifests import write_commit_manifest
 from ddb_athena.streamed.capture.lambda_handler import handle_stream_event
 from ddb_athena_tests.books_and_orders import books_source_cleanup, orders_export_cleanup
 from ddb_athena_tests.dagster_helpers import local_resources, materialization_metadata, sync_books
@@ -25,7 +28,7 @@ def instance():
 
 def evaluate(instance, cursor=None):
     resources = local_resources()
-    context = build_sensor_context(instance=instance, cursor=cursor, resources={"sync": resources["sync"]})
+    context = build_sensor_context(instance=instance, cursor=cursor, resources={"sync": resources["sync"], "aws": resources["aws"]})
     result = cleanup_after_materialization.evaluate_tick(context)
     return result.run_requests or [], result.cursor
 
@@ -68,7 +71,7 @@ def test_an_orders_load_gets_one_cleanup_of_exactly_its_export_and_the_retention
     assert exported
 
     resources = local_resources(export_retention_days=1)
-    held = cleanup_after_materialization.evaluate_tick(build_sensor_context(instance=instance, resources={"sync": resources["sync"]}))
+    held = cleanup_after_materialization.evaluate_tick(build_sensor_context(instance=instance, resources={"sync": resources["sync"], "aws": resources["aws"]}))
     assert not held.run_requests  # kept for a day, for audit
 
     requests, cursor = evaluate(instance)
@@ -84,3 +87,24 @@ def test_an_orders_load_gets_one_cleanup_of_exactly_its_export_and_the_retention
 def test_a_cursor_of_the_books_only_sensor_is_carried_over(settings, instance):
     requests, cursor = evaluate(instance, cursor="12345")
     assert requests == [] and json.loads(cursor) == {"books_iceberg": 12345}
+
+
+def test_a_manifest_no_materialization_named_is_cleaned_up_an_hour_later(spark, settings, instance, monkeypatch):
+    """A run killed between its commit manifest and its materialization: the manifest's files (committed, and skipped
+    by every later merge) are cleaned up once the manifest is an hour old, not kept for ever."""
+    s3, layout = settings.client("s3"), SourceLayout(settings.bucket, "books_source")
+    files = ChangeFiles(spark, settings)
+    consumed = [files.write(change(1, "a", "INSERT")), files.write(change(2, "b", "INSERT"))]
+    files.merge(consumed)
+    manifest = write_commit_manifest(s3, layout, "the-killed-run", consumed, files.table, None)
+    late = files.write(change(3, "c", "INSERT"))  # not committed: no cleanup may touch it
+
+    assert evaluate(instance)[0] == []  # young: its materialization may still come
+    assert unclaimed_manifests(s3, layout, timedelta(0), datetime.now(UTC) + timedelta(hours=1, minutes=1)) == [manifest]
+    monkeypatch.setattr(sensors, "UNCLAIMED_MANIFEST_AGE", timedelta(minutes=-1))  # as if an hour went by
+    (request,), cursor = evaluate(instance)
+    assert request.job_name == "books_source_cleanup" and request.run_key.startswith("cleanup-books_iceberg-unclaimed-")
+    assert request.run_config["ops"]["delete_committed_change_files"]["config"]["manifest_keys"] == [manifest]
+    assert books_source_cleanup.execute_in_process(run_config=request.run_config, resources=local_resources()).success
+    assert list_change_files(s3, layout) == [late]
+    assert evaluate(instance, cursor)[0] == []  # cleaned up: nothing left unclaimed

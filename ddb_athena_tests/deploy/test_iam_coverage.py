@@ -36,7 +36,7 @@ UNSEEN_BY_BOTOCORE = {
         "glue:UpdateTable": GLUE_CATALOG,
         "s3:AbortMultipartUpload": S3_FILE_IO,
     },
-    # Dagster's own processes on ECS (deploy/dagster_ecs.yaml): the launcher, the UI's run logs, the alert sensors.
+    # Dagster's own processes on ECS (deploy/dagster_ecs.yaml): the launcher, the UI's run logs, the sensors (alerts, cleanup).
     PLATFORM: {},
     # The orders load on EMR Serverless: all of it in the job's JVM (its Pipes messages go to stdout, no AWS call).
     SPARK_JOB: {
