@@ -145,34 +145,36 @@ def _bootstrap(args, settings: Settings) -> int:
 
 
 def _replay_failures(args, settings: Settings) -> int:
-    from ddb_athena.lib.declarations import streamed_table_of
+    from ddb_athena.lib.declarations import declared_tables, streamed_table_of
     from ddb_athena.lib.resources import sync_settings
     from ddb_athena.lib.source_layout import SourceLayout
-    from ddb_athena.streamed.capture.failed_batches import replay
+    from ddb_athena.streamed.capture.failed_batches import keep_failed_batches, replay
 
     queue_urls = [args.queue_url] if args.queue_url else list(sync_settings(settings).capture_failure_queue_urls.values())
     if not queue_urls:
         print("No queue: pass --queue-url or set DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URLS (the stack's CaptureFailureQueueUrls)", file=sys.stderr)
         return 2
 
-    # Each batch into its own table's prefix: the queue may hold the batches of several streams.
+    # Each batch into its own table's prefix: a queue may hold the batches of several streams.
     def layout_of(stream_arn: str) -> SourceLayout:
         return SourceLayout(settings.bucket, streamed_table_of(stream_arn, os.environ).source_prefix)
 
-    kept = 0
+    s3 = settings.client("s3")
     for queue_url in queue_urls:
-        result = replay(settings.client("sqs"), settings.client("dynamodbstreams"), settings.client("s3"), queue_url, layout_of, log=print)
-        print(f"{queue_url}: {result.records} records captured again in {len(result.replayed)} change files")
-        if result.kept:
-            kept += result.kept
-            gone = ", ".join(batch.range_name for batch in result.not_replayable) or "none"
-            unfinished = ", ".join(batch.range_name for batch in result.unfinished) or "none"
-            print(
-                f"{result.kept} batches kept in the queue; no longer in the stream (a bootstrap recovers them): {gone}; "
-                f"not read to their end (run replay-failures again): {unfinished}",
-                file=sys.stderr,
-            )
-    return 1 if kept else 0
+        print(f"{queue_url}: {keep_failed_batches(settings.client('sqs'), s3, queue_url, layout_of)} failed batches moved to S3")
+    layouts = [SourceLayout(settings.bucket, table.source_prefix) for table in declared_tables().values() if table.kind == "streamed"]
+    result = replay(settings.client("dynamodbstreams"), s3, layouts, log=print)
+    print(f"{result.records} records captured again in {len(result.replayed)} change files")
+    if not result.kept:
+        return 0
+    gone = ", ".join(batch.range_name for batch in result.not_replayable) or "none"
+    unfinished = ", ".join(batch.range_name for batch in result.unfinished) or "none"
+    print(
+        f"{result.kept} batches kept; no longer in the stream (a bootstrap recovers them): {gone}; "
+        f"not read to their end (run replay-failures again): {unfinished}",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _webserver_arguments(command: argparse.ArgumentParser) -> None:

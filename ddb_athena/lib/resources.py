@@ -208,7 +208,7 @@ class SyncSettings(ConfigurableResource):
         default_factory=dict,
         description="the capture Lambda's on-failure queue of each streamed table, by its name, as JSON (the stack's "
         "CaptureFailureQueueUrls): batches it gave up on, which turn that table's <name>_capture_failures red until "
-        "`ddb-athena replay-failures` captures them again",
+        "`ddb-athena replay-failures` captures them again or a bootstrap covers them",
     )
     alert_topic_arn: str | None = Field(
         default=None,

@@ -28,6 +28,11 @@ class SourceLayout:
         return f"{self.prefix}/_snapshots/"
 
     @property
+    def failures_prefix(self) -> str:
+        """Batches the capture Lambda gave up on, moved here from its queue (capture/failed_batches.py)."""
+        return f"{self.prefix}/_capture_failures/"
+
+    @property
     def quarantine_prefix(self) -> str:
         return f"{self.prefix}/quarantine/"
 

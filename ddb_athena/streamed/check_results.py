@@ -19,7 +19,7 @@ from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, S
 from ddb_athena.lib.table_checks import unique_key_result
 from ddb_athena.streamed.capture.change_files import is_change_file, list_keys
 from ddb_athena.streamed.capture.commit_manifests import committed_files
-from ddb_athena.streamed.capture.failed_batches import failure_queue_depth
+from ddb_athena.streamed.capture.failed_batches import keep_failed_batches, kept_failed_batches
 from ddb_athena.streamed.capture.quarantine import quarantined_reasons
 from ddb_athena.streamed.key_parity import KeyParity, KeyScan, ParityTracker, Row, item_json_digest, paced_item_digests, read_rate_for
 
@@ -67,18 +67,21 @@ def quarantine_result(aws: AwsClientsResource, sync: SyncSettings, table: TableD
 
 def capture_failures_result(aws: AwsClientsResource, sync: SyncSettings, table: TableDeclaration) -> AssetCheckResult:
     """Whether the capture Lambda gave up on a batch of `table`'s stream (its own queue: another table's failures
-    leave this check green)."""
+    leave this check green). The queue's messages are moved to S3 first, where they outlive the queue's 14 days."""
     queue = sync.capture_failure_queue_urls.get(table.name)
     if not queue:
         return AssetCheckResult(passed=True, metadata={"queue": "none: the sync run reads the stream itself"})
-    depth = failure_queue_depth(aws.client("sqs"), queue)
+    s3, layout = aws.client("s3"), sync.layout_of(table)
+    keep_failed_batches(aws.client("sqs"), s3, queue, lambda stream_arn: layout)
+    kept = len(kept_failed_batches(s3, layout))
     return AssetCheckResult(
-        passed=depth == 0,
-        metadata={"failed_batches": depth, "queue": queue},
+        passed=kept == 0,
+        metadata={"failed_batches": kept, "queue": queue, "kept_in": layout.uri(layout.failures_prefix)},
         description=None
-        if not depth
+        if not kept
         else f"The capture Lambda gave up on batches of the {table.name} stream: their changes are missing from the "
-        "table. `ddb-athena replay-failures` captures them again while the stream holds them (24 hours).",
+        "table. `ddb-athena replay-failures` captures them again while the stream holds them (24 hours); a bootstrap "
+        "covers those it no longer holds.",
     )
 
 

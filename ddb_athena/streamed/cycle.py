@@ -29,6 +29,7 @@ from ddb_athena.streamed.capture.bootstrap import bootstrap_snapshot, delete_uns
 from ddb_athena.streamed.capture.change_files import SNAPSHOT_KIND, ChangeFileNamer, change_file_keys, list_keys, parse_change_file_name
 from ddb_athena.streamed.capture.checkpoints import CheckpointStore, CommittedCheckpoints
 from ddb_athena.streamed.capture.commit_manifests import committed_files, write_commit_manifest
+from ddb_athena.streamed.capture.failed_batches import forget_covered
 from ddb_athena.streamed.capture.held_changes import HeldChanges
 from ddb_athena.streamed.capture.quarantine import quarantine_foreign_files
 from ddb_athena.streamed.capture.stream_reader import StreamCapture
@@ -224,6 +225,9 @@ class StreamSync:
         self._tables_ensured = True
         if seals:  # applied now, or found applied already (its manifest lost)
             self._snapshot_unmerged = False
+            if position:
+                # Batches the capture Lambda gave up on before the scan: the published snapshot holds their changes.
+                forget_covered(self._s3, self._layout, position)
         if self._held is not None:
             self._held.committed()
         manifest = None

@@ -1,24 +1,27 @@
-"""Batches the capture Lambda gave up on: counted for a check, and captured again from the stream while it holds them.
+"""Batches the capture Lambda gave up on: kept in S3, counted for a check, and captured again from the stream.
 
 The event source mapping sends a batch whose retries or record age ran out to its on-failure queue, as a message
-that names the batch's shard and sequence-number range (`DDBStreamBatchInfo`), not its records. Until the range is
-captured again its changes are missing from the table: the queue's depth turns a check red, and `replay` reads
-each range back from the stream into a change file (kind `replay`) and only then deletes its message. A replayed
+that names the batch's shard and sequence-number range (`DDBStreamBatchInfo`), not its records. A queue drops a
+message after at most 14 days, which would turn the check green with the changes still missing, so each message is
+moved to an S3 object of its table's source (`failures_prefix`, named by its message id: moved twice, it is one
+object) as soon as the check or `replay` sees it, and deleted from the queue once that object is durable. Until its
+range is captured again its changes are missing from the table: the objects turn the check red, and `replay` reads
+each range back from the stream into a change file (kind `replay`) and only then deletes its object. A replayed
 change merges like any other: one older than what the table holds for its key is skipped by sequence number, and
 deletes are remembered, so replaying late never moves a key back. A range the stream no longer holds (24 hours)
-cannot be replayed: its message stays, and the way back is a bootstrap. A range not read to its end sequence number
-(its shard ends before it, or it is not reached within a bounded number of GetRecords calls) is not replayed either:
-its message stays for a later replay, never deleted on a part of its records.
+cannot be replayed: its object stays until a bootstrap's published snapshot covers it (`forget_covered`). A range
+not read to its end sequence number (its shard ends before it, or it is not reached within a bounded number of
+GetRecords calls) is not replayed either: its object stays for a later replay, never deleted on a part of its records.
 """
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from botocore.exceptions import ClientError
 
 from ddb_athena.lib.source_layout import SourceLayout
-from ddb_athena.streamed.capture.change_files import ChangeFileNamer, change_record, write_change_file
+from ddb_athena.streamed.capture.change_files import ChangeFileNamer, change_record, list_keys, write_change_file
 from ddb_athena.streamed.capture.stream_reader import BOOTSTRAP_HINT
 
 REPLAY_KIND = "replay"
@@ -67,16 +70,41 @@ class ReplayResult:
 
     @property
     def kept(self) -> int:
-        """Messages left in the queue."""
+        """Batches left to capture again."""
         return len(self.not_replayable) + len(self.unfinished)
 
 
-def failure_queue_depth(sqs, queue_url: str) -> int:
-    """Messages in the queue, visible or being handled: batches not yet captured again."""
-    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])[
-        "Attributes"
-    ]
-    return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
+def keep_failed_batches(sqs, s3, queue_url: str, layout_of: Callable[[str], SourceLayout]) -> int:
+    """Moves every message in the queue to an S3 object in the source of its stream's table (`layout_of` a stream
+    ARN), deleting it from the queue once the object is durable; how many it moved."""
+    moved = 0
+    while True:
+        # Messages another caller is moving stay invisible to this one for a minute: the loop ends.
+        messages = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=60).get("Messages", [])
+        if not messages:
+            return moved
+        for message in messages:
+            layout = layout_of(FailedBatch.from_message(message["Body"]).stream_arn)
+            s3.put_object(Bucket=layout.bucket, Key=f"{layout.failures_prefix}{message['MessageId']}.json", Body=message["Body"].encode("utf-8"))
+            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+            moved += 1
+
+
+def kept_failed_batches(s3, layout: SourceLayout) -> dict[str, FailedBatch]:
+    """The batches kept in `layout`'s source, by S3 key."""
+    return {
+        entry["Key"]: FailedBatch.from_message(s3.get_object(Bucket=layout.bucket, Key=entry["Key"])["Body"].read().decode("utf-8"))
+        for entry in list_keys(s3, layout.bucket, layout.failures_prefix)
+    }
+
+
+def forget_covered(s3, layout: SourceLayout, snapshot_position: str) -> int:
+    """Once a bootstrap's snapshot is published: the kept batches that end at or below its position (the stream's end
+    before its scan, which read every item after their changes) are deleted; how many."""
+    covered = [key for key, batch in kept_failed_batches(s3, layout).items() if int(batch.last_sequence) <= int(snapshot_position)]
+    for key in covered:
+        s3.delete_object(Bucket=layout.bucket, Key=key)
+    return len(covered)
 
 
 def read_range(streams, batch: FailedBatch) -> list[dict]:
@@ -114,19 +142,12 @@ def read_range(streams, batch: FailedBatch) -> list[dict]:
     raise RangeNotReadError(f"{batch.range_name}: not read to its end within {MAX_PAGES_PER_RANGE} GetRecords calls")
 
 
-def replay(
-    sqs, streams, s3, queue_url: str, layout_of: Callable[[str], SourceLayout], log: Callable[[str], None], namer: ChangeFileNamer | None = None
-) -> ReplayResult:
-    """Captures every failed batch in the queue again, into the source layout of its stream's table (`layout_of` a
-    stream ARN); a message is deleted once its change file is durable."""
+def replay(streams, s3, layouts: Iterable[SourceLayout], log: Callable[[str], None], namer: ChangeFileNamer | None = None) -> ReplayResult:
+    """Captures every batch kept in `layouts` (see `keep_failed_batches`) again, into its source's change files; a
+    batch's object is deleted once its change file is durable."""
     namer, result = namer or ChangeFileNamer(), ReplayResult()
-    while True:
-        # Messages kept (gone from the stream, or not read to their end) stay invisible for this call's duration, so the loop ends.
-        messages = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=300).get("Messages", [])
-        if not messages:
-            return result
-        for message in messages:
-            batch = FailedBatch.from_message(message["Body"])
+    for layout in layouts:
+        for key, batch in kept_failed_batches(s3, layout).items():
             try:
                 records = read_range(streams, batch)
             except RangeGoneError as error:
@@ -135,13 +156,12 @@ def replay(
                 continue
             except RangeNotReadError as error:
                 result.unfinished.append(batch)
-                log(f"{error}; its message stays for a later replay")
+                log(f"{error}; it stays for a later replay")
                 continue
             if records:
-                key = write_change_file(
-                    s3, layout_of(batch.stream_arn), namer.next_name(REPLAY_KIND), [change_record(record, batch.shard_id) for record in records]
-                )
-                result.replayed.append(key)
+                key_written = write_change_file(s3, layout, namer.next_name(REPLAY_KIND), [change_record(record, batch.shard_id) for record in records])
+                result.replayed.append(key_written)
                 result.records += len(records)
-            log(f"{batch.shard_id} {batch.first_sequence}..{batch.last_sequence}: {len(records)} records captured again")
-            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+            log(f"{batch.range_name}: {len(records)} records captured again")
+            s3.delete_object(Bucket=layout.bucket, Key=key)
+    return result

@@ -7,7 +7,13 @@ from dagster import DagsterInstance
 from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import list_change_files
-from ddb_athena.streamed.capture.failed_batches import MAX_PAGES_PER_RANGE, failure_queue_depth, replay
+from ddb_athena.streamed.capture.failed_batches import (
+    MAX_PAGES_PER_RANGE,
+    forget_covered,
+    keep_failed_batches,
+    kept_failed_batches,
+    replay,
+)
 from ddb_athena.streamed.capture.stream_reader import latest_stream_arn, list_shards
 from ddb_athena_tests.books_and_orders import books_capture_failures
 from ddb_athena_tests.dagster_helpers import check_results, local_resources, sync_books
@@ -32,6 +38,12 @@ def on_failure_message(stream_arn: str, shard_id: str, first: str, last: str, si
     )
 
 
+def failure_queue_depth(sqs, queue_url: str) -> int:
+    """Messages in the queue, visible or being handled."""
+    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])
+    return sum(int(value) for value in attributes["Attributes"].values())
+
+
 def queue(settings) -> str:
     return settings.client("sqs").create_queue(QueueName="capture-failures")["QueueUrl"]
 
@@ -46,12 +58,17 @@ def test_a_failed_range_is_captured_again_and_one_the_stream_no_longer_holds_is_
     sqs.send_message(QueueUrl=url, MessageBody=on_failure_message(STREAM_ARN, "shard-old", "10", "12", 3))
     assert failure_queue_depth(sqs, url) == 2
 
-    result = replay(sqs, streams, s3, url, lambda arn: layout, log=lambda line: None)
+    assert keep_failed_batches(sqs, s3, url, lambda arn: layout) == 2
+    assert failure_queue_depth(sqs, url) == 0 and len(kept_failed_batches(s3, layout)) == 2
+    result = replay(streams, s3, [layout], log=lambda line: None)
     assert result.records == 3 and len(result.replayed) == 1 and list_change_files(s3, layout) == result.replayed
     body = s3.get_object(Bucket=settings.bucket, Key=result.replayed[0])["Body"].read().decode()
     assert [json.loads(line)["sequence_number"] for line in body.splitlines()] == ["3", "4", "5"]
     assert [batch.shard_id for batch in result.not_replayable] == ["shard-old"]
-    assert failure_queue_depth(sqs, url) == 1  # kept: the check stays red until a bootstrap (and the queue is purged)
+    # Kept: the check stays red until a bootstrap's published snapshot covers it.
+    assert [batch.shard_id for batch in kept_failed_batches(s3, layout).values()] == ["shard-old"]
+    assert forget_covered(s3, layout, "11") == 0  # a scan that began before the batch's end does not cover it
+    assert forget_covered(s3, layout, "12") == 1 and kept_failed_batches(s3, layout) == {}
 
 
 class SlowToRecordsStreams(FakeStreams):
@@ -75,18 +92,19 @@ def replay_one(settings, streams, shard_id: str, first: str, last: str):
     layout, url = SourceLayout(settings.bucket, "books_source"), queue(settings)
     sqs.send_message(QueueUrl=url, MessageBody=on_failure_message(STREAM_ARN, shard_id, first, last, 3))
     lines = []
-    result = replay(sqs, streams, s3, url, lambda arn: layout, log=lines.append)
-    return result, failure_queue_depth(sqs, url), list_change_files(s3, layout), lines
+    keep_failed_batches(sqs, s3, url, lambda arn: layout)
+    result = replay(streams, s3, [layout], log=lines.append)
+    return result, len(kept_failed_batches(s3, layout)), list_change_files(s3, layout), lines
 
 
-def test_a_range_behind_several_empty_pages_is_read_to_its_end_and_its_message_deleted(settings):
+def test_a_range_behind_several_empty_pages_is_read_to_its_end_and_its_batch_deleted(settings):
     records = [stream_record(s, f"k{s}") for s in range(1, 9)]
     streams = SlowToRecordsStreams([FakeShard("shard-0", records, closed=False)], empty_pages_before_each=4)
     result, depth, files, _ = replay_one(settings, streams, "shard-0", "3", "6")
     assert depth == 0 and result.records == 4 and files == result.replayed and len(files) == 1
 
 
-def test_a_range_whose_end_is_never_reached_keeps_its_message(settings):
+def test_a_range_whose_end_is_never_reached_is_kept(settings):
     streams = FakeStreams([FakeShard("shard-0", [stream_record(s, f"k{s}") for s in range(1, 6)], closed=False)])
     result, depth, files, lines = replay_one(settings, streams, "shard-0", "3", "9")  # 6-9 never show up
     assert depth == 1 and files == [] and result.records == 0
@@ -95,7 +113,7 @@ def test_a_range_whose_end_is_never_reached_keeps_its_message(settings):
     assert len(streams.calls) <= MAX_PAGES_PER_RANGE  # a bounded number of GetRecords calls per range
 
 
-def test_a_closed_shard_that_ends_before_the_range_does_keeps_its_message(settings):
+def test_a_closed_shard_that_ends_before_the_range_does_is_kept(settings):
     streams = FakeStreams([FakeShard("shard-0", [stream_record(s, f"k{s}") for s in range(1, 6)])])
     result, depth, files, _ = replay_one(settings, streams, "shard-0", "3", "9")
     assert depth == 1 and files == [] and [batch.first_sequence for batch in result.unfinished] == ["3"]
@@ -110,7 +128,7 @@ class IteratorFromTrimHorizonStreams(FakeStreams):
         return super().get_shard_iterator(StreamArn, ShardId, ShardIteratorType, SequenceNumber)
 
 
-def test_a_range_whose_start_was_trimmed_keeps_its_message(settings):
+def test_a_range_whose_start_was_trimmed_is_kept(settings):
     streams = IteratorFromTrimHorizonStreams([FakeShard("shard-0", [stream_record(s, f"k{s}") for s in range(1, 9)], closed=False)])
     streams.trimmed_before["shard-0"] = 5  # 3 and 4 are gone, 5 and 6 are still there
     result, depth, files, lines = replay_one(settings, streams, "shard-0", "3", "6")
@@ -138,7 +156,7 @@ def test_the_check_is_red_while_a_batch_waits_and_the_replayed_changes_reach_the
         assert not red.passed and red.metadata["failed_batches"].value == 1
 
         resources = local_resources(**options)
-        result = replay(sqs, streams, settings.client("s3"), url, lambda arn: resources["sync"].layout_of(declared("books")), log=lambda line: None)
+        result = replay(streams, settings.client("s3"), [resources["sync"].layout_of(declared("books"))], log=lambda line: None)
         assert result.records == 3 and not result.not_replayable
         green = check_results(sync_books(instance, **options))["books_capture_failures"]
         assert green.passed and books_capture_failures(aws=resources["aws"], sync=resources["sync"]).passed
@@ -158,3 +176,29 @@ def test_a_batch_one_table_lost_turns_only_that_tables_check_red(settings):
     books, reviews = (capture_failures_result(resources["aws"], resources["sync"], declared(name)) for name in ("books", "reviews"))
     assert not books.passed and books.metadata["failed_batches"].value == 1 and books.metadata["queue"].value == urls["books"]
     assert reviews.passed and reviews.metadata["failed_batches"].value == 0
+
+
+def test_a_batch_whose_message_the_queue_drops_after_14_days_keeps_the_check_red_until_a_bootstrap_covers_it(spark, settings):
+    """The check moves the queue's messages to S3: a queue that then drops its messages (at 14 days; purged here, as
+    an operator might) leaves the check red with the changes still missing, until a bootstrap's snapshot covers them."""
+    from ddb_athena.streamed.check_results import capture_failures_result
+
+    sqs, url = settings.client("sqs"), queue(settings)
+    with DagsterInstance.ephemeral() as instance:
+        sync_books(instance)
+        settings.client("dynamodb").put_item(TableName=settings.dynamodb_tables["books"], Item={"id": {"S": "lost"}, "name": {"S": "n"}})
+        stream_arn = latest_stream_arn(settings.client("dynamodb"), settings.dynamodb_tables["books"])
+        streams = settings.client("dynamodbstreams")
+        (shard,) = list_shards(streams, stream_arn)
+        iterator = streams.get_shard_iterator(StreamArn=stream_arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+        (sequence,) = [record["dynamodb"]["SequenceNumber"] for record in streams.get_records(ShardIterator=iterator)["Records"]]
+        sqs.send_message(QueueUrl=url, MessageBody=on_failure_message(stream_arn, shard["ShardId"], sequence, sequence, 1))
+        resources = local_resources(books_capture="lambda", capture_failure_queue_urls={"books": url})
+        assert not capture_failures_result(resources["aws"], resources["sync"], declared("books")).passed
+        sqs.purge_queue(QueueUrl=url)  # what the queue's retention does after 14 days
+        still = capture_failures_result(resources["aws"], resources["sync"], declared("books"))
+        assert not still.passed and still.metadata["failed_batches"].value == 1
+        # A bootstrap scans DynamoDB after the lost change: once its snapshot is published, the check is green.
+        sync_books(instance, config={"bootstrap": True}, books_capture="lambda", capture_failure_queue_urls={"books": url})
+        assert capture_failures_result(resources["aws"], resources["sync"], declared("books")).passed
+    assert [row["id"] for row in spark.table(f"{settings.namespace}.books").collect()] == ["lost"]
