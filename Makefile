@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test test-image test-fast dev templates bench bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-requests bench-volume bench-sync-cpu bench-sync-phases lambda emr-job lint clean
+.PHONY: install test test-image test-fast dev templates bench bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity lambda emr-job lint clean
 
 install: $(INSTALLED)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing.
@@ -53,6 +53,11 @@ bench: install
 # Needs Docker and an image built from deploy/Dockerfile (IMAGE; see ddb_athena_bench/platform_size.py).
 bench-platform: install
 	$(BIN)/python -m ddb_athena_bench.platform_size $${IMAGE:+--image $$IMAGE} $${MINUTES:+--minutes $$MINUTES}
+
+# The key parity check's whole look at 200k and 1M keys of ~1 KB (KEYS), the same on both sides: its seconds and the
+# driver's peak RSS (Python and JVM), its DynamoDB a scan served from memory, unpaced.
+bench-parity: install
+	$(BIN)/python -m ddb_athena_bench.parity_memory --keys $${KEYS:-200000 1000000}
 
 bench-bootstrap: install
 	$(BIN)/python -m ddb_athena_bench.bootstrap_memory

@@ -6,22 +6,19 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 
 from dagster import AssetCheckResult, AssetCheckSeverity
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from ddb_athena.lake.change_merge import tombstone_versions
-from ddb_athena.lake.identifiers import dotted_name
 from ddb_athena.lake.maintenance import TableFiles
-from ddb_athena.lake.table_keys import Key, item_key, key_rows_schema, row_key
-from ddb_athena.lake.table_spec import ITEM_COLUMN, SEQUENCE_COLUMN, TableSpec
+from ddb_athena.lake.table_keys import item_key
 from ddb_athena.lib.declarations import TableDeclaration
-from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
+from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, setting_variable
 from ddb_athena.lib.table_checks import unique_key_result
 from ddb_athena.streamed.capture.change_files import is_change_file, list_keys
 from ddb_athena.streamed.capture.commit_manifests import committed_files
 from ddb_athena.streamed.capture.failed_batches import keep_failed_batches, kept_failed_batches
 from ddb_athena.streamed.capture.quarantine import quarantined_reasons
-from ddb_athena.streamed.key_parity import KeyParity, KeyScan, ParityTracker, Row, item_json_digest, paced_item_digests, read_rate_for
+from ddb_athena.streamed.key_parity import KeyParity, KeyScan, ParityReaders, ParityTracker, ScanPlan, paced_item_digests, scan_plan
+from ddb_athena.streamed.parity_look import iceberg_rows, whole_look
 
 # Compaction keeps the average data file at least this big, or the table in at most this many files.
 MIN_AVERAGE_DATA_FILE_BYTES = 1024 * 1024
@@ -85,12 +82,16 @@ def capture_failures_result(aws: AwsClientsResource, sync: SyncSettings, table: 
     )
 
 
-def key_parity_result(parity: KeyParity, scans: list[KeyScan]) -> AssetCheckResult:
+def key_parity_result(parity: KeyParity, scans: list[KeyScan], plan: ScanPlan) -> AssetCheckResult:
+    untracked = (
+        f" {parity.untracked_keys} more keys differed than the check tracks (parity_max_tracked_keys): they were not settled." if parity.untracked_keys else ""
+    )
     return AssetCheckResult(
         passed=parity.passed,
         severity=AssetCheckSeverity.WARN,
         metadata={
             **parity.metadata(),
+            **_scan_plan_metadata(plan),
             "dynamodb_scans": len(scans),
             "dynamodb_read_units": sum(scan.read_units for scan in scans),
             "dynamodb_scan_seconds": sum(scan.seconds for scan in scans),
@@ -98,38 +99,60 @@ def key_parity_result(parity: KeyParity, scans: list[KeyScan]) -> AssetCheckResu
         description=None
         if parity.passed
         else "Keys or values differ from DynamoDB for longer than a change takes to merge: a lost change or a "
-        "hand-made edit of the table. A bootstrap run (config bootstrap: true) rebuilds the table from DynamoDB.",
+        "hand-made edit of the table. A bootstrap run (config bootstrap: true) rebuilds the table from DynamoDB." + untracked,
     )
 
 
-def iceberg_rows(spark: SparkSession, spec: TableSpec, target: str, keys: set[Key] | None = None) -> dict[Key, Row]:
-    """Every row of `target` (or those of `keys`): the sequence number of the change it was written from, and the
-    digest of its item, computed by the executors (only digests come back, never items)."""
-    if keys is not None and not keys:
-        return {}
-    rows = spark.table(dotted_name(target)).select(*spec.key_names, F.col(SEQUENCE_COLUMN).alias("version"), F.col(ITEM_COLUMN).alias("item"))
-    if keys is not None:
-        rows = rows.join(F.broadcast(spark.createDataFrame(sorted(keys), key_rows_schema(spec))), spec.key_names)
-    digests = rows.select(*spec.key_names, "version", F.udf(item_json_digest, "string")("item").alias("digest"))
-    return {row_key(spec, row): Row(row["version"], row["digest"]) for row in digests.collect()}
+def _scan_plan_metadata(plan: ScanPlan) -> dict:
+    return {
+        "dynamodb_read_units_per_second": plan.read_units_per_second,
+        "dynamodb_table_bytes_6h": plan.table_bytes,
+        "dynamodb_scan_estimated_seconds": plan.estimated_seconds,
+    }
 
 
-def key_parity_readers(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, table: TableDeclaration, scans: list[KeyScan]) -> tuple:
-    """What a ParityTracker reads: the Iceberg table's rows (all, or some keys'), DynamoDB's items (a paced scan,
-    appended to `scans`), the newest tombstones of some keys."""
+def scan_too_long(plan: ScanPlan, sync: SyncSettings) -> str | None:
+    """Why a scan at `plan`'s pace would outlast the bound (the day between two checks, less a margin), naming the
+    setting to raise; None when it would not. Refused rather than sped up past what the operator allowed."""
+    bound_hours = sync.parity_scan_max_hours
+    if plan.estimated_seconds <= bound_hours * 3600:
+        return None
+    paced_by_share = plan.provisioned and plan.read_units_per_second < sync.parity_scan_read_units_per_second
+    remedy = (
+        f"raise {setting_variable('parity_scan_capacity_share')} ({sync.parity_scan_capacity_share:g} of the table's read capacity) or the "
+        "table's read capacity"
+        if paced_by_share
+        else f"raise {setting_variable('parity_scan_read_units_per_second')} ({sync.parity_scan_read_units_per_second:g}; on an on-demand "
+        "table a scan costs the same read units at any pace)"
+    )
+    return (
+        f"Not scanned: the DynamoDB table's {plan.table_bytes / 1e9:.1f} GB at {plan.read_units_per_second:g} read units a second would take "
+        f"about {plan.estimated_seconds / 3600:.1f} hours, more than {setting_variable('parity_scan_max_hours')} ({bound_hours:g}): the scan "
+        f"would overlap the next day's. To check this table, {remedy}."
+    )
+
+
+def key_parity_readers(
+    aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, table: TableDeclaration, scans: list[KeyScan]
+) -> ParityReaders:
+    """What a ParityTracker reads: a whole look, compared by Spark (parity_look.py; its DynamoDB side a paced scan,
+    appended to `scans`), the table's rows of some keys, the newest tombstones of some keys."""
     spec, source, target = table.spec, sync.dynamodb_table_of(table), sync.iceberg_table_of(table)
     dynamodb = aws.client("dynamodb")
-    rate = read_rate_for(dynamodb, source, sync.parity_scan_capacity_share, sync.parity_scan_read_units_per_second)
+    rate = parity_scan_plan(aws, sync, table).read_units_per_second
 
-    def dynamodb_items() -> dict[Key, str]:
-        scans.append(paced_item_digests(dynamodb, source, partial(item_key, spec), rate, sync.parity_scan_segments))
-        return scans[-1].digests
+    def scan_into(sink) -> None:
+        scans.append(paced_item_digests(dynamodb, source, partial(item_key, spec), rate, sink, sync.parity_scan_segments))
 
-    return (
-        lambda keys=None: iceberg_rows(spark.spark_session, spec, target, keys),
-        dynamodb_items,
-        lambda keys: tombstone_versions(spark.spark_session, spec, target, keys),
+    return ParityReaders(
+        look=lambda: whole_look(spark.spark_session, spec, target, scan_into, sync.parity_max_tracked_keys),
+        rows=lambda keys: iceberg_rows(spark.spark_session, spec, target, keys),
+        tombstones=lambda keys: tombstone_versions(spark.spark_session, spec, target, keys),
     )
+
+
+def parity_scan_plan(aws: AwsClientsResource, sync: SyncSettings, table: TableDeclaration) -> ScanPlan:
+    return scan_plan(aws.client("dynamodb"), sync.dynamodb_table_of(table), sync.parity_scan_capacity_share, sync.parity_scan_read_units_per_second)
 
 
 def observe_key_parity(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, table: TableDeclaration) -> tuple[KeyParity, list[KeyScan]]:
@@ -137,13 +160,23 @@ def observe_key_parity(aws: AwsClientsResource, spark: IcebergSparkResource, syn
     (key_parity.py).
 
     What it reads: the Iceberg table's key, sequence number and item columns once (the items are digested by the
-    executors); then DynamoDB's whole table once, a paced, eventually consistent scan (returned too, for what it
-    read); then, every few seconds for at most the settle time after the scan, only the rows and tombstones of the
-    keys that differed. It never reads DynamoDB a second time, so its read units are one scan's whatever differs."""
+    executors, and compared there); then DynamoDB's whole table once, a paced, eventually consistent scan (returned
+    too, for what it read); then, every few seconds for at most the settle time after the scan, only the rows and
+    tombstones of the keys that differed. It never reads DynamoDB a second time, so its read units are one scan's
+    whatever differs."""
     scans: list[KeyScan] = []
     settle = sync.parity_settle_seconds_of(table)
-    parity = ParityTracker(settle).observe_until_settled(*key_parity_readers(aws, spark, sync, table, scans), poll_seconds=min(PARITY_POLL_SECONDS, settle))
+    parity = ParityTracker(settle).observe_until_settled(key_parity_readers(aws, spark, sync, table, scans), poll_seconds=min(PARITY_POLL_SECONDS, settle))
     return parity, scans
+
+
+def key_parity_check(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, table: TableDeclaration) -> AssetCheckResult:
+    """The parity check's result; refused before any read when its scan would outlast the bound (`scan_too_long`)."""
+    plan = parity_scan_plan(aws, sync, table)
+    refused = scan_too_long(plan, sync)
+    if refused:
+        return AssetCheckResult(passed=False, severity=AssetCheckSeverity.WARN, metadata=_scan_plan_metadata(plan), description=refused)
+    return key_parity_result(*observe_key_parity(aws, spark, sync, table), plan)
 
 
 def files_compact_result(files: TableFiles) -> AssetCheckResult:

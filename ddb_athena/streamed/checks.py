@@ -18,8 +18,7 @@ from ddb_athena.streamed.check_results import (
     backlog_result,
     capture_failures_result,
     files_compact_result,
-    key_parity_result,
-    observe_key_parity,
+    key_parity_check,
     quarantine_result,
     unique_check_name,
 )
@@ -74,10 +73,11 @@ def streamed_checks(assets: StreamedAssets) -> StreamedChecks:
         asset=asset,
         description="The Iceberg table holds the same items as the DynamoDB table, keys and values; a key may differ while "
         "its change is in flight (up to parity_settle_seconds, 120 by default, after the scan), and warns if it differs "
-        f"longer. Scans the DynamoDB table once, paced to a share of its read capacity: daily by its schedule ({table.name}_key_parity).",
+        "longer. Scans the DynamoDB table once, paced to a share of a provisioned table's read capacity (a fixed rate on "
+        f"demand), and fails without scanning when the scan would outlast parity_scan_max_hours: daily by its schedule ({table.name}_key_parity).",
     )
     def parity(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:
-        return key_parity_result(*observe_key_parity(aws, spark, sync, table))
+        return key_parity_check(aws, spark, sync, table)
 
     @asset_check(
         name=f"{table.name}_files_compact",

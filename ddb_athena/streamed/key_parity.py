@@ -20,6 +20,12 @@ consistent read lags a write by about a second, far less than a merge takes). If
 scan the table still holds the very row (or tombstone) it held before the scan, no change was merged for the key in
 between, though that value (or any later one) would have been: divergence. If it holds another one, a change was
 merged since the scan: in flight, whatever DynamoDB holds now (telling more would take reading DynamoDB again).
+
+At size (10 million keys), no key's row or item is held in the driver's Python: a whole look (`Look`) compares the
+two sides where they are stored (the check's Spark, `parity_look.py`) and brings back only the keys that differ, at
+most `max_tracked_keys` of them (all are counted; past that many, the check fails whatever the settle time says). The
+scan's pace is planned before it starts (`ScanPlan`): its estimated duration, from the table's size and the rate, is
+checked against a bound, so a scan that would outlast the day between two checks is refused instead of overlapping.
 """
 
 import hashlib
@@ -37,8 +43,11 @@ EXAMPLE_KEYS = 5
 MISSING = "missing from Iceberg"
 EXTRA = "only in Iceberg"
 DIFFERENT = "differs in value"
-# 8 bytes: two different items share a digest with a chance of 2^-64; a 10-million-item table's digests fit in memory.
+# 8 bytes: two different items share a digest with a chance of 2^-64.
 DIGEST_BYTES = 8
+# An eventually consistent Scan costs half a read unit a 4 KB of the items it reads (their sizes summed, not each
+# rounded up as a GetItem's): a table's size over this is what its whole scan costs.
+SCAN_BYTES_PER_READ_UNIT = 8192
 _SETS = ("SS", "NS", "BS")
 
 
@@ -105,10 +114,12 @@ class KeyParity:
     dynamodb_items: int
     in_flight: dict[str, str]
     unexplained: dict[str, str]
+    # Keys that differed at the whole look past the most it tracks (`Look.untracked_keys`): never settled, so failed.
+    untracked_keys: int = 0
 
     @property
     def passed(self) -> bool:
-        return not self.unexplained
+        return not self.unexplained and not self.untracked_keys
 
     def metadata(self) -> dict:
         examples = {key: self.unexplained[key] for key in sorted(self.unexplained)[:EXAMPLE_KEYS]}
@@ -120,6 +131,7 @@ class KeyParity:
             "unexplained_keys": len(self.unexplained),
             "unexplained_values": sum(where == DIFFERENT for where in self.unexplained.values()),
             "unexplained_examples": ", ".join(f"{_shown(key)} ({where})" for key, where in examples.items()) or "none",
+            "untracked_differing_keys": self.untracked_keys,
         }
 
 
@@ -127,11 +139,25 @@ def _shown(key: Key | str) -> str:
     return key_text(key) if isinstance(key, tuple) else key
 
 
-# Readers: the table's rows (every row when called without an argument, else those of the given keys), DynamoDB's
-# items (key -> item digest), the version of the newest delete of each of some keys the table ever applied.
-ReadRows = Callable[..., Mapping[str, Row]]
-ReadItems = Callable[[], Mapping[str, str]]
-ReadTombstones = Callable[[set[str]], Mapping[str, str]]
+@dataclass(frozen=True)
+class Look:
+    """A whole look's outcome: how many rows and items each side holds, and what each holds for the keys that differ
+    (a row and a digest, None on the side without the key), at most the tracked cap of them."""
+
+    iceberg_rows: int
+    dynamodb_items: int
+    differing: Mapping[Key, tuple[Row | None, str | None]]
+    # Keys that differ beyond those in `differing`: counted, not named.
+    untracked_keys: int = 0
+
+
+class ParityReaders(NamedTuple):
+    """What a ParityTracker reads: a whole look (the table first, then DynamoDB), the table's rows of some keys, and
+    the version of the newest delete of each of some keys the table ever applied."""
+
+    look: Callable[[], Look]
+    rows: Callable[[set[Key]], Mapping[Key, Row]]
+    tombstones: Callable[[set[Key]], Mapping[Key, str]]
 
 
 @dataclass
@@ -144,21 +170,21 @@ class ParityTracker:
     # key -> (how it differs, when it was first seen differing that way at a look that read DynamoDB after the table)
     _differing_since: dict[str, tuple[Difference, float]] = field(default_factory=dict)
     # Since the last whole look: its counts, and the keys a recheck found merged again since (in flight).
-    _counts: tuple[int, int] = (0, 0)
+    _counts: tuple[int, int, int] = (0, 0, 0)
     _moved: dict[str, str] = field(default_factory=dict)
 
-    def observe(self, read_iceberg_rows: ReadRows, read_dynamodb_items: ReadItems, read_tombstones: ReadTombstones) -> KeyParity:
+    def observe(self, readers: ParityReaders) -> KeyParity:
         """A whole look: every row of the table, then every item of DynamoDB."""
-        # The table first: an item written between the two reads then differs from a row older than it, i.e. in
-        # flight, and a row unchanged at a later look was the table's before DynamoDB held the item the scan read.
+        # The table first (readers.look reads it so): an item written between the two reads then differs from a row
+        # older than it, i.e. in flight, and a row unchanged at a later look was the table's before DynamoDB held the
+        # item the scan read.
         read_at = self.clock()
-        iceberg = dict(read_iceberg_rows())
-        dynamodb = dict(read_dynamodb_items())
-        missing = dynamodb.keys() - iceberg.keys()
-        tombstones = read_tombstones(missing) if missing else {}
+        look = readers.look()
+        missing = {key for key, (row, _) in look.differing.items() if row is None}
+        tombstones = readers.tombstones(missing) if missing else {}
         differing = {}
-        for key in iceberg.keys() | dynamodb.keys():
-            found = difference(iceberg.get(key), dynamodb.get(key), tombstones.get(key))
+        for key, (row, dynamodb_digest) in look.differing.items():
+            found = difference(row, dynamodb_digest, tombstones.get(key))
             if found:
                 differing[key] = found
         # The change behind a difference was made before the scan ended; the settle time counts from there.
@@ -171,19 +197,19 @@ class ParityTracker:
             self._differing_since[key] = earlier if earlier and earlier[0] == found else (found, seen_at)
         unexplained = {key: found.where for key, (found, since) in self._differing_since.items() if read_at - since >= self.settle_seconds}
         in_flight = {key: found.where for key, found in differing.items() if key not in unexplained}
-        self._counts = (len(iceberg), len(dynamodb))
-        return KeyParity(len(iceberg), len(dynamodb), in_flight, unexplained)
+        self._counts = (look.iceberg_rows, look.dynamodb_items, look.untracked_keys)
+        return KeyParity(*self._counts[:2], in_flight, unexplained, look.untracked_keys)
 
-    def recheck(self, read_iceberg_rows: ReadRows, read_tombstones: ReadTombstones) -> KeyParity:
+    def recheck(self, readers: ParityReaders) -> KeyParity:
         """A second look at the keys that differed at the last whole look, at the table only (see the module's
         docstring): each that the table still holds as it did then is divergence once `settle_seconds` have passed,
         one it holds as DynamoDB did is merged, one the table merged another change for since is in flight. The
         counts are the last whole look's."""
         keys = set(self._differing_since)
         read_at = self.clock()
-        iceberg = {key: row for key, row in read_iceberg_rows(keys).items() if key in keys} if keys else {}
+        iceberg = {key: row for key, row in readers.rows(keys).items() if key in keys} if keys else {}
         absent = keys - iceberg.keys()
-        tombstones = read_tombstones(absent) if absent else {}
+        tombstones = readers.tombstones(absent) if absent else {}
         unexplained, in_flight = {}, {}
         for key, (was, since) in list(self._differing_since.items()):
             now = difference(iceberg.get(key), was.dynamodb_digest, tombstones.get(key))
@@ -193,51 +219,61 @@ class ParityTracker:
             del self._differing_since[key]
             if now is not None:
                 self._moved[key] = now.where
-        return KeyParity(*self._counts, {**self._moved, **in_flight}, unexplained)
+        iceberg_rows, dynamodb_items, untracked = self._counts
+        return KeyParity(iceberg_rows, dynamodb_items, {**self._moved, **in_flight}, unexplained, untracked)
 
     @property
     def awaited(self) -> set[str]:
         """Keys whose verdict waits for the settle time: they differ as they did at the last whole look."""
         return set(self._differing_since)
 
-    def observe_until_settled(
-        self,
-        read_iceberg_rows: ReadRows,
-        read_dynamodb_items: ReadItems,
-        read_tombstones: ReadTombstones,
-        poll_seconds: float,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> KeyParity:
+    def observe_until_settled(self, readers: ParityReaders, poll_seconds: float, sleep: Callable[[float], None] = time.sleep) -> KeyParity:
         """One whole look, then second looks at the table every `poll_seconds` until every key that differed is
         merged, in flight with a change merged since, or settled as divergence: at most `settle_seconds` after the
         scan ended, however long it took."""
-        parity = self.observe(read_iceberg_rows, read_dynamodb_items, read_tombstones)
+        parity = self.observe(readers)
         while self.awaited - parity.unexplained.keys():
             sleep(poll_seconds)
-            parity = self.recheck(read_iceberg_rows, read_tombstones)
+            parity = self.recheck(readers)
         return parity
 
 
 @dataclass
 class KeyScan:
-    """A scan paced to a read rate: the digest of every item it read by key, and the read units DynamoDB says it
-    consumed."""
+    """What a paced scan read (never its items, nor their keys): how many, the read units DynamoDB says it consumed,
+    and how long it took."""
 
-    digests: dict[Key, str] = field(default_factory=dict)
+    items: int = 0
     read_units: float = 0.0
     seconds: float = 0.0
     pages: int = 0
 
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """A scan's pace, and what DescribeTable says of the table's size (AWS refreshes it about every six hours)."""
+
+    read_units_per_second: float
+    provisioned: bool
+    table_bytes: int
+    table_items: int
+
     @property
-    def keys(self) -> list[Key]:
-        return list(self.digests)
+    def estimated_seconds(self) -> float:
+        return self.table_bytes / SCAN_BYTES_PER_READ_UNIT / self.read_units_per_second
 
 
-def read_rate_for(dynamodb, table_name: str, capacity_share: float, on_demand_read_units_per_second: float) -> float:
-    """Read units a second a scan may use: a share of a provisioned table's read capacity (the application keeps the
-    rest), or a fixed rate on an on-demand table, whichever is lower."""
-    provisioned = dynamodb.describe_table(TableName=table_name)["Table"].get("ProvisionedThroughput", {}).get("ReadCapacityUnits") or 0
-    return min(on_demand_read_units_per_second, capacity_share * provisioned) if provisioned else on_demand_read_units_per_second
+def scan_plan(dynamodb, table_name: str, capacity_share: float, on_demand_read_units_per_second: float) -> ScanPlan:
+    """The pace of a scan: a share of a provisioned table's read capacity (the application keeps the rest), or a fixed
+    rate on an on-demand table (priced by the unit, whatever the pace), whichever is lower."""
+    table = dynamodb.describe_table(TableName=table_name)["Table"]
+    provisioned = table.get("ProvisionedThroughput", {}).get("ReadCapacityUnits") or 0
+    rate = min(on_demand_read_units_per_second, capacity_share * provisioned) if provisioned else on_demand_read_units_per_second
+    return ScanPlan(rate, bool(provisioned), table.get("TableSizeBytes", 0), table.get("ItemCount", 0))
+
+
+# Where a scan's pages go: each page's (key, digest) pairs, as soon as it is read.
+DigestSink = Callable[[list[tuple[Key, str]]], None]
 
 
 def paced_item_digests(
@@ -245,14 +281,16 @@ def paced_item_digests(
     table_name: str,
     key_of: Callable[[Mapping[str, Any]], Key],
     read_units_per_second: float,
+    sink: DigestSink,
     segments: int = 4,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> KeyScan:
-    """Every item's key and digest, in `segments` scan segments read in turn, paced so that the read units consumed
-    (as DynamoDB reports them) average at most `read_units_per_second`. Whole items: a projection to the key would
-    not lower the units (they count the items' whole size). Eventually consistent: half the units of a consistent
-    read, and a key in flight is told apart by the settle time anyway. Only digests are kept, never values."""
+    """Every item's key and digest, handed to `sink` a page at a time, in `segments` scan segments read in turn,
+    paced so that the read units consumed (as DynamoDB reports them) average at most `read_units_per_second`. Whole
+    items: a projection to the key would not lower the units (they count the items' whole size). Eventually
+    consistent: half the units of a consistent read, and a key in flight is told apart by the settle time anyway.
+    Only digests leave, never values; nothing is kept here."""
     if read_units_per_second <= 0:
         raise ValueError(f"a scan's read rate must be positive, got {read_units_per_second}")
     scan, started = KeyScan(), clock()
@@ -260,7 +298,8 @@ def paced_item_digests(
     for segment in range(segments):
         pages = paginator.paginate(TableName=table_name, Segment=segment, TotalSegments=segments, ReturnConsumedCapacity="TOTAL")
         for page in pages:
-            scan.digests.update((key_of(item), item_digest(item_to_wire(item))) for item in page["Items"])
+            sink([(key_of(item), item_digest(item_to_wire(item))) for item in page["Items"]])
+            scan.items += len(page["Items"])
             scan.read_units += page.get("ConsumedCapacity", {}).get("CapacityUnits", 0.0)
             scan.pages += 1
             # Paced by what was consumed so far: the next page waits until the average is back at the rate.

@@ -77,10 +77,10 @@ def test_parity_tells_a_change_in_flight_from_a_row_deleted_by_hand(spark, setti
 
     # Written after the merge, before the check's scan: in flight, and merged by the next cycle.
     simulator.insert("book-in-flight")
-    first = tracker.observe(*readers)
+    first = tracker.observe(readers)
     assert first.passed and first.in_flight == {("book-in-flight",): MISSING}
     sync_books(instance)
-    assert tracker.observe(*readers).in_flight == {}
+    assert tracker.observe(readers).in_flight == {}
 
     # A row deleted from the table by hand (as with a DELETE in Athena): no change will ever bring it back.
     (victim,) = spark.sql(f"SELECT id FROM {settings.namespace}.books LIMIT 1").collect()[0]
@@ -101,7 +101,7 @@ def test_a_key_changed_again_between_two_looks_is_in_flight_at_both_and_stuck_on
     readers = key_parity_readers(resources["aws"], resources["spark"], resources["sync"], BOOKS, [])
 
     def look():
-        return tracker.observe(*readers)
+        return tracker.observe(readers)
 
     def delete(book_id):
         dynamodb.delete_item(TableName=settings.dynamodb_tables["books"], Key={"id": {"S": book_id}})
@@ -167,18 +167,18 @@ class PagedScan:
 
 
 def test_the_item_scan_is_segmented_eventually_consistent_and_paced_to_its_read_rate():
-    from ddb_athena.streamed.key_parity import item_digest, paced_item_digests, read_rate_for
+    from ddb_athena.streamed.key_parity import item_digest, paced_item_digests, scan_plan
 
     # On demand: the configured rate. Provisioned: a share of the table's read capacity, never above that rate.
-    assert read_rate_for(PagedScan(1, 1), "books", 0.1, 100) == 100
-    assert read_rate_for(PagedScan(1, 1, provisioned=200), "books", 0.1, 100) == 20
-    dynamodb, clock = PagedScan(pages=10, units=50.0), FakeClock()
+    assert scan_plan(PagedScan(1, 1), "books", 0.1, 100).read_units_per_second == 100
+    assert scan_plan(PagedScan(1, 1, provisioned=200), "books", 0.1, 100).read_units_per_second == 20
+    dynamodb, clock, pages = PagedScan(pages=10, units=50.0), FakeClock(), []
     scan = paced_item_digests(
-        dynamodb, "books", partial(item_key, declared("books").spec), read_units_per_second=20, segments=4, clock=clock, sleep=clock.sleep
+        dynamodb, "books", partial(item_key, declared("books").spec), read_units_per_second=20, sink=pages.append, segments=4, clock=clock, sleep=clock.sleep
     )
-    assert len(scan.keys) == 40 and scan.read_units == 2000 and scan.pages == 40
-    # Whole items (a projection would cost the same units), kept as digests only.
-    assert scan.digests[("s0-0",)] == item_digest({"id": {"S": "s0-0"}}) and all("ProjectionExpression" not in request for request in dynamodb.requests)
+    assert scan.items == 40 and scan.read_units == 2000 and scan.pages == 40 and len(pages) == 40
+    # Whole items (a projection would cost the same units), handed on as digests only, a page at a time.
+    assert pages[0] == [(("s0-0",), item_digest({"id": {"S": "s0-0"}}))] and all("ProjectionExpression" not in request for request in dynamodb.requests)
     assert scan.seconds >= 2000 / 20 - 50 / 20  # every page but the last waited its share
     assert scan.read_units / scan.seconds <= 20 * 1.05
     assert [request["Segment"] for request in dynamodb.requests] == [0, 1, 2, 3]

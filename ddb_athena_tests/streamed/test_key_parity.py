@@ -3,7 +3,7 @@
 import json
 
 from ddb_athena.lake.dynamodb_json import item_to_wire
-from ddb_athena.streamed.key_parity import DIFFERENT, EXTRA, MISSING, ParityTracker, Row, item_digest, item_json_digest
+from ddb_athena.streamed.key_parity import DIFFERENT, EXTRA, MISSING, Look, ParityReaders, ParityTracker, Row, item_digest, item_json_digest
 from ddb_athena_tests.fake_clock import FakeClock
 
 # The digest of the value DynamoDB and the table hold for a key, unless a test says otherwise.
@@ -31,8 +31,20 @@ def no_tombstones(keys):
     return {}
 
 
+def look_of(iceberg: dict, dynamodb: dict) -> Look:
+    """A whole look at two sides held in memory: what Spark finds joining them (parity_look.py)."""
+    differing = {
+        key: (iceberg.get(key), dynamodb.get(key))
+        for key in iceberg.keys() | dynamodb.keys()
+        if key not in iceberg or key not in dynamodb or iceberg[key].digest != dynamodb[key]
+    }
+    return Look(len(iceberg), len(dynamodb), differing)
+
+
 def observe(tracker, iceberg, dynamodb, tombstones=None):
-    return tracker.observe(lambda: rows(iceberg), lambda: items(dynamodb), tombstones_of(tombstones))
+    table = rows(iceberg)
+    readers = ParityReaders(lambda: look_of(table, items(dynamodb)), lambda keys: {key: table[key] for key in keys & table.keys()}, tombstones_of(tombstones))
+    return tracker.observe(readers)
 
 
 def test_a_key_merged_within_the_settle_time_was_in_flight_and_one_that_still_differs_after_it_is_divergence():
@@ -117,8 +129,12 @@ class Readers:
     def read_tombstones(self, keys):
         return {key: self.tombstones[key] for key in keys & self.tombstones.keys()}
 
+    def look(self):
+        return look_of(self.read_rows(), self.scan())  # the table first
+
     def settle(self, tracker: ParityTracker, sleep=None):
-        return tracker.observe_until_settled(self.read_rows, self.scan, self.read_tombstones, poll_seconds=5, sleep=sleep or self.clock.sleep)
+        readers = ParityReaders(self.look, self.read_rows, self.read_tombstones)
+        return tracker.observe_until_settled(readers, poll_seconds=5, sleep=sleep or self.clock.sleep)
 
 
 def test_a_key_missing_from_the_table_is_divergence_though_the_scan_outlasts_the_settle_time():

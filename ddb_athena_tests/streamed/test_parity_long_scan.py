@@ -68,21 +68,21 @@ def test_a_value_merged_or_changed_again_after_the_scan_is_in_flight_and_one_the
     dynamodb = settings.client("dynamodb")
     books_synced(settings, instance, "book-a", "book-b")
     resources = local_resources()
-    read_rows, scan, read_tombstones = key_parity_readers(resources["aws"], resources["spark"], resources["sync"], BOOKS, [])
+    readers = key_parity_readers(resources["aws"], resources["spark"], resources["sync"], BOOKS, [])
     # No settle time: a key the table still holds as it did before the scan is divergence at the second look.
     tracker = ParityTracker(settle_seconds=0)
 
     for book_id in ("book-a", "book-b"):
         update_name(dynamodb, settings.dynamodb_tables["books"], book_id, "Second Title")  # in flight at the scan
-    first = tracker.observe(read_rows, scan, read_tombstones)
+    first = tracker.observe(readers)
     assert first.passed and first.in_flight == {("book-a",): DIFFERENT, ("book-b",): DIFFERENT}
     update_name(dynamodb, settings.dynamodb_tables["books"], "book-b", "Third Title")  # changed again after the scan
     sync_books(instance)
     # book-a's row now holds what the scan read: merged. book-b's holds a later change: in flight, not divergence.
-    second = tracker.recheck(read_rows, read_tombstones)
+    second = tracker.recheck(readers)
     assert second.passed and second.in_flight == {("book-b",): DIFFERENT} and second.unexplained == {}
 
     update_name(dynamodb, settings.dynamodb_tables["books"], "book-a", "Lost Title")  # a change no sync merges
-    assert tracker.observe(read_rows, scan, read_tombstones).in_flight == {("book-a",): DIFFERENT}
-    stuck = tracker.recheck(read_rows, read_tombstones)
+    assert tracker.observe(readers).in_flight == {("book-a",): DIFFERENT}
+    stuck = tracker.recheck(readers)
     assert not stuck.passed and stuck.unexplained == {("book-a",): DIFFERENT}
