@@ -4,7 +4,9 @@ A shard's checkpoint advances only after the change file holding its records is 
 crash at any point re-reads, never skips. Losing records to the stream's 24-hour trim is
 detected and reported, never papered over: the way back is a bootstrap. That includes a shard read while it was
 empty: its checkpoint has no record to resume after, so it keeps when it was seen empty, and a read from TRIM_HORIZON
-longer than the retention after that must find the shard's first record still there.
+longer than the retention after that must find the shard's first record still there. The same holds for a child shard
+never read (a capture bound that stopped before it, behind a busy shard or a day-long backlog) whose parent was read
+to its end longer than the retention ago: the child began before that.
 
 As AWS documents GetRecords, an empty page is not the end of a shard ("it might take multiple calls to get to a
 portion of the shard that contains stream records"): a closed shard is read until GetRecords returns no next
@@ -216,7 +218,7 @@ class StreamCapture:
                 result.caught_up = False
                 break
             checkpoint = checkpoints.get(shard_id) or ShardCheckpoint(stream_arn, shard_id, parent_id)
-            checkpoints[shard_id] = self._capture_shard(checkpoint, shard, result)
+            checkpoints[shard_id] = self._capture_shard(checkpoint, shard, result, checkpoints.get(parent_id))
             if checkpoints[shard_id].finished:
                 finished.add(shard_id)
         self._prune(shards, checkpoints)
@@ -265,10 +267,10 @@ class StreamCapture:
                 ) from error
             raise
 
-    def _capture_shard(self, checkpoint: ShardCheckpoint, shard: dict, result: CaptureResult) -> ShardCheckpoint:
+    def _capture_shard(self, checkpoint: ShardCheckpoint, shard: dict, result: CaptureResult, parent: ShardCheckpoint | None) -> ShardCheckpoint:
         closed = "EndingSequenceNumber" in shard.get("SequenceNumberRange", {})
         read_started_at = datetime.now(UTC)
-        empty_long_ago = _seen_empty_longer_than_retention_ago(checkpoint, read_started_at)
+        unread_since = _seen_empty_longer_than_retention_ago(checkpoint, read_started_at) or _unread_longer_than_retention(checkpoint, parent, read_started_at)
         iterator: str | None = self._iterator(checkpoint)
         pending: list[ChangeRecord] = []
         last_read = checkpoint.sequence_number
@@ -286,9 +288,9 @@ class StreamCapture:
                 iterator = self._iterator(replace(checkpoint, sequence_number=last_read))
                 continue
             records = response.get("Records", [])
-            if records and empty_long_ago:
-                _fail_unless_first_of_shard(checkpoint, shard, records[0], empty_long_ago)
-                empty_long_ago = None
+            if records and unread_since:
+                _fail_unless_first_of_shard(checkpoint, shard, records[0], unread_since)
+                unread_since = None
             pending.extend(change_record(record, checkpoint.shard_id) for record in records)
             if records:
                 last_read = records[-1]["dynamodb"]["SequenceNumber"]
@@ -302,10 +304,10 @@ class StreamCapture:
         read_to_present_end = iterator is None or (not closed and empty_pages >= EMPTY_PAGES_CAUGHT_UP)
         if not read_to_present_end:
             result.caught_up = False  # stopped at a bound with the shard not read to its end
-        if empty_long_ago and read_to_present_end:
+        if unread_since and read_to_present_end:
             raise StreamGapError(
-                f"Shard {checkpoint.shard_id} was seen empty at {empty_long_ago}, longer ago than the stream keeps records "
-                f"(24 hours), and reads empty now: whatever was written to it since may have been trimmed before it was captured. {BOOTSTRAP_HINT}"
+                f"Shard {checkpoint.shard_id} {unread_since}, longer ago than the stream keeps records (24 hours), and reads "
+                f"empty now: whatever was written to it since may have been trimmed before it was captured. {BOOTSTRAP_HINT}"
             )
         seen_empty = checkpoint.sequence_number is None and not pending and read_to_present_end
         restamp = seen_empty and _empty_stamp_due(checkpoint, read_started_at)
@@ -336,28 +338,39 @@ class StreamCapture:
 
 def _seen_empty_longer_than_retention_ago(checkpoint: ShardCheckpoint, now: datetime) -> str | None:
     """When a shard with no record captured yet was last seen empty, if that is so long ago that records written to it
-    since may have been trimmed; None when nothing can have been (or the shard was never read)."""
+    since may have been trimmed (said as the errors say it); None when nothing can have been (or the shard was never read)."""
     if checkpoint.sequence_number is not None or checkpoint.updated_at is None or checkpoint.finished:
         return None
     # A checkpoint written before `seen_empty_at` existed: its first (empty) read is the last one known.
     seen_empty_at = checkpoint.seen_empty_at or checkpoint.updated_at
-    return seen_empty_at if now - datetime.fromisoformat(seen_empty_at) > TRIM_SAFE_AGE else None
+    return f"was seen empty at {seen_empty_at}" if now - datetime.fromisoformat(seen_empty_at) > TRIM_SAFE_AGE else None
+
+
+def _unread_longer_than_retention(checkpoint: ShardCheckpoint, parent: ShardCheckpoint | None, now: datetime) -> str | None:
+    """A shard never read whose parent was read to its end so long ago that the child, which began before that, may
+    have lost its first records to the trim (a capture bound that never reached it across a day-long backlog); None
+    when it cannot have. A shard whose parent this capture never read starts the stream's history: the bootstrap's."""
+    if checkpoint.updated_at is not None or parent is None or not parent.finished or parent.updated_at is None:
+        return None
+    if now - datetime.fromisoformat(parent.updated_at) <= TRIM_SAFE_AGE:
+        return None
+    return f"was not read since its parent {parent.shard_id} was read to its end at {parent.updated_at}"
 
 
 def _empty_stamp_due(checkpoint: ShardCheckpoint, now: datetime) -> bool:
     return checkpoint.seen_empty_at is None or now - datetime.fromisoformat(checkpoint.seen_empty_at) >= EMPTY_SHARD_RESTAMP_AGE
 
 
-def _fail_unless_first_of_shard(checkpoint: ShardCheckpoint, shard: dict, oldest_record: dict, seen_empty_at: str) -> None:
+def _fail_unless_first_of_shard(checkpoint: ShardCheckpoint, shard: dict, oldest_record: dict, unread_since: str) -> None:
     """TRIM_HORIZON starts at the oldest record not trimmed. Only if that is the shard's first (the start of its
-    sequence-number range) is it sure that nothing was trimmed since the shard was seen empty. AWS documents that start
+    sequence-number range) is it sure that nothing was trimmed since the shard was last read. AWS documents that start
     as the first sequence number of the shard's range, not as its first record's own: a mismatch may be a loss, and is
     treated as one."""
     first_of_shard = shard.get("SequenceNumberRange", {}).get("StartingSequenceNumber")
     oldest = oldest_record["dynamodb"]["SequenceNumber"]
     if first_of_shard is None or int(oldest) != int(first_of_shard):
         raise StreamGapError(
-            f"Shard {checkpoint.shard_id} was seen empty at {seen_empty_at}, longer ago than the stream keeps records (24 hours), "
+            f"Shard {checkpoint.shard_id} {unread_since}, longer ago than the stream keeps records (24 hours), "
             f"and its oldest record now ({oldest}) is not its first ({first_of_shard}): records written to it since may have been "
             f"trimmed before they were captured. {BOOTSTRAP_HINT}"
         )

@@ -347,3 +347,39 @@ def test_a_bootstrap_scan_longer_than_the_streams_retention_reports_the_gap(sett
     capture.restart_from(positions)
     with pytest.raises(StreamGapError, match="shard-0: records after sequence 2 were trimmed.*bootstrap"):
         capture.capture(bounded=False)
+
+
+def parent_read_child_not(settings, layout, child_starting_sequence: int | None = None) -> FakeStreams:
+    """A parent read to its end by a capture whose record bound stopped before its child (behind a busy shard)."""
+    parent = FakeShard("shard-a", [stream_record(s, f"k{s}") for s in range(1, 5)])
+    child = FakeShard("shard-b", [stream_record(s, f"k{s}") for s in range(5, 9)], parent="shard-a", closed=False, starting_sequence=child_starting_sequence)
+    streams = FakeStreams([parent, child])
+    result = fake_capture(settings, layout, streams, max_records=4).capture()
+    assert result.records == 4 and not result.caught_up
+    assert [c.shard_id for c in CheckpointStore(settings.client("s3"), layout).load_all()] == ["shard-a"]
+    return streams
+
+
+def test_a_child_shard_trimmed_before_its_first_read_fails_loudly(settings, layout):
+    """Its parent was read to its end 30 hours ago and the child never since: its first records (5, 6) were trimmed.
+    TRIM_HORIZON starts at 7, and nothing else would tell."""
+    s3 = settings.client("s3")
+    streams = parent_read_child_not(settings, layout)
+    age_checkpoints(s3, layout, hours=30)
+    streams.trimmed_before["shard-b"] = 7
+    with pytest.raises(StreamGapError, match=r"shard-b was not read since its parent shard-a was read to its end .*trimmed.*bootstrap"):
+        fake_capture(settings, layout, streams).capture()
+    assert captured_sequences(s3, layout) == ["1", "2", "3", "4"]  # 7 and 8 are not captured as if nothing was missing
+
+
+def test_a_child_shard_read_late_with_its_first_record_still_there_or_soon_enough_is_no_gap(settings, layout):
+    s3 = settings.client("s3")
+    streams = parent_read_child_not(settings, layout)
+    age_checkpoints(s3, layout, hours=30)
+    assert fake_capture(settings, layout, streams).capture().records == 4  # its first record, 5, is still there
+    # Within the stream's 24 hours nothing can be trimmed: a child numbered as AWS may (its range starting below its
+    # first record) is read without a check.
+    other = SourceLayout(settings.bucket, "books_source_again")
+    streams = parent_read_child_not(settings, other, child_starting_sequence=3)
+    age_checkpoints(s3, other, hours=20)
+    assert fake_capture(settings, other, streams).capture().records == 4
