@@ -114,6 +114,16 @@ def parents_first(shards: list[dict]) -> list[dict]:
     return ordered
 
 
+def _starting_after(shards: list[dict], stopped_at: str | None) -> list[dict]:
+    """`shards` (parents first) rotated to start after `stopped_at`: a child that comes before its parent then waits
+    for the next capture, as it would behind an unfinished parent."""
+    ids = [shard["ShardId"] for shard in shards]
+    if stopped_at not in ids:
+        return shards
+    after = ids.index(stopped_at) + 1
+    return shards[after:] + shards[:after]
+
+
 class StreamCapture:
     """Captures one table's stream into `layout`'s change files."""
 
@@ -153,6 +163,9 @@ class StreamCapture:
         self._on_page = on_page
         self._deadline = float("inf")
         self._bounded = True
+        # The shard at which the last capture reached its bound: the next one starts after it, so that a busy shard
+        # never starves the others (which the trim would then take).
+        self._stopped_at: str | None = None
 
     def present_end(self) -> list[ShardCheckpoint]:
         """Where the stream ends now, shard by shard (read from each shard's oldest record, the records discarded; saved
@@ -208,7 +221,8 @@ class StreamCapture:
         self._bounded = bounded
         self._deadline = self._clock() + self._max_seconds if self._max_seconds is not None else float("inf")
         listed = {shard["ShardId"] for shard in shards}
-        for shard in shards:
+        stopped_at, self._stopped_at = self._stopped_at, None
+        for shard in _starting_after(shards, stopped_at):
             shard_id, parent_id = shard["ShardId"], shard.get("ParentShardId")
             if shard_id in finished:
                 continue
@@ -221,6 +235,8 @@ class StreamCapture:
             checkpoints[shard_id] = self._capture_shard(checkpoint, shard, result, checkpoints.get(parent_id))
             if checkpoints[shard_id].finished:
                 finished.add(shard_id)
+            if self._bound_reached(result.records):
+                self._stopped_at = shard_id
         self._prune(shards, checkpoints)
         return result
 

@@ -383,3 +383,17 @@ def test_a_child_shard_read_late_with_its_first_record_still_there_or_soon_enoug
     streams = parent_read_child_not(settings, other, child_starting_sequence=3)
     age_checkpoints(s3, other, hours=20)
     assert fake_capture(settings, other, streams).capture().records == 4
+
+
+def test_a_busy_shard_does_not_starve_the_others_behind_a_capture_bound(settings, layout):
+    """Each capture stops at its record bound inside the busy shard, which keeps getting records: the next capture
+    starts after it, so the quiet shard is read now, not once the busy one is drained (which may be never)."""
+    busy = FakeShard("shard-a", [stream_record(s, f"a{s}") for s in range(1, 11)], closed=False)
+    quiet = FakeShard("shard-b", [stream_record(s, f"b{s}") for s in (100, 101)], closed=False)
+    streams = FakeStreams([busy, quiet])
+    capture = fake_capture(settings, layout, streams, max_records=4)
+    first = capture.capture()
+    assert not first.caught_up and captured_sequences(settings.client("s3"), layout) == ["1", "2", "3", "4"]
+    busy.records += [stream_record(s, f"a{s}") for s in range(11, 21)]
+    capture.capture()
+    assert {"100", "101"} <= set(captured_sequences(settings.client("s3"), layout))
