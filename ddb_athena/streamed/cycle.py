@@ -27,7 +27,7 @@ from ddb_athena.lake.writer_branch import WriterBranch
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.bootstrap import bootstrap_snapshot, delete_unsealed_parts, pending_snapshot, snapshot_position, with_snapshot_parts
 from ddb_athena.streamed.capture.change_files import SNAPSHOT_KIND, ChangeFileNamer, change_file_keys, list_keys, parse_change_file_name
-from ddb_athena.streamed.capture.checkpoints import CheckpointStore, CommittedCheckpoints
+from ddb_athena.streamed.capture.checkpoints import CheckpointStore, CommittedCheckpoints, MemoryCheckpoints, ShardCheckpoint
 from ddb_athena.streamed.capture.commit_manifests import committed_files, write_commit_manifest
 from ddb_athena.streamed.capture.failed_batches import forget_covered
 from ddb_athena.streamed.capture.held_changes import HeldChanges
@@ -90,6 +90,10 @@ class StreamSync:
         self._capture = StreamCapture(
             dynamodb, streams, s3, table_name, layout, namer=self._namer, log=log, max_seconds=capture_seconds, on_page=before_write, **store
         )
+        self._streams = streams
+        # Beside the capture Lambda, while a sealed snapshot waits to be merged: this run's own read of the stream
+        # through the scan's end (the Lambda delivers those changes only when it gets to them).
+        self._window: StreamCapture | None = None
         # Files in S3 are listed by each cycle, but with changes held only by a run's first and a bootstrap's: none
         # other arrives (a file that does waits for the next run; the backlog check sees it meanwhile).
         self._list_staged = True
@@ -130,6 +134,19 @@ class StreamSync:
         applied = table_properties(spark, self._iceberg_table).get(BOOTSTRAP_FILE_PROPERTY) if table_exists(spark, self._iceberg_table) else None
         return sealed if sealed and sealed.rsplit("/", 1)[-1] > (applied or "") else None
 
+    def _window_capture(self, positions: list[ShardCheckpoint]) -> StreamCapture:
+        return StreamCapture(
+            self._dynamodb,
+            self._streams,
+            self._s3,
+            self._table_name,
+            self._layout,
+            namer=self._namer,
+            log=self._log,
+            on_page=self._before_write,
+            checkpoints=MemoryCheckpoints(positions),
+        )
+
     def capture(self, bootstrap: bool) -> dict:
         self._before_write()
         started = time.monotonic()
@@ -139,6 +156,8 @@ class StreamSync:
             missing = not table_exists(self._spark(), self._iceberg_table)
             self._bootstrap_checked = True
             self._snapshot_unmerged = self._unmerged_snapshot() is not None
+            if self._snapshot_unmerged and not self._capture_stream:
+                self._window = self._window_capture([])  # sealed by a run that failed: from the stream's oldest record
             if bootstrap or (missing and not self._snapshot_unmerged):
                 reason = "requested" if bootstrap else f"{self._iceberg_table} does not exist yet"
                 self._log(f"Bootstrap ({reason}): scanning {self._table_name}; stream changes made after its start apply on top")
@@ -167,16 +186,23 @@ class StreamSync:
                     if self._held is not None:
                         # Durable until the snapshot's merge commits them: a merge that fails resumes from there.
                         self._held.restart_durably(positions)
+                else:
+                    self._window = self._window_capture(positions)
                 metadata.update(bootstrap_items=snapshot.items, bootstrap_file=snapshot.change_file, bootstrap_parts=len(snapshot.parts))
                 self._list_staged = True
                 self._snapshot_unmerged = True
-        if not self._capture_stream:
-            # The capture Lambda (reading the stream from its start) names its files after the snapshot's.
-            metadata.update(capture="lambda", duration_seconds=time.monotonic() - started, source=self._layout.uri(self._layout.changes_prefix))
-            return metadata
         # A snapshot's merge reads through the scan's end before it publishes (in the bootstrap's cycle or, after a
         # failure, a later one): a key the scan saw changed, whose change is among those applied on top, must also get
         # every later change the scan saw, or it would go back.
+        if not self._capture_stream:
+            # The capture Lambda (reading the stream from its start) names its files after the snapshot's; while the
+            # snapshot waits, this run reads the stream through its end itself (the Lambda's copies merge idempotently).
+            metadata.update(capture="lambda", source=self._layout.uri(self._layout.changes_prefix))
+            if self._window is not None:
+                window = self._window.capture(bounded=False)
+                metadata.update(records_captured=window.records, change_files_written=len(window.change_files))
+            metadata.update(duration_seconds=time.monotonic() - started)
+            return metadata
         result = self._capture.capture(bounded=not self._snapshot_unmerged)
         newest = datetime.fromisoformat(result.newest_change_at.replace("Z", "+00:00")) if result.newest_change_at else None
         metadata.update(
@@ -224,7 +250,7 @@ class StreamSync:
         )
         self._tables_ensured = True
         if seals:  # applied now, or found applied already (its manifest lost)
-            self._snapshot_unmerged = False
+            self._snapshot_unmerged, self._window = False, None
             if position:
                 # Batches the capture Lambda gave up on before the scan: the published snapshot holds their changes.
                 forget_covered(self._s3, self._layout, position)

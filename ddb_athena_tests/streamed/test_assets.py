@@ -402,6 +402,46 @@ def test_with_the_capture_lambda_a_change_written_during_the_bootstrap_scan_appl
     assert before <= row["_synced_at"].replace(tzinfo=UTC) <= datetime.now(UTC)
 
 
+@pytest.mark.parametrize("merged_by", ["the bootstrap's run", "the next run, the bootstrap's merge having failed"])
+def test_with_the_capture_lambda_a_bootstrap_reads_through_its_scans_end_before_it_publishes(spark, settings, instance, monkeypatch, merged_by):
+    """A key changed twice during the scan, which saw the second change; the Lambda has delivered only the first when
+    the snapshot merges. Applied on top, that first change alone would publish the key older than the scan saw it: the
+    run that merges the snapshot reads the stream through the scan's end itself (from the oldest record the stream
+    keeps, when another run sealed the snapshot)."""
+    s3, layout, dynamodb = settings.client("s3"), SourceLayout(settings.bucket, "books_source"), settings.client("dynamodb")
+    table = settings.dynamodb_tables["books"]
+    dynamodb.put_item(TableName=table, Item={"id": {"S": "k"}, "name": {"S": "first"}})
+    dynamodb.put_item(TableName=table, Item={"id": {"S": "k"}, "name": {"S": "second"}})
+    sync_books(instance, books_capture="lambda")  # readers see k as "second"
+    scan = bootstrap.scan_table
+
+    def scan_after_two_changes(dynamodb_client, table_name):
+        # After the stream's end was taken: two changes, the scan reads the second; the Lambda delivers the first only.
+        for name in ("third", "fourth"):
+            dynamodb_client.put_item(TableName=table, Item={"id": {"S": "k"}, "name": {"S": name}})
+        third = next(record for record in stream_records(settings) if record["dynamodb"].get("NewImage", {}).get("name") == {"S": "third"})
+        handle_stream_event({"Records": [third]}, s3, layout)
+        yield from scan(dynamodb_client, table_name)
+
+    monkeypatch.setattr(bootstrap, "scan_table", scan_after_two_changes)
+    if merged_by == "the bootstrap's run":
+        metadata = materialization_metadata(sync_books(instance, config={"bootstrap": True}, books_capture="lambda"), "books_source")
+    else:
+        with monkeypatch.context() as patch:
+            failing_at(patch, SEALED_BOOTSTRAP_STEPS["merge"])
+            assert not sync_books(instance, config={"bootstrap": True}, books_capture="lambda", raise_on_error=False).success
+        metadata = materialization_metadata(sync_books(instance, books_capture="lambda"), "books_source")
+    assert {row["id"]: row["name"] for row in spark.table(f"{settings.namespace}.books").collect()} == {"k": "fourth"}
+    # The run's own read, through the scan's end: the two changes (and from the oldest record, the first two too).
+    assert metadata["records_captured"] == (2 if merged_by == "the bootstrap's run" else 4)
+    # The Lambda delivers the rest later: its copies change nothing.
+    monkeypatch.setattr(bootstrap, "scan_table", scan)
+    handle_stream_event({"Records": stream_records(settings)[-2:]}, s3, layout)
+    after = materialization_metadata(sync_books(instance, books_capture="lambda"), "books_source")
+    assert "records_captured" not in after  # the snapshot is merged: the Lambda alone captures again
+    assert {row["id"]: row["name"] for row in spark.table(f"{settings.namespace}.books").collect()} == {"k": "fourth"}
+
+
 def test_a_writer_outside_the_run_queue_stops_without_writing_while_another_holds_the_lease(spark, settings, tmp_path):
     """`dagster asset materialize` runs in its own process, outside the queue and its pools: the lease stops it."""
     import subprocess

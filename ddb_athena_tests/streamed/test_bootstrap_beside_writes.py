@@ -9,6 +9,7 @@ import threading
 from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed import cycle as books_cycle
+from ddb_athena.streamed.capture import bootstrap
 from ddb_athena.streamed.cycle import StreamSync
 
 KEYS = [f"book-{number:03d}" for number in range(150)]
@@ -54,13 +55,17 @@ class RandomWrites(threading.Thread):
         return key, None if self._random.random() < 0.2 else f"write-{next(self._numbers)}"
 
 
-def never_older_than(log: list[tuple[str, str | None]], scan_started_at: int) -> dict[str, set]:
-    """Per key, the states it may show: the one it had when the scan started (None: absent) or any written after."""
+def never_older_than(log: list[tuple[str, str | None]], scan_started_at: int, scanned: dict[str, tuple[str, int]]) -> dict[str, set]:
+    """Per key, the states it may show. A key the scan read: the state it read, or any written from where the log was
+    when the scan fetched its page (a write that returned before had to be read). A key the scan did not find (absent
+    then): the state it had when the scan started (None: absent), or any written after."""
     allowed: dict[str, set] = {key: {None} for key in KEYS}
     for key, name in log[:scan_started_at]:
         allowed[key] = {name}
     for key, name in log[scan_started_at:]:
         allowed[key].add(name)
+    for key, (name, fetched_at) in scanned.items():
+        allowed[key] = {name} | {later for written, later in log[fetched_at:] if written == key}
     return allowed
 
 
@@ -76,7 +81,21 @@ def test_a_bootstrap_beside_writes_never_publishes_a_key_older_than_its_scan(spa
         scan_started_at.append(len(writes.log))
         return scan(*args, **kwargs)
 
+    scanned: dict[str, tuple[str, int]] = {}
+    read_table = bootstrap.scan_table
+
+    def recording_table_scan(dynamodb_client, table_name):
+        items = read_table(dynamodb_client, table_name)
+        while True:
+            fetched_at = len(writes.log)  # before the call that may fetch the item's page
+            item = next(items, None)
+            if item is None:
+                return
+            scanned[item["id"]["S"]] = (item["name"]["S"], fetched_at)
+            yield item
+
     monkeypatch.setattr(books_cycle, "bootstrap_snapshot", recording_scan)
+    monkeypatch.setattr(bootstrap, "scan_table", recording_table_scan)
     table = f"{settings.namespace}.books"
     sync = StreamSync(
         dynamodb,
@@ -100,7 +119,8 @@ def test_a_bootstrap_beside_writes_never_publishes_a_key_older_than_its_scan(spa
         writes.join()
     assert outcome.merged["bootstrap_file"] and scan_started_at
     rows = {row["id"]: row["name"] for row in spark.table(table).collect()}
-    allowed = never_older_than(writes.log, scan_started_at[0])
+    assert scanned  # compared with what the scan read of each key, not only with its start
+    allowed = never_older_than(writes.log, scan_started_at[0], scanned)
     behind = {key: rows.get(key) for key in KEYS if rows.get(key) not in allowed[key]}
     assert not behind, f"{len(behind)} keys older than the scan, e.g. {sorted(behind.items())[:5]}"
     assert len(writes.log) > 3000  # writes went on during the bootstrap

@@ -7,7 +7,10 @@ change prefix: from then on the merge takes the snapshot, all its parts, as the 
 Files named before it are superseded by it. The capture takes where the stream ends before the scan starts and,
 once the snapshot is sealed, resumes from there, reading through the scan's end before the merge publishes: only the
 changes made from the scan's start on are applied on top, in stream order. Replaying one the scan already saw is
-harmless because every later change of the same key, up to the scan's end, is applied in the same commit.
+harmless because every later change of the same key, up to the scan's end, is applied in the same commit. Beside the
+capture Lambda, which delivers those changes only when it gets to them, the run that merges the snapshot reads the
+stream through its end itself, from where it ended before the scan (or from its oldest record, for a snapshot another
+run sealed); the Lambda's copies of the same changes merge later without effect.
 
 A scan that fails leaves parts without a seal: nothing reads them, and the next bootstrap deletes them.
 """

@@ -2,6 +2,7 @@
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 
@@ -72,6 +73,29 @@ class CheckpointStore:
             self._s3.delete_object(Bucket=self._layout.bucket, Key=key)
         self._known = {}
         return len(keys)
+
+
+class MemoryCheckpoints:
+    """Checkpoints in memory only, from `start`: a read of the stream that no later capture resumes (beside the capture
+    Lambda, a bootstrap's read through its scan's end)."""
+
+    def __init__(self, start: Iterable[ShardCheckpoint] = ()):
+        self._known = {(checkpoint.stream_arn, checkpoint.shard_id): checkpoint for checkpoint in start}
+
+    def load_all(self) -> list[ShardCheckpoint]:
+        return [self._known[key] for key in sorted(self._known)]
+
+    def save(self, checkpoint: ShardCheckpoint) -> ShardCheckpoint:
+        stamped = replace(checkpoint, updated_at=datetime.now(UTC).isoformat())
+        self._known[stamped.stream_arn, stamped.shard_id] = stamped
+        return stamped
+
+    def delete(self, checkpoint: ShardCheckpoint) -> None:
+        self._known.pop((checkpoint.stream_arn, checkpoint.shard_id), None)
+
+    def delete_all(self) -> int:
+        count, self._known = len(self._known), {}
+        return count
 
 
 class CommittedCheckpoints:
