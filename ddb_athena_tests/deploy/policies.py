@@ -162,10 +162,10 @@ class Deployment:
 
     @classmethod
     def of(cls, call: AwsCall) -> "Deployment":
-        """The deployment the call belongs to: a test's table not declared is that deployment's books table, or orders';
-        the sync run reads the stream only where it captures itself (BooksCapture=run)."""
+        """The deployment the call belongs to: a test's table not declared is that deployment's books table, or orders'.
+        The default capture (the Lambda): the runs read the stream in either, around a bootstrap beside the Lambda."""
         table = (call.param("TableName") or "").rsplit("/", 1)[-1]
-        capture = "run" if call.origin.startswith("streamed/capture/stream_reader.py") else "lambda"
+        capture = "lambda"
         if not table or table in {declaration.dynamodb_table for declaration in declared_tables().values()}:
             return cls(region=call.region, books_capture=capture)
         # A test's own table: the export code's is that deployment's orders table, any other code's its books table.
@@ -202,7 +202,6 @@ class Resolver:
             "DagsterOnEc2": parameters["DagsterPrincipal"] == "ec2-instance",
             "WithEmrServerless": parameters["EnableEmrServerless"] == "true",
             "WithCaptureLambda": parameters["BooksCapture"] == "lambda",
-            "RunReadsStream": parameters["BooksCapture"] == "run",
             "WithAlertEmail": parameters["AlertEmail"] != "",
         }
         assert set(self.conditions) == set(template["Conditions"]), "a new condition: teach the resolver"

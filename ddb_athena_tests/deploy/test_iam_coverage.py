@@ -113,8 +113,11 @@ def test_the_evaluator_refuses_what_the_roles_do_not_grant():
     assert not allows(lambda_mode, DAGSTER_RUNS, call(DAGSTER_RUNS, "s3", "ListObjectsV2", Bucket="b", Prefix=""))
     assert not allows(lambda_mode, DAGSTER_RUNS, call(DAGSTER_RUNS, "s3", "HeadBucket", Bucket="b"))
     stream = "arn:aws:dynamodb:us-east-1:123456789012:table/books/stream/2026-01-01T00:00:00.000"
-    assert not allows(lambda_mode, DAGSTER_RUNS, call(DAGSTER_RUNS, "dynamodb", "DescribeStream", StreamArn=stream))
+    # Beside the capture Lambda too: a bootstrap reads where the stream ends, and through the scan's end.
+    assert allows(lambda_mode, DAGSTER_RUNS, call(DAGSTER_RUNS, "dynamodb", "DescribeStream", StreamArn=stream))
     assert allows(run_mode, DAGSTER_RUNS, call(DAGSTER_RUNS, "dynamodb", "DescribeStream", StreamArn=stream))
+    other_stream = stream.replace("table/books/", "table/someone_elses/")
+    assert not allows(run_mode, DAGSTER_RUNS, call(DAGSTER_RUNS, "dynamodb", "DescribeStream", StreamArn=other_stream))
     # The platform's role: its own cluster's tasks, its own prefix's task definitions, the runs' role passed to ECS.
     task = "arn:aws:ecs:us-east-1:123456789012:task/ddb-athena/0abc"
     assert allows(lambda_mode, PLATFORM, call(PLATFORM, "ecs", "StopTask", cluster="ddb-athena", task=task))
