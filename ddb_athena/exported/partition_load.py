@@ -131,6 +131,7 @@ def _load(spark: SparkSession, request: ExportLoadRequest, before_commit: Callab
             snapshot_retention=timedelta(hours=upkeep.snapshot_retention_hours),
             retain_last=upkeep.retain_last,
             orphan_age=timedelta(days=upkeep.orphan_file_age_days),
+            writer=writer,
         )
         record_maintained(spark, request.target, maintained, request.now)
         maintenance = maintained.metadata()

@@ -194,7 +194,8 @@ def maintain_table(
     """Compaction, expiry past the retention, orphan removal past its age (unless `remove_orphans` is false), and
     (for a table with tombstones) pruning of tombstones past theirs. Refuses retentions below their floors. The
     pruning removes rows: with a `writer`, it commits to that writer's branch and is published (writer_branch.py);
-    compaction and expiry change no row and commit to `main` (Iceberg refuses a rewrite whose files changed)."""
+    compaction and expiry change no row and commit to `main` (Iceberg refuses a rewrite whose files changed). With a
+    `writer`, what its commits carry is carried forward before expiry (`WriterBranch.carry_forward`)."""
     check_floors(snapshot_retention, orphan_age)
     if retain_last < 1:
         raise ValueError("retain_last must be at least 1")
@@ -202,6 +203,8 @@ def maintain_table(
     catalog = validate_identifier(catalog, "catalog name")
     before = table_files(spark, target)
     compaction = compact(spark, catalog, target)
+    if writer is not None:
+        writer.carry_forward(target)
     snapshots_before = iceberg_table(spark, target).operations().current().snapshots().size()
     expired = _expire(spark, catalog, target, now - snapshot_retention, retain_last)
     orphans = _remove_orphans(spark, catalog, target, orphan_age) if remove_orphans else None
@@ -211,6 +214,8 @@ def maintain_table(
         pruned = _prune_tombstones(spark, tombstones, now - tombstone_retention, writer)
         # Deletes append tombstones every few seconds: the tombstone table needs the same upkeep to stay bounded.
         compact(spark, catalog, tombstones)
+        if writer is not None:
+            writer.carry_forward(tombstones)
         _expire(spark, catalog, tombstones, now - snapshot_retention, retain_last)
         if remove_orphans:
             _remove_orphans(spark, catalog, tombstones, orphan_age)

@@ -2,7 +2,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ddb_athena.lake.change_merge import tombstone_table
+from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY, merge_change_files, tombstone_table
+from ddb_athena.lake.commit_properties import empty_commit, newest_published
 from ddb_athena.lake.maintenance import (
     MaintenanceState,
     TableTotals,
@@ -13,6 +14,7 @@ from ddb_athena.lake.maintenance import (
     record_maintained,
     table_totals,
 )
+from ddb_athena.lake.writer_branch import FENCE_EPOCH_PROPERTY, WriterBranch, WriterFencedError
 from ddb_athena.lib.declarations import declared
 from ddb_athena_tests.books_and_orders import books_maintenance
 from ddb_athena_tests.dagster_helpers import local_resources
@@ -205,3 +207,29 @@ def test_a_tombstone_table_created_before_the_upkeep_properties_takes_them_at_th
     spark.sql(f"ALTER TABLE {tombstones} UNSET TBLPROPERTIES ('commit.manifest.min-count-to-merge')")
     ensure_tables(spark, declared("books").spec, files.table)
     assert all(table_properties(spark, tombstones).get(name) == value for name, value in METADATA_UPKEEP_PROPERTIES)
+
+
+def test_expiry_keeps_the_writers_epoch_and_stream_positions_when_upkeep_committed_after_its_last_merge(spark, settings):
+    """A quiet table: its last merge (its writer's epoch, the stream positions), then a compaction's snapshot, which
+    carries neither; a day later expiry keeps only the newest snapshot. Both are carried forward first: a resumed older
+    writer still finds the newer epoch, and the next run still finds where the stream was read to."""
+    files = ChangeFiles(spark, settings)
+    tables = (files.table, tombstone_table(files.table))
+    writer = WriterBranch(lambda: spark, "lake", tables, "live", 4, carried=(STREAM_POSITIONS_PROPERTY,))
+    files.merge([files.write(change(1, "a", "INSERT"))])
+    quarantine = files.layout.uri(files.layout.quarantine_prefix + "carry", "s3a")
+    uris = [files.layout.uri(files.write(change(2, "b", "INSERT"), change(3, "a", "REMOVE")), "s3a")]
+    merge_change_files(spark, declared("books").spec, files.table, uris, quarantine, writer=writer, commit_properties={STREAM_POSITIONS_PROPERTY: "after 3"})
+    for table in tables:
+        empty_commit(spark, table, {})  # what the writer's compaction commits to main: no property of the writer's
+        writer.follow_main(table)
+    a_day_later = datetime.now(UTC) + timedelta(days=1)
+    maintain_table(spark, "lake", files.table, timedelta(hours=6), 1, timedelta(days=3), timedelta(days=7), now=a_day_later, writer=writer)
+    assert spark.table(f"{files.table}.snapshots").count() == 1
+    assert newest_published(spark, files.table, FENCE_EPOCH_PROPERTY) == "4"
+    assert newest_published(spark, files.table, STREAM_POSITIONS_PROPERTY) == "after 3"
+    assert newest_published(spark, tombstone_table(files.table), FENCE_EPOCH_PROPERTY) == "4"
+    with pytest.raises(WriterFencedError, match=r"a newer writer \(epoch 4\)"):
+        WriterBranch(lambda: spark, "lake", tables, "resumed", 3).take(files.table)
+    assert files.names() == {"b": "b@2"}
+    writer.drop()
