@@ -201,6 +201,12 @@ class _RelayHandler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else None
 
     def _relay(self) -> None:
+        try:
+            self._relay_request()
+        except ConnectionError:
+            self.close_connection = True  # the client hung up (its timeout, or the endpoint's restart cut it): as on AWS
+
+    def _relay_request(self) -> None:
         body = self._body()
         fault = self.owner.plan.pick(service_of(self.path, self.headers.get("X-Amz-Target", "")))
         if fault in _S3_ERRORS:
