@@ -78,10 +78,13 @@ def test_the_versioned_load_logs_each_keys_versions_with_deletes_taking_one(moto
 # One at a time, on one worker: two stacks at once on two cores would time each other out.
 @pytest.mark.stack
 @pytest.mark.xdist_group("stack")
-def test_a_short_harness_run_injects_faults_of_several_kinds_and_finds_no_anomaly():
+def test_a_short_harness_run_injects_faults_of_several_kinds_and_finds_no_anomaly(monkeypatch):
     from ddb_athena_faults.harness import run
 
-    outcome = run(minutes=2.5, seed=3, rate=4.0, keys=12, mean_gap=15.0, bound=420.0)
+    # The shortest settle the sync resource accepts (two of its longest merge intervals): the parity run after the hand
+    # delete ends sooner.
+    monkeypatch.setenv("DDB_ATHENA_PARITY_SETTLE_SECONDS", "90")
+    outcome = run(minutes=2, seed=3, rate=4.0, keys=12, mean_gap=12.0, bound=420.0)
     kinds = {fault.kind.split(":")[0] for fault in outcome.faults}
     assert len(kinds) >= 4, kinds
     assert outcome.anomalies == [], outcome.anomalies
