@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test test-image test-fast dev templates bench bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity lambda emr-job lint clean
+.PHONY: install test test-image test-fast dev templates bench bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity faults lambda emr-job lint clean
 
 install: $(INSTALLED)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing.
@@ -38,8 +38,8 @@ test-fast: install lint
 	$(call run_suite,-m "not stack and not image")
 
 lint: install
-	$(BIN)/ruff check ddb_athena ddb_athena_build ddb_athena_tests ddb_athena_bench
-	$(BIN)/ruff format --check ddb_athena ddb_athena_build ddb_athena_tests ddb_athena_bench
+	$(BIN)/ruff check ddb_athena ddb_athena_build ddb_athena_tests ddb_athena_bench ddb_athena_faults
+	$(BIN)/ruff format --check ddb_athena ddb_athena_build ddb_athena_tests ddb_athena_bench ddb_athena_faults
 
 dev: install
 	bash scripts/dev.sh
@@ -107,6 +107,13 @@ bench-sync-cpu: install
 # the session's own settings and these, in one session (an A/B that host drift does not blur).
 bench-sync-phases: install
 	$(BIN)/python -m ddb_athena_bench.sync_phases --cycles $${CYCLES:-40} --interval $${INTERVAL:-5} --settings "$${SETTINGS:-{\}}"
+
+# The real local stack under writes on books and reviews while a nemesis injects faults for MINUTES (seeded by SEED):
+# kills, pauses and Spot interruptions of the sync, Terminate and Re-execute, Materialize and bootstraps beside it,
+# endpoint restarts, S3/DynamoDB throttles, 500s and lost responses (a proxy), a writer's clock skewed (`faketime`).
+# Reports faults by kind, recoveries p50/max and anomalies by kind (.ddb_athena/bench/faults/); exit 1 on any anomaly.
+faults: install
+	$(BIN)/python -m ddb_athena_faults.harness --minutes $${MINUTES:-60} --seed $${SEED:-0}
 
 # The CloudFormation templates for the declared tables (ddb_athena/tables.toml), rendered to build/deploy/: deploy those.
 templates: $(INSTALLED)

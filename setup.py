@@ -6,7 +6,7 @@ setup(
     description="Keep Amazon DynamoDB tables queryable in Amazon Athena through Apache Iceberg.",
     python_requires=">=3.11,<3.12",
     # ddb_athena_build is install-time tooling (`make install` runs it from the source tree): not installed.
-    packages=find_packages(exclude=["ddb_athena_tests*", "ddb_athena_bench*", "ddb_athena_build*"]),
+    packages=find_packages(exclude=["ddb_athena_tests*", "ddb_athena_bench*", "ddb_athena_build*", "ddb_athena_faults*"]),
     # The table declarations every part reads (ddb_athena/lib/declarations.py).
     package_data={"ddb_athena": ["tables.toml", "dev/seeds/*.json"]},
     install_requires=[

@@ -263,6 +263,8 @@ def local_stack(
     warehouse_on_s3: bool = False,
     simulator: list[str] | None = None,
     run_start_delay: float = 0.0,
+    dagster_endpoint: Callable[[str], str] | None = None,
+    dagster_port: int | None = None,
 ) -> Iterator[tuple[dict, dict[str, subprocess.Popen]]]:
     """The emulator (counting requests: `counting_emulator`; tables created, 50 books seeded), `dagster dev` on a
     fresh DAGSTER_HOME (unless `with_dagster` is false) and the simulator at `rate` (or the `simulator` command; neither
@@ -270,11 +272,12 @@ def local_stack(
     stops them. The warehouse
     is a local directory, or with `warehouse_on_s3` the emulator's bucket through S3A, so that every request a commit
     makes is counted. With `run_start_delay`, every run worker starts that many seconds late, as an ECS task does
-    (`delayed_location`)."""
+    (`delayed_location`). `dagster_endpoint`, given the emulator's endpoint, returns the one `dagster dev` and its runs
+    use instead (a proxy in front of it); `dagster_port`: the webserver's port (default: a free one)."""
     shutil.rmtree(scratch, ignore_errors=True)
     (scratch / "dagster_home").mkdir(parents=True)
     shutil.copy(REPO_ROOT / "dagster.yaml", scratch / "dagster_home" / "dagster.yaml")
-    moto_port, dagster_port = _free_port(), _free_port()
+    moto_port, dagster_port = _free_port(), dagster_port or _free_port()
     endpoint = f"http://127.0.0.1:{moto_port}"
     env = {
         **os.environ,
@@ -300,8 +303,9 @@ def local_stack(
         for command in (["init"], ["seed", "--books", "50", "--orders", "0"]):
             subprocess.run([str(bin_dir / "ddb-athena"), *command], env=env, cwd=REPO_ROOT, check=True, capture_output=True)
         if with_dagster:
+            dagster_env = {**env, "AWS_ENDPOINT_URL": dagster_endpoint(endpoint)} if dagster_endpoint else env
             processes["dagster"] = _start(
-                [str(bin_dir / "dagster"), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(dagster_port)], env, scratch / "dagster.log"
+                [str(bin_dir / "dagster"), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(dagster_port)], dagster_env, scratch / "dagster.log"
             )
         if simulator or rate is not None:
             processes["simulator"] = _start(
