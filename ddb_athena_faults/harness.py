@@ -12,6 +12,7 @@ kind, as Markdown under .ddb_athena/bench/faults/; exits 1 on any anomaly.
 
 import argparse
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -184,6 +185,8 @@ def run(minutes: float, seed: int, rate: float, keys: int, mean_gap: float, boun
         outcome.runs, live_failed = classify_runs(dagster_home, nemesis.stale_runs, nemesis.launched_runs)
         outcome.anomalies += live_failed
         outcome.notes += [f"fault not inflicted: {error}" for error in nemesis.errors]
+        if shutil.which("faketime") is None:
+            outcome.notes.append("clock skew not injected: faketime (libfaketime) is not installed")
         outcome.notes += [f"reads that failed ({reason}): {count}" for reason, count in checker.read_errors.items()]
         outcome.notes.append(f"load: {sum(len(log.versions) for logs in writer.logs.values() for log in logs.values())} writes, {writer.failed_writes} failed")
         outcome.notes.append(f"endpoint restarts (proxy refusals): {proxies[0].refusals}")

@@ -8,8 +8,7 @@ from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDef
 
 from ddb_athena.exported.assets import EXPORTED, ExportedAssets
 from ddb_athena.lib.resources import IcebergSparkResource, SyncSettings
-from ddb_athena.lib.table_checks import unique_key_result
-from ddb_athena.streamed.check_results import unique_check_name
+from ddb_athena.lib.table_checks import unique_check_name, unique_key_result
 
 # The partition of the week whose check reads the whole table (Monday is 0): the other nights read the days loaded.
 FULL_PASS_WEEKDAY = 6

@@ -44,7 +44,7 @@ from ddb_athena.lake.table_spec import (
     value_problem_cases,
 )
 from ddb_athena.lake.writer_branch import WriterBranch
-from ddb_athena.streamed.capture.bootstrap import snapshot_group
+from ddb_athena.streamed.capture.bootstrap import newer_than_applied, snapshot_group
 from ddb_athena.streamed.capture.change_files import EVENT_NAMES, SNAPSHOT_KIND, is_change_file, parse_change_file_name
 
 BOOTSTRAP_FILE_PROPERTY = "ddb_athena.bootstrap-file"
@@ -463,7 +463,7 @@ def _newest_snapshot(change_file_uris: list[str], cutoff: str) -> tuple[str | No
     """The first and last file names of the newest snapshot named after `cutoff` (its seal, then its parts), from the
     names alone: an empty table's snapshot has no records, and still replaces the table."""
     names = [uri.rsplit("/", 1)[-1] for uri in change_file_uris]
-    snapshots = [name for name in names if parse_change_file_name(name)[1] == SNAPSHOT_KIND and name > cutoff]
+    snapshots = [name for name in names if parse_change_file_name(name)[1] == SNAPSHOT_KIND and newer_than_applied(name, cutoff)]
     if not snapshots:
         return None, None
     newest = max(snapshot_group(name) for name in snapshots)

@@ -6,6 +6,12 @@ from dagster import AssetCheckResult
 from pyspark.sql import SparkSession
 
 from ddb_athena.lake.identifiers import dotted_name, validate_identifier
+from ddb_athena.lib.declarations import TableDeclaration
+
+
+def unique_check_name(table: TableDeclaration) -> str:
+    """`books_unique_id`, `reviews_unique_book_id_review_id`: the check that no key appears twice."""
+    return f"{table.name}_unique_{'_'.join(table.spec.key_names)}"
 
 
 def unique_key_result(spark: SparkSession, table: str, keys: list[str], days: tuple[str, str, str] | None = None) -> AssetCheckResult:

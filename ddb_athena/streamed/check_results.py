@@ -12,7 +12,7 @@ from ddb_athena.lake.maintenance import TableFiles
 from ddb_athena.lake.table_keys import item_key
 from ddb_athena.lib.declarations import TableDeclaration
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, setting_variable
-from ddb_athena.lib.table_checks import unique_key_result
+from ddb_athena.lib.table_checks import unique_check_name, unique_key_result
 from ddb_athena.streamed.capture.change_files import is_change_file, list_keys
 from ddb_athena.streamed.capture.commit_manifests import committed_files
 from ddb_athena.streamed.capture.failed_batches import keep_failed_batches, kept_failed_batches
@@ -25,11 +25,6 @@ MIN_AVERAGE_DATA_FILE_BYTES = 1024 * 1024
 SMALL_TABLE_MAX_FILES = 50
 # How often a parity check looks at the table again while keys that differed await their verdict.
 PARITY_POLL_SECONDS = 5.0
-
-
-def unique_check_name(table: TableDeclaration) -> str:
-    """`books_unique_id`, `reviews_unique_book_id_review_id`: the check that no key appears twice."""
-    return f"{table.name}_unique_{'_'.join(table.spec.key_names)}"
 
 
 def backlog_result(aws: AwsClientsResource, sync: SyncSettings, table: TableDeclaration, stream_lag_seconds: float | None = None) -> AssetCheckResult:

@@ -12,7 +12,7 @@ from dagster import AssetCheckResult, AssetChecksDefinition, SupersessionWarning
 
 from ddb_athena.lake.maintenance import table_files
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
-from ddb_athena.lib.table_checks import unique_key_result
+from ddb_athena.lib.table_checks import unique_check_name, unique_key_result
 from ddb_athena.streamed.assets import STREAMED, StreamedAssets
 from ddb_athena.streamed.check_results import (
     backlog_result,
@@ -20,7 +20,6 @@ from ddb_athena.streamed.check_results import (
     files_compact_result,
     key_parity_check,
     quarantine_result,
-    unique_check_name,
 )
 
 

@@ -25,7 +25,14 @@ from ddb_athena.lake.commit_properties import newest_published
 from ddb_athena.lake.table_spec import TableSpec
 from ddb_athena.lake.writer_branch import WriterBranch
 from ddb_athena.lib.source_layout import SourceLayout
-from ddb_athena.streamed.capture.bootstrap import bootstrap_snapshot, delete_unsealed_parts, pending_snapshot, snapshot_position, with_snapshot_parts
+from ddb_athena.streamed.capture.bootstrap import (
+    bootstrap_snapshot,
+    delete_unsealed_parts,
+    newer_than_applied,
+    pending_snapshot,
+    snapshot_position,
+    with_snapshot_parts,
+)
 from ddb_athena.streamed.capture.change_files import SNAPSHOT_KIND, ChangeFileNamer, change_file_keys, list_keys, parse_change_file_name
 from ddb_athena.streamed.capture.checkpoints import CheckpointStore, CommittedCheckpoints, MemoryCheckpoints, ShardCheckpoint
 from ddb_athena.streamed.capture.commit_manifests import committed_files, write_commit_manifest
@@ -132,7 +139,7 @@ class StreamSync:
         sealed = pending_snapshot(self._s3, self._layout)
         spark = self._spark()
         applied = table_properties(spark, self._iceberg_table).get(BOOTSTRAP_FILE_PROPERTY) if table_exists(spark, self._iceberg_table) else None
-        return sealed if sealed and sealed.rsplit("/", 1)[-1] > (applied or "") else None
+        return sealed if sealed and newer_than_applied(sealed, applied) else None
 
     def _window_capture(self, positions: list[ShardCheckpoint]) -> StreamCapture:
         return StreamCapture(

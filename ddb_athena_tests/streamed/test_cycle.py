@@ -2,6 +2,7 @@
 
 import json
 from datetime import UTC, datetime, timedelta
+from unittest.mock import Mock
 
 import pytest
 
@@ -151,14 +152,8 @@ def test_a_snapshot_merged_after_its_bootstrap_failed_is_published_only_once_the
         return capture(self, bounded=bounded)
 
     monkeypatch.setattr(StreamCapture, "capture", recorded)
-    merge = books_cycle.merge_change_files
-
-    def failing_once(*args, **kwargs):
-        monkeypatch.setattr(books_cycle, "merge_change_files", merge)
-        raise RuntimeError("the run died after the seal")
-
-    monkeypatch.setattr(books_cycle, "merge_change_files", failing_once)
-    with pytest.raises(RuntimeError):
+    with monkeypatch.context() as patch, pytest.raises(RuntimeError):
+        patch.setattr(books_cycle, "merge_change_files", Mock(side_effect=RuntimeError("the run died after the seal")))
         books_sync(spark, settings, capture_seconds=0.5).cycle("bootstrap", bootstrap=True)
     assert reads == [False]
     put(settings, "b", "during")

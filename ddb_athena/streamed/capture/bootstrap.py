@@ -51,6 +51,12 @@ def snapshot_group(file_name: str) -> str:
     return _PART_SUFFIX.sub("", file_name.rsplit("/", 1)[-1])
 
 
+def newer_than_applied(file_name: str, applied: str | None) -> bool:
+    """Whether the snapshot a seal or part belongs to is newer than the one the table applied (its seal's name, the
+    table's bootstrap-file property): names order as their scans started."""
+    return snapshot_group(file_name) > (applied or "")
+
+
 def part_keys(s3, layout: SourceLayout, seal_key: str) -> list[str]:
     """The parts of the snapshot sealed by `seal_key`, in order."""
     stem = snapshot_group(seal_key).removesuffix(".jsonl")
