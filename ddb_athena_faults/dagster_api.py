@@ -2,6 +2,7 @@
 instance's run records (the sync run's worker process, runs' failures, check results)."""
 
 import json
+import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,19 @@ class Webserver:
         if answer.get("errors"):
             raise GraphQLError(str(answer["errors"]))
         return answer["data"]
+
+    def wait_until_serving(self, timeout_seconds: float) -> None:
+        """Until the webserver answers: `dagster dev` has then created a fresh DAGSTER_HOME's storage, which another
+        process opening the instance at the same moment would try to create too (`alembic_version already exists`)."""
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            try:
+                self._call("{ version }", {})
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"Dagster at {self.url} did not answer within {timeout_seconds:g} s") from None
+                time.sleep(2)
 
     def launch(self, job: str, assets: list[str] | None = None) -> str:
         selector = {"repositoryLocationName": LOCATION, "repositoryName": "__repository__", "jobName": job}

@@ -153,11 +153,13 @@ def run(minutes: float, seed: int, rate: float, keys: int, mean_gap: float, boun
         load_started = time.monotonic()
         print("waiting for the first sync run to bootstrap the streamed tables ...", flush=True)
         _every(POLL_SECONDS, stop, checker.poll)
+        webserver = Webserver(f"http://127.0.0.1:{dagster_port}")
+        webserver.wait_until_serving(FIRST_SYNC_SECONDS)
         with DagsterInstance.from_config(str(dagster_home)) as instance:
             _every(WORKER_CHECK_SECONDS, stop, lambda: end_runs_whose_worker_died(instance))
             _wait("the first sync to show the load's writes", lambda: checker.caught_up_after(load_started), FIRST_SYNC_SECONDS)
             stage = Stage(
-                dagster_home, Webserver(f"http://127.0.0.1:{dagster_port}"), proxies[0], plan, {**env, "AWS_ENDPOINT_URL": proxies[0].endpoint},
+                dagster_home, webserver, proxies[0], plan, {**env, "AWS_ENDPOINT_URL": proxies[0].endpoint},
                 settings.writer_lease_seconds, scratch, sorted(streamed),
             )  # fmt: skip
             nemesis = Nemesis(stage, random.Random(seed), mean_gap)
