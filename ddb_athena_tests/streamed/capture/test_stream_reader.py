@@ -379,7 +379,7 @@ def test_a_child_shard_read_late_with_its_first_record_still_there_or_soon_enoug
     assert fake_capture(settings, layout, streams).capture().records == 4  # its first record, 5, is still there
     # Within the stream's 24 hours nothing can be trimmed: a child numbered as AWS may (its range starting below its
     # first record) is read without a check.
-    other = SourceLayout(settings.bucket, "books_source_again")
+    other = SourceLayout(settings.bucket, "reviews_source")  # a prefix of its own, one the runs may write
     streams = parent_read_child_not(settings, other, child_starting_sequence=3)
     age_checkpoints(s3, other, hours=20)
     assert fake_capture(settings, other, streams).capture().records == 4
