@@ -41,11 +41,19 @@ WRITER_POOLS = tuple(table.writer_pool for table in declared_tables().values())
 
 # Renewals per lifetime: a holder survives two failed renewals in a row (a slow or throttled request).
 RENEWALS_PER_TTL = 3
+# Iceberg dates each commit by the writer's clock and refuses any commit dated more than a minute before the newest
+# one: a writer whose clock runs ahead would block every other writer for as long as it is ahead. A writer commits
+# only while its clock is within this of S3's (the `Date` of each renewal's answer).
+MAX_CLOCK_SKEW_SECONDS = 30.0
 POLL_SECONDS = 2.0
 
 
 class LeaseHeldError(RuntimeError):
     """Another writer holds the table's lease."""
+
+
+class ClockSkewError(RuntimeError):
+    """This host's clock is too far from S3's for a commit that other writers' commits must follow."""
 
 
 class LeaseLostError(RuntimeError):
@@ -118,13 +126,19 @@ class WriterLease:
         self._elsewhere = False
         # Why the last renewal failed, if it did: said when the lease has gone unrenewed too long.
         self._renewal_error: str | None = None
+        # How far this host's clock is ahead of S3's (negative: behind), from the last write of the lease.
+        self.clock_ahead_seconds = 0.0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
     def _put(self, epoch: int, released: bool = False, **condition) -> str:
-        body = lease_body(self.holder, self.table, self.ttl_seconds, self._wall_clock(), self.token, epoch, released)
+        written_at = self._wall_clock()
+        body = lease_body(self.holder, self.table, self.ttl_seconds, written_at, self.token, epoch, released)
         response = self._s3.put_object(Bucket=self.bucket, Key=self.key, Body=body, ContentType="application/json", **condition)
+        date = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+        if date:
+            self.clock_ahead_seconds = (written_at - email.utils.parsedate_to_datetime(date)).total_seconds()
         return response["ETag"]
 
     def read(self) -> LeaseState | None:
@@ -258,6 +272,12 @@ class WriterLease:
             lost, renewed_at = self._lost, self._renewed_at
         if lost:
             raise LeaseLostError(f"{self.table}: the writer lease was {lost}; this writer stops without committing")
+        if abs(self.clock_ahead_seconds) > MAX_CLOCK_SKEW_SECONDS:
+            raise ClockSkewError(
+                f"{self.table}: this host's clock is {self.clock_ahead_seconds:+.0f} s off S3's (more than {MAX_CLOCK_SKEW_SECONDS:g} s): Iceberg dates "
+                "each commit by it, and one dated ahead would block every other writer until then; this writer stops without committing. "
+                "Set the host's clock right (NTP)"
+            )
         if renewed_at is None or self._clock() - renewed_at > self.ttl_seconds * (1 - 1 / RENEWALS_PER_TTL):
             raise LeaseLostError(
                 f"{self.table}: the writer lease has not been renewed for {self._clock() - (renewed_at or 0):.0f} s "

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ddb_athena.lib.writer_lease import LeaseHeldError, LeaseLostError, WriterLease
+from ddb_athena.lib.writer_lease import MAX_CLOCK_SKEW_SECONDS, ClockSkewError, LeaseHeldError, LeaseLostError, WriterLease
 from ddb_athena_tests.fake_clock import FakeClock
 
 
@@ -135,7 +135,9 @@ def test_expiry_is_judged_by_s3s_clock_not_by_hosts_whose_clocks_disagree(settin
         # judged by the hosts' clocks would take this live lease at once (it used to, with ~50 s of skew).
         with pytest.raises(LeaseHeldError):
             lease(settings, "a contender a minute ahead", ttl=2.0, wall_clock=lambda: datetime.now(UTC) + minute).acquire(wait_seconds=4.0)
-        holder.check()
+        # It holds the lease, but may not commit with its clock a minute off (see the clock skew test).
+        with pytest.raises(ClockSkewError):
+            holder.check()
     finally:
         holder.release()
     # And a lease left by a dead holder is taken once S3 says it is older than its time to live, whatever it claims.
@@ -316,3 +318,24 @@ def test_a_lease_left_unrenewed_says_why_its_last_renewal_failed(settings):
     finally:
         s3.failing = False
         holder.release()
+
+
+@pytest.mark.parametrize("ahead_seconds", [-120, 120])
+def test_a_writer_whose_clock_is_off_s3s_commits_nothing_and_one_a_little_off_goes_on(settings, ahead_seconds):
+    """Iceberg dates each commit by the writer's clock and refuses any commit dated more than a minute before the newest:
+    a writer minutes ahead (the fault harness's `faketime` Materialize, +517 s) blocked the live sync for as long. Each
+    renewal's answer carries S3's clock: a writer more than MAX_CLOCK_SKEW_SECONDS off stops before it commits."""
+    off = lease(settings, "a host whose clock is off", ttl=3.0, wall_clock=lambda: datetime.now(UTC) + timedelta(seconds=ahead_seconds))
+    off.acquire()
+    try:
+        assert abs(off.clock_ahead_seconds - ahead_seconds) < 5
+        with pytest.raises(ClockSkewError, match=rf"clock is {ahead_seconds:+d} s off S3's|clock is [+-]\d+ s off S3's"):
+            off.check()
+    finally:
+        off.release()
+    close = lease(settings, "a host a little off", ttl=3.0, wall_clock=lambda: datetime.now(UTC) + timedelta(seconds=MAX_CLOCK_SKEW_SECONDS / 2))
+    close.acquire()
+    try:
+        close.check()
+    finally:
+        close.release()
