@@ -76,6 +76,8 @@ def branch_summary(spark: SparkSession, table: str, branch: str) -> dict[str, st
 # A compare-and-set of table properties retried this often when another commit to the table came between its read
 # and its commit.
 PROPERTY_SET_ATTEMPTS = 10
+# What a commit that lost the catalog's compare-and-swap raises (py4j names the JVM's exception in its message).
+COMMIT_CONFLICT = "CommitFailedException"
 
 
 def compare_and_set_properties(spark: SparkSession, table: str, update: Callable[[Mapping[str, str]], Mapping[str, str] | None]) -> bool:
@@ -97,7 +99,7 @@ def compare_and_set_properties(spark: SparkSession, table: str, update: Callable
             operations.commit(base, base.replaceProperties(merged))
             return True
         except Exception as error:  # noqa: BLE001 - py4j wraps the JVM's exceptions; anything but a conflict is re-raised
-            if "CommitFailedException" not in str(error):
+            if COMMIT_CONFLICT not in str(error):
                 raise
     raise RuntimeError(f"{table}: its properties kept changing while this writer set them ({PROPERTY_SET_ATTEMPTS} attempts)")
 

@@ -32,7 +32,7 @@ from typing import TypeVar
 
 from pyspark.sql import SparkSession
 
-from ddb_athena.lake.commit_properties import empty_commit, iceberg_table, newest_published, newest_published_of
+from ddb_athena.lake.commit_properties import COMMIT_CONFLICT, empty_commit, iceberg_table, newest_published, newest_published_of
 from ddb_athena.lake.identifiers import dotted_name, string_literal, validate_identifier
 
 BRANCH_PREFIX = "writer_"
@@ -49,7 +49,6 @@ TAKE_ATTEMPTS = 5
 # PendingUpdateFailedException), so the writer calls it again on the fresh table, which checks the ancestry again.
 FAST_FORWARD_ATTEMPTS = 5
 FAST_FORWARD_RETRY_SECONDS = 0.2
-COMMIT_CONFLICT = "CommitFailedException"
 
 
 class WriterFencedError(RuntimeError):

@@ -15,7 +15,7 @@ from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, S
 from ddb_athena.lib.table_checks import unique_check_name, unique_key_result
 from ddb_athena.streamed.capture.change_files import is_change_file, list_keys
 from ddb_athena.streamed.capture.commit_manifests import committed_files
-from ddb_athena.streamed.capture.failed_batches import keep_failed_batches, kept_failed_batches
+from ddb_athena.streamed.capture.failed_batches import keep_failed_batches, kept_batch_keys
 from ddb_athena.streamed.capture.quarantine import quarantined_reasons
 from ddb_athena.streamed.key_parity import KeyParity, KeyScan, ParityReaders, ParityTracker, ScanPlan, paced_item_digests, scan_plan
 from ddb_athena.streamed.parity_look import iceberg_rows, whole_look
@@ -65,7 +65,7 @@ def capture_failures_result(aws: AwsClientsResource, sync: SyncSettings, table: 
         return AssetCheckResult(passed=True, metadata={"queue": "none: the sync run reads the stream itself"})
     s3, layout = aws.client("s3"), sync.layout_of(table)
     keep_failed_batches(aws.client("sqs"), s3, queue, lambda stream_arn: layout)
-    kept = len(kept_failed_batches(s3, layout))
+    kept = len(kept_batch_keys(s3, layout))
     return AssetCheckResult(
         passed=kept == 0,
         metadata={"failed_batches": kept, "queue": queue, "kept_in": layout.uri(layout.failures_prefix)},
@@ -128,13 +128,13 @@ def scan_too_long(plan: ScanPlan, sync: SyncSettings) -> str | None:
 
 
 def key_parity_readers(
-    aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, table: TableDeclaration, scans: list[KeyScan]
+    aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, table: TableDeclaration, scans: list[KeyScan], plan: ScanPlan | None = None
 ) -> ParityReaders:
     """What a ParityTracker reads: a whole look, compared by Spark (parity_look.py; its DynamoDB side a paced scan,
     appended to `scans`), the table's rows of some keys, the newest tombstones of some keys."""
     spec, source, target = table.spec, sync.dynamodb_table_of(table), sync.iceberg_table_of(table)
     dynamodb = aws.client("dynamodb")
-    rate = parity_scan_plan(aws, sync, table).read_units_per_second
+    rate = (plan or parity_scan_plan(aws, sync, table)).read_units_per_second
 
     def scan_into(sink) -> None:
         scans.append(paced_item_digests(dynamodb, source, partial(item_key, spec), rate, sink, sync.parity_scan_segments))
@@ -150,7 +150,9 @@ def parity_scan_plan(aws: AwsClientsResource, sync: SyncSettings, table: TableDe
     return scan_plan(aws.client("dynamodb"), sync.dynamodb_table_of(table), sync.parity_scan_capacity_share, sync.parity_scan_read_units_per_second)
 
 
-def observe_key_parity(aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, table: TableDeclaration) -> tuple[KeyParity, list[KeyScan]]:
+def observe_key_parity(
+    aws: AwsClientsResource, spark: IcebergSparkResource, sync: SyncSettings, table: TableDeclaration, plan: ScanPlan | None = None
+) -> tuple[KeyParity, list[KeyScan]]:
     """Compares a streamed table in Iceberg with DynamoDB, keys and values, until what differed has settled
     (key_parity.py).
 
@@ -161,7 +163,9 @@ def observe_key_parity(aws: AwsClientsResource, spark: IcebergSparkResource, syn
     whatever differs."""
     scans: list[KeyScan] = []
     settle = sync.parity_settle_seconds_of(table)
-    parity = ParityTracker(settle).observe_until_settled(key_parity_readers(aws, spark, sync, table, scans), poll_seconds=min(PARITY_POLL_SECONDS, settle))
+    parity = ParityTracker(settle).observe_until_settled(
+        key_parity_readers(aws, spark, sync, table, scans, plan), poll_seconds=min(PARITY_POLL_SECONDS, settle)
+    )
     return parity, scans
 
 
@@ -171,7 +175,7 @@ def key_parity_check(aws: AwsClientsResource, spark: IcebergSparkResource, sync:
     refused = scan_too_long(plan, sync)
     if refused:
         return AssetCheckResult(passed=False, severity=AssetCheckSeverity.WARN, metadata=_scan_plan_metadata(plan), description=refused)
-    return key_parity_result(*observe_key_parity(aws, spark, sync, table), plan)
+    return key_parity_result(*observe_key_parity(aws, spark, sync, table, plan), plan)
 
 
 def files_compact_result(files: TableFiles) -> AssetCheckResult:

@@ -94,10 +94,8 @@ class StreamSync:
         if hold_changes and capture_stream:
             self._held = HeldChanges(CommittedCheckpoints(self._published_positions, CheckpointStore(s3, layout)))
             store = {"checkpoints": self._held.positions, "write_changes": self._held.write}
-        self._capture = StreamCapture(
-            dynamodb, streams, s3, table_name, layout, namer=self._namer, log=log, max_seconds=capture_seconds, on_page=before_write, **store
-        )
         self._streams = streams
+        self._capture = self._stream_capture(max_seconds=capture_seconds, **store)
         # Beside the capture Lambda, while a sealed snapshot waits to be merged: this run's own read of the stream
         # through the scan's end (the Lambda delivers those changes only when it gets to them).
         self._window: StreamCapture | None = None
@@ -141,18 +139,13 @@ class StreamSync:
         applied = table_properties(spark, self._iceberg_table).get(BOOTSTRAP_FILE_PROPERTY) if table_exists(spark, self._iceberg_table) else None
         return sealed if sealed and newer_than_applied(sealed, applied) else None
 
-    def _window_capture(self, positions: list[ShardCheckpoint]) -> StreamCapture:
+    def _stream_capture(self, **options) -> StreamCapture:
         return StreamCapture(
-            self._dynamodb,
-            self._streams,
-            self._s3,
-            self._table_name,
-            self._layout,
-            namer=self._namer,
-            log=self._log,
-            on_page=self._before_write,
-            checkpoints=MemoryCheckpoints(positions),
+            self._dynamodb, self._streams, self._s3, self._table_name, self._layout, namer=self._namer, log=self._log, on_page=self._before_write, **options
         )
+
+    def _window_capture(self, positions: list[ShardCheckpoint]) -> StreamCapture:
+        return self._stream_capture(checkpoints=MemoryCheckpoints(positions))
 
     def capture(self, bootstrap: bool) -> dict:
         self._before_write()

@@ -90,12 +90,14 @@ def keep_failed_batches(sqs, s3, queue_url: str, layout_of: Callable[[str], Sour
             moved += 1
 
 
+def kept_batch_keys(s3, layout: SourceLayout) -> list[str]:
+    """The S3 keys of the batches kept in `layout`'s source (one listing: what the check counts)."""
+    return [entry["Key"] for entry in list_keys(s3, layout.bucket, layout.failures_prefix)]
+
+
 def kept_failed_batches(s3, layout: SourceLayout) -> dict[str, FailedBatch]:
-    """The batches kept in `layout`'s source, by S3 key."""
-    return {
-        entry["Key"]: FailedBatch.from_message(s3.get_object(Bucket=layout.bucket, Key=entry["Key"])["Body"].read().decode("utf-8"))
-        for entry in list_keys(s3, layout.bucket, layout.failures_prefix)
-    }
+    """The batches kept in `layout`'s source, by S3 key (each read: what a replay and a bootstrap need)."""
+    return {key: FailedBatch.from_message(s3.get_object(Bucket=layout.bucket, Key=key)["Body"].read().decode("utf-8")) for key in kept_batch_keys(s3, layout)}
 
 
 def forget_covered(s3, layout: SourceLayout, snapshot_position: str) -> int:
