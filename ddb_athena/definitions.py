@@ -2,9 +2,7 @@
 ddb_athena/tables.toml brings its assets, checks, jobs and schedules: a streamed table's from streamed/, an exported
 table's from exported/. The sync job and its schedule exist while a streamed table is declared."""
 
-import warnings
-
-from dagster import DefaultSensorStatus, Definitions, SupersessionWarning, build_sensor_for_freshness_checks, in_process_executor
+from dagster import Definitions, in_process_executor
 
 from ddb_athena.alerts.sensors import alert_on_failed_run, alert_on_red_checks
 from ddb_athena.cleanup.jobs import EXPORT_CLEANUPS, SOURCE_CLEANUPS
@@ -13,6 +11,7 @@ from ddb_athena.exported.assets import EXPORTED
 from ddb_athena.exported.checks import EXPORTED_CHECKS
 from ddb_athena.exported.jobs import DAILY_JOBS
 from ddb_athena.exported.schedules import DAILY_SCHEDULES
+from ddb_athena.lib.freshness import freshness_sensor
 from ddb_athena.lib.settings import Settings
 from ddb_athena.resources import resources_from_settings
 from ddb_athena.streamed.assets import SYNC_ASSETS
@@ -21,11 +20,7 @@ from ddb_athena.streamed.jobs import JOBS, sync_job
 from ddb_athena.streamed.schedules import KEY_PARITY_SCHEDULES, sync_every_minute
 
 TABLE_CHECKS = [*CHECKS.values(), *EXPORTED_CHECKS.values()]
-with warnings.catch_warnings():  # see ddb_athena/streamed/checks.py
-    warnings.simplefilter("ignore", category=SupersessionWarning)
-    freshness_sensor = build_sensor_for_freshness_checks(
-        freshness_checks=[check for checks in TABLE_CHECKS for check in checks.freshness], default_status=DefaultSensorStatus.RUNNING
-    )
+FRESHNESS = [checks.freshness_bound for checks in TABLE_CHECKS]
 # Without a streamed table there is nothing to sync.
 SYNC_JOBS, SYNC_SCHEDULES = ([sync_job], [sync_every_minute]) if SYNC_ASSETS else ([], [])
 
@@ -40,7 +35,7 @@ defs = Definitions(
         *DAILY_JOBS.values(),
     ],
     schedules=[*SYNC_SCHEDULES, *KEY_PARITY_SCHEDULES.values(), *DAILY_SCHEDULES.values()],
-    sensors=[cleanup_after_materialization, freshness_sensor, alert_on_failed_run, alert_on_red_checks],
+    sensors=[cleanup_after_materialization, freshness_sensor(FRESHNESS), alert_on_failed_run, alert_on_red_checks],
     resources=resources_from_settings(Settings.from_env()),
     # Every job, `dagster asset materialize` included, runs in one process: one SparkSession per run.
     executor=in_process_executor,

@@ -119,10 +119,10 @@ class CpuMeter:
         return found
 
 
-# What the report calls the runs of each job; the freshness sensor's runs evaluate checks in Dagster's asset job.
+# What the report calls the runs of each job (the freshness sensor starts none: lib/freshness.py).
 RUN_KINDS = {
     "books_sync": "sync run",
-    "__ASSET_JOB": "check runs of the freshness sensor",
+    "__ASSET_JOB": "asset job runs (Materialize, a check run from the UI)",
     "source_cleanup": "cleanup runs",
 }
 

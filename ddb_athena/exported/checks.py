@@ -1,12 +1,12 @@
 """Asset checks of each exported table besides those its load reports: freshness and unique keys."""
 
-import warnings
 from dataclasses import dataclass
 from datetime import date
 
-from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, SupersessionWarning, asset_check, build_last_update_freshness_checks
+from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, asset_check
 
 from ddb_athena.exported.assets import EXPORTED, ExportedAssets
+from ddb_athena.lib.freshness import FreshnessBound, freshness_check
 from ddb_athena.lib.resources import IcebergSparkResource, SyncSettings
 from ddb_athena.lib.table_checks import unique_check_name, unique_key_result
 
@@ -16,19 +16,18 @@ FULL_PASS_WEEKDAY = 6
 
 @dataclass(frozen=True)
 class ExportedChecks:
-    freshness: list
+    freshness_bound: FreshnessBound
+    freshness: AssetChecksDefinition
     unique_key: AssetChecksDefinition
 
     @property
     def all(self) -> list:
-        return [*self.freshness, self.unique_key]
+        return [self.freshness, self.unique_key]
 
 
 def exported_checks(assets: ExportedAssets) -> ExportedChecks:
     table, asset = assets.table, assets.athena
-    with warnings.catch_warnings():  # see ddb_athena/streamed/checks.py
-        warnings.simplefilter("ignore", category=SupersessionWarning)
-        freshness = build_last_update_freshness_checks(assets=[asset], lower_bound_delta=table.freshness)
+    freshness_bound = FreshnessBound(asset.key, table.freshness)
     keys = table.spec.key_names
 
     @asset_check(
@@ -49,7 +48,7 @@ def exported_checks(assets: ExportedAssets) -> ExportedChecks:
         days = (table.spec.partition_column.name, loaded["days_loaded_from"].value, loaded["days_loaded_to"].value)
         return unique_key_result(spark.spark_session, target, keys, days)
 
-    return ExportedChecks(freshness, unique_key)
+    return ExportedChecks(freshness_bound, freshness_check(freshness_bound), unique_key)
 
 
 EXPORTED_CHECKS = {name: exported_checks(assets) for name, assets in EXPORTED.items()}

@@ -5,12 +5,12 @@ S3 and the Iceberg table, never DynamoDB. Parity with DynamoDB scans the user's 
 job and schedule), paced to a share of the table's read capacity, its consumed read units in its metadata. Every check
 can be run on its own from the UI. Freshness is evaluated by its sensor, so it turns red even when no sync runs."""
 
-import warnings
 from dataclasses import dataclass
 
-from dagster import AssetCheckResult, AssetChecksDefinition, SupersessionWarning, asset_check, build_last_update_freshness_checks
+from dagster import AssetCheckResult, AssetChecksDefinition, asset_check
 
 from ddb_athena.lake.maintenance import table_files
+from ddb_athena.lib.freshness import FreshnessBound, freshness_check
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings
 from ddb_athena.lib.table_checks import unique_check_name, unique_key_result
 from ddb_athena.streamed.assets import STREAMED, StreamedAssets
@@ -25,7 +25,8 @@ from ddb_athena.streamed.check_results import (
 
 @dataclass(frozen=True)
 class StreamedChecks:
-    freshness: list
+    freshness_bound: FreshnessBound
+    freshness: AssetChecksDefinition
     backlog: AssetChecksDefinition
     quarantine_empty: AssetChecksDefinition
     capture_failures: AssetChecksDefinition
@@ -35,16 +36,12 @@ class StreamedChecks:
 
     @property
     def all(self) -> list:
-        return [*self.freshness, self.backlog, self.quarantine_empty, self.capture_failures, self.unique_key, self.parity, self.files_compact]
+        return [self.freshness, self.backlog, self.quarantine_empty, self.capture_failures, self.unique_key, self.parity, self.files_compact]
 
 
 def streamed_checks(assets: StreamedAssets) -> StreamedChecks:
     table, asset = assets.table, assets.iceberg.key
-    # Superseded in 1.13 by FreshnessPolicy, which is not an asset check; this one is, and its sensor
-    # evaluates it even when the pipeline has stalled and no run would.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", category=SupersessionWarning)
-        freshness = build_last_update_freshness_checks(assets=[asset], lower_bound_delta=table.freshness)
+    freshness_bound = FreshnessBound(asset, table.freshness)
 
     @asset_check(name=f"{table.name}_backlog", asset=asset, description="No change file waits to be merged longer than the backlog limit (2 minutes).")
     def backlog(aws: AwsClientsResource, sync: SyncSettings) -> AssetCheckResult:
@@ -86,7 +83,7 @@ def streamed_checks(assets: StreamedAssets) -> StreamedChecks:
     def files_compact(spark: IcebergSparkResource, sync: SyncSettings) -> AssetCheckResult:
         return files_compact_result(table_files(spark.spark_session, sync.iceberg_table_of(table)))
 
-    return StreamedChecks(freshness, backlog, quarantine_empty, capture_failures, unique_key, parity, files_compact)
+    return StreamedChecks(freshness_bound, freshness_check(freshness_bound), backlog, quarantine_empty, capture_failures, unique_key, parity, files_compact)
 
 
 CHECKS = {name: streamed_checks(assets) for name, assets in STREAMED.items()}
