@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test test-image test-fast dev templates bench bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity faults lambda emr-job lint clean
+.PHONY: install test test-image test-fast dev templates bench bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-interruption bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity faults lambda emr-job lint clean
 
 install: $(INSTALLED)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing.
@@ -72,6 +72,10 @@ bench-capture: install
 # RUN_START_DELAY (seconds) starts every run worker that late, as an ECS task starts: the sync's handovers pay it.
 bench-freshness: install
 	$(BIN)/python -m ddb_athena_bench.freshness --minutes $${MINUTES:-30} $${RUN_START_DELAY:+--run-start-delay $$RUN_START_DELAY}
+
+# ECS stopping the sync's task (a Fargate Spot interruption) at the requirement's rate, every run starting 90 s late.
+bench-interruption: install
+	$(BIN)/python -m ddb_athena_bench.interruption --rate $${RATE:-230} --warmup-minutes $${WARMUP:-5} --after-minutes $${AFTER:-5}
 
 # The AWS requests of one sync cycle, counted by the emulator by step, operation and files (the warehouse on the
 # emulator's S3): what the S3 bill is made of.

@@ -17,12 +17,12 @@ from ddb_athena.resources import resources_from_settings
 from ddb_athena.streamed.assets import SYNC_ASSETS
 from ddb_athena.streamed.checks import CHECKS
 from ddb_athena.streamed.jobs import JOBS, sync_job
-from ddb_athena.streamed.schedules import KEY_PARITY_SCHEDULES, sync_every_minute
+from ddb_athena.streamed.schedules import KEY_PARITY_SCHEDULES, sync_every_minute, sync_successor_on_interruption
 
 TABLE_CHECKS = [*CHECKS.values(), *EXPORTED_CHECKS.values()]
 FRESHNESS = [checks.freshness_bound for checks in TABLE_CHECKS]
 # Without a streamed table there is nothing to sync.
-SYNC_JOBS, SYNC_SCHEDULES = ([sync_job], [sync_every_minute]) if SYNC_ASSETS else ([], [])
+SYNC_JOBS, SYNC_SCHEDULES, SYNC_SENSORS = ([sync_job], [sync_every_minute], [sync_successor_on_interruption]) if SYNC_ASSETS else ([], [], [])
 
 defs = Definitions(
     assets=[*SYNC_ASSETS.values(), *(asset for assets in EXPORTED.values() for asset in (assets.export, assets.athena))],
@@ -35,7 +35,7 @@ defs = Definitions(
         *DAILY_JOBS.values(),
     ],
     schedules=[*SYNC_SCHEDULES, *KEY_PARITY_SCHEDULES.values(), *DAILY_SCHEDULES.values()],
-    sensors=[cleanup_after_materialization, freshness_sensor(FRESHNESS), alert_on_failed_run, alert_on_red_checks],
+    sensors=[cleanup_after_materialization, freshness_sensor(FRESHNESS), alert_on_failed_run, alert_on_red_checks, *SYNC_SENSORS],
     resources=resources_from_settings(Settings.from_env()),
     # Every job, `dagster asset materialize` included, runs in one process: one SparkSession per run.
     executor=in_process_executor,

@@ -1,7 +1,9 @@
 """What the nemesis and the report ask Dagster: GraphQL as the UI sends it (launch, terminate, re-execute), and the
 instance's run records (the sync run's worker process, runs' failures, check results)."""
 
+import contextlib
 import json
+import signal
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -10,7 +12,7 @@ from pathlib import Path
 import psutil
 from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 
-from ddb_athena.streamed.handover import SYNC_JOB_NAME
+from ddb_athena.streamed.handover import STOP_TIMEOUT_SECONDS, SYNC_JOB_NAME
 
 LOCATION = "ddb_athena.definitions"
 ASSET_JOB = "__ASSET_JOB"
@@ -106,6 +108,24 @@ def process_tree(pid: int) -> list[psutil.Process]:
         return [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return []
+
+
+def stop_as_ecs_does(pid: int, grace_seconds: float = STOP_TIMEOUT_SECONDS) -> int:
+    """ECS stopping a task (a Fargate Spot interruption): SIGTERM to the run worker, the task's command (tini passes it
+    to that process alone), then SIGKILL to whatever of its tree is left after the grace. Returns how many it killed."""
+    tree = process_tree(pid)
+    if not tree:
+        return 0
+    with contextlib.suppress(psutil.NoSuchProcess):
+        tree[0].send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    while process_alive(pid) and time.monotonic() < deadline:
+        time.sleep(1)
+    left = [process for process in tree if process_alive(process.pid)]
+    for process in left:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    return len(left)
 
 
 def end_runs_whose_worker_died(instance: DagsterInstance) -> list[str]:

@@ -2,7 +2,7 @@
 
 - sigkill: SIGKILL of the running sync run's worker and everything below it (its step process, its JVM): a task gone.
 - sigstop: SIGSTOP of that process tree for longer than the writer lease, then SIGCONT: a paused VM, a long GC.
-- sigterm: SIGTERM to the worker, SIGKILL of what is left 120 s later: a Spot interruption with ECS's longest grace.
+- sigterm: ECS stopping the sync's task (a Spot interruption): SIGTERM to the worker, SIGKILL of what is left 120 s later.
 - terminate / reexecute: Terminate of the running sync run, Re-execute of a finished one, through GraphQL as the UI does.
 - materialize / bootstrap: a one-cycle Materialize of a streamed table, or its bootstrap job, beside the sync.
 - endpoint_restart: the AWS endpoint the stack uses refuses connections for a while (its open ones cut). moto keeps its
@@ -31,10 +31,9 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from ddb_athena.lib.settings import REPO_ROOT
 from ddb_athena.streamed.handover import SYNC_JOB_NAME
-from ddb_athena_faults.dagster_api import ASSET_JOB, Webserver, process_alive, process_tree, running_sync
+from ddb_athena_faults.dagster_api import ASSET_JOB, Webserver, process_tree, running_sync, stop_as_ecs_does
 from ddb_athena_faults.proxy import Fault, FaultPlan, FaultProxy
 
-SPOT_GRACE_SECONDS = 120
 # A launched run that has not ended by then is left to the report (its status says what became of it).
 RUN_WAIT_SECONDS = 900
 FINISHED = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
@@ -191,15 +190,8 @@ class Nemesis:
     def _sigterm(self, rng: random.Random):
         def act(record: FaultRecord) -> None:
             record.target, pid = self._sync_target()
-            tree = process_tree(pid)
-            _signal(tree[0], signal.SIGTERM)
-            deadline = time.monotonic() + SPOT_GRACE_SECONDS
-            while process_alive(pid) and time.monotonic() < deadline:
-                time.sleep(1)
-            left = [process for process in tree if process_alive(process.pid)]
-            for process in left:
-                _signal(process, signal.SIGKILL)
-            record.detail = f"{len(left)} processes killed after the grace" if left else "ended within the grace"
+            killed = stop_as_ecs_does(pid)
+            record.detail = f"{killed} processes killed after the grace" if killed else "ended within the grace"
 
         return act
 

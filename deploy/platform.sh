@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
 # Dagster's platform in one container of one ECS task (deploy/dagster_ecs.yaml): the code server on loopback, then the
 # webserver and the daemon, which load the code location from it. Whichever process ends first ends the task (ECS's
-# service starts a new one); tini (the image's entry point, with -g) passes ECS's SIGTERM to all three.
+# service starts a new one); ECS's SIGTERM (through tini, the image's entry point) is passed on to all three.
 set -euo pipefail
+children=()
+stop() {
+  kill -TERM "${children[@]}" 2>/dev/null || true
+  wait || true
+  exit 0
+}
+trap stop TERM INT
 code_port="${DAGSTER_CODE_SERVER_PORT:-4000}"
 webserver_port="${DAGSTER_WEBSERVER_PORT:-3000}"
 location=(--grpc-host 127.0.0.1 --grpc-port "$code_port")
 
 dagster code-server start -h 127.0.0.1 -p "$code_port" -m ddb_athena.definitions --location-name ddb_athena &
 code_server=$!
+children+=("$code_server")
 for _ in $(seq 150); do
   dagster api grpc-health-check -p "$code_port" >/dev/null 2>&1 && break
   kill -0 "$code_server" 2>/dev/null || { echo "platform: the code server ended before it served" >&2; exit 1; }
@@ -17,7 +25,9 @@ done
 dagster api grpc-health-check -p "$code_port" >/dev/null 2>&1 || { echo "platform: the code server did not serve within 300 s" >&2; exit 1; }
 
 dagster-webserver -h 0.0.0.0 -p "$webserver_port" "${location[@]}" &
+children+=("$!")
 dagster-daemon run "${location[@]}" &
+children+=("$!")
 wait -n
 echo "platform: a process ended; the task ends with it" >&2
 exit 1

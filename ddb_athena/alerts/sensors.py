@@ -21,20 +21,19 @@ from dagster import (
 )
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
+from ddb_athena.lib import alert_topic
 from ddb_athena.lib.resources import AwsClientsResource, SyncSettings
 
-# SNS's limit on a subject.
-SUBJECT_LIMIT = 100
 FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
 NO_TOPIC = "DDB_ATHENA_ALERT_TOPIC_ARN is not set: no alerts"
 
 
 def link(sync: SyncSettings, path: str) -> str:
-    return f"{sync.dagster_url.rstrip('/')}{path}" if sync.dagster_url else path
+    return alert_topic.link(sync.dagster_url, path)
 
 
 def publish(aws: AwsClientsResource, sync: SyncSettings, subject: str, lines: list[str]) -> None:
-    aws.client("sns").publish(TopicArn=sync.alert_topic_arn, Subject=subject[:SUBJECT_LIMIT], Message="\n".join(lines))
+    alert_topic.publish(aws.client("sns"), sync.alert_topic_arn, subject, lines)
 
 
 def starts_an_incident(context: RunFailureSensorContext) -> bool:

@@ -22,6 +22,7 @@ from dagster import AssetKey, AssetRecordsFilter, DefaultSensorStatus, JobDefini
 from ddb_athena.cleanup.jobs import CLEANUP_TAG, EXPORT_CLEANUPS, SOURCE_CLEANUPS
 from ddb_athena.exported.assets import EXPORTED
 from ddb_athena.lib.resources import AwsClientsResource, SyncSettings
+from ddb_athena.lib.run_capacity import capacity_tags
 from ddb_athena.lib.settings import Settings
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.assets import STREAMED
@@ -110,4 +111,6 @@ def cleanup_after_materialization(context: SensorEvaluationContext, sync: SyncSe
             cursors[name] = cursor
         requests += unclaimed_manifest_requests(s3, sync.layout_of(table), asset_key, job, timedelta(days=retention_days), now)
     context.update_cursor(json.dumps(cursors))
+    # On ECS, in the capacity the deployment chose (an interrupted cleanup is requested again: its manifests stay).
+    requests = [request.with_replaced_attrs(tags={**request.tags, **capacity_tags(sync.run_capacity)}) for request in requests]
     return requests or SkipReason("no new materialization consumed files, and no manifest is left unclaimed")

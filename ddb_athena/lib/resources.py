@@ -222,6 +222,11 @@ class SyncSettings(ConfigurableResource):
     dagster_url: str | None = Field(
         default=None, description="the Dagster webserver's URL, for the links in alerts (and the CLI's --url); unset: links are paths"
     )
+    run_capacity: Literal["FARGATE_SPOT", "FARGATE"] = Field(
+        default="FARGATE_SPOT",
+        description="on ECS, the capacity of the sync's and the cleanups' tasks: FARGATE_SPOT (70% off; ECS stopping one costs "
+        "a handover, streamed/handover.py) or FARGATE; a task Spot cannot place goes on FARGATE, saying so (lib/ecs_launcher.py)",
+    )
     backlog_limit_minutes: float = Field(default=2.0, ge=0, description="oldest unmerged change file allowed, in minutes")
     sync_run_minutes: float = Field(
         default=DEFAULT_SYNC_RUN_MINUTES,

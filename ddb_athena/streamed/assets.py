@@ -317,10 +317,11 @@ def sync_cycles(
     end_reason: Callable[[], str | None],
     lease_wait_seconds: float | None = None,
     gives_way: bool = True,
+    stop: StopRequest | None = None,
 ) -> None:
     """Takes the leases of `tables`, then cycles every interval for up to `run_seconds` (0: one cycle), each cycle
     merging every table it holds, logging their materializations and checks; ends after a cycle for which
-    `end_reason()` gave a reason.
+    `end_reason()` gave a reason, or a stop signal (`stop` says which signals the run rides out).
 
     With `gives_way` (the sync, which is in no pool), a table another writer waits for (its pool) is given up after its
     cycle and taken again once that writer is done; a run of the table's pool (Materialize, a bootstrap) is ahead of
@@ -348,7 +349,7 @@ def sync_cycles(
     if not any(table.held for table in in_run):
         context.log.info("Not syncing: every table has another writer; the schedule starts the sync after them")
         return
-    stop = StopRequest()
+    stop = stop or StopRequest()
 
     def cycle(number: int) -> bool:
         reason = None if stop.requested else end_reason()

@@ -9,10 +9,16 @@ its cycle when:
 - another writer waits or runs for every table it syncs (a bootstrap, Materialize, maintenance: those are in their
   table's pool, and queue there). For some of its tables only, it gives those up and keeps the others.
 A newer run on its way but not ready keeps it cycling, up to HANDOVER_GRACE_SECONDS past its planned end.
+
+ECS stopping a sync run's task (Fargate Spot taking its capacity back: SIGTERM, then SIGKILL STOP_TIMEOUT_SECONDS
+later) is a handover brought forward: the run tags itself INTERRUPTED_TAG and keeps cycling, the successor sensor
+launches the next run at once, and the run ends when that one is ready, or in time to end before the kill.
 """
 
+import signal
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunRecord, RunsFilter
 
@@ -29,6 +35,14 @@ READY_TAG = "ddb_athena/ready_to_sync"
 SYNC_RUN_SLACK_MINUTES = 10
 # How long a sync run keeps cycling past its planned end for a successor on its way (not hung: within the slack).
 HANDOVER_GRACE_SECONDS = SYNC_RUN_SLACK_MINUTES * 60 / 2
+
+# ECS sends SIGTERM, then SIGKILL this long after: Fargate's longest stopTimeout, which deploy/dagster_ecs.yaml sets on
+# the container every run inherits; a Spot interruption's warning is as long.
+STOP_TIMEOUT_SECONDS = 120
+# What a sync run needs after its last cycle to give its leases up and end, before the kill.
+EXIT_SECONDS = 20
+# Set by a sync run whose task is being stopped under it; the successor sensor launches its successor.
+INTERRUPTED_TAG = "ddb_athena/interrupted_at"
 
 _ON_ITS_WAY = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
@@ -63,7 +77,17 @@ class SyncHandover:
     def announce_ready(self) -> None:
         self.instance.add_run_tags(self.run.run_id, {READY_TAG: "true"})
 
-    def _newer_syncs(self) -> list[DagsterRun]:
+    def rides_out(self, number: int) -> bool:
+        """A SIGTERM while the run is not canceling is ECS stopping its task (a Spot interruption, a task replaced):
+        the run tags itself to have its successor launched at once, and rides it out. SIGINT (Ctrl-C), and a Terminate
+        (the run is CANCELING before its launcher signals it), stop it after its cycle."""
+        run = self.instance.get_run_by_id(self.run.run_id)
+        if number != signal.SIGTERM or run is None or run.status != DagsterRunStatus.STARTED:
+            return False
+        self.instance.add_run_tags(self.run.run_id, {INTERRUPTED_TAG: datetime.now(UTC).isoformat(timespec="seconds")})
+        return True
+
+    def newer_syncs(self) -> list[DagsterRun]:
         """The sync runs on their way or running that started after this one (or have not started yet)."""
         records = self.instance.get_run_records(filters=RunsFilter(job_name=SYNC_JOB_NAME, statuses=_ON_ITS_WAY), limit=10)
         started = {record.dagster_run.run_id: record.start_time for record in records}
@@ -77,7 +101,7 @@ class SyncHandover:
     def end_reason(self, time_is_up: bool) -> str | None:
         """Why this run ends after the cycle about to start, or None while it keeps its tables (a table another writer
         waits for is given up by the cycle itself: assets.sync_cycles)."""
-        newer = self._newer_syncs()
+        newer = self.newer_syncs()
         ready = [run for run in newer if run.status == DagsterRunStatus.STARTED and run.tags.get(READY_TAG) == "true"]
         if ready:
             return f"the next sync run {ready[0].run_id} is ready and takes over"

@@ -16,7 +16,16 @@ from ddb_athena.lib.upkeep import maintain
 from ddb_athena.lib.writer_pools import warn_unless_writers_queue
 from ddb_athena.streamed.assets import STREAMED, SYNC_ASSETS, StreamedAssets, SyncConfig, maintenance_observation, sync_cycles, writer_branch_of
 from ddb_athena.streamed.checks import CHECKS
-from ddb_athena.streamed.handover import HANDOVER_GRACE_SECONDS, SYNC_JOB_NAME, SYNC_RUN_SLACK_MINUTES, SyncHandover, planned_end
+from ddb_athena.streamed.handover import (
+    EXIT_SECONDS,
+    HANDOVER_GRACE_SECONDS,
+    STOP_TIMEOUT_SECONDS,
+    SYNC_JOB_NAME,
+    SYNC_RUN_SLACK_MINUTES,
+    SyncHandover,
+    planned_end,
+)
+from ddb_athena.streamed.run_loop import StopRequest
 
 
 @op(
@@ -44,6 +53,16 @@ def keep_books_in_sync(
     )
     run_minutes = sync.sync_run_minutes if config.run_minutes is None else config.run_minutes
     ends_at = planned_end(context.instance.get_run_record_by_id(context.run_id), run_minutes)
+
+    def rides_out(number: int) -> bool:
+        if not handover.rides_out(number):
+            return False
+        context.log.warning(
+            "SIGTERM with no Terminate: ECS is stopping this run's task (a Spot interruption, or the task replaced). It syncs on "
+            f"while its successor, launched now, starts, and ends when that one is ready or {EXIT_SECONDS} s before the kill"
+        )
+        return True
+
     sync_cycles(
         context,
         config,
@@ -56,6 +75,7 @@ def keep_books_in_sync(
         end_reason=lambda: handover.end_reason(time_is_up=time.time() >= ends_at),
         # The running sync gives the leases up after its cycle; a hung one is ended by run monitoring within its slack.
         lease_wait_seconds=SYNC_RUN_SLACK_MINUTES * 60 + 2 * leases.ttl_seconds,
+        stop=StopRequest(rides_out, grace_seconds=STOP_TIMEOUT_SECONDS - EXIT_SECONDS),
     )
 
 

@@ -3,7 +3,10 @@
 A stop (SIGINT from Ctrl-C, SIGTERM from a terminating run launcher) that arrives during a cycle is
 held until the cycle has finished, then delivered again with the previous handlers back in place, so
 whatever the process does on that signal (Dagster: end the run as canceled) happens between cycles.
-No Dagster here.
+
+A signal the loop's owner chooses to ride out (`rides_out`: ECS stopping a Fargate Spot task, SIGTERM then SIGKILL
+a grace later) stops nothing at once: the loop goes on, and its last cycle is the last that ends `grace_seconds`
+after the signal. No Dagster here.
 """
 
 import signal
@@ -17,11 +20,17 @@ _WAIT_STEP_SECONDS = 0.2
 
 
 class StopRequest:
-    """The first stop signal received while held, if any, or the loop's owner asking it to end after this cycle."""
+    """The first stop signal received while held, if any, or the loop's owner asking it to end after this cycle.
 
-    def __init__(self):
+    `rides_out(signal)` (called between cycles, never in the handler) says whether a held signal is ridden out
+    instead: then the loop ends by `grace_seconds` after it (`last_start`), and the signal is not delivered."""
+
+    def __init__(self, rides_out: Callable[[int], bool] | None = None, grace_seconds: float = 0.0, clock: Callable[[], float] = time.monotonic):
         self.signal: int | None = None
+        self.received_at: float | None = None
         self.ending = False
+        self.rides_out, self.grace_seconds, self.clock = rides_out, grace_seconds, clock
+        self.ridden_out_at: float | None = None
 
     @property
     def requested(self) -> bool:
@@ -41,7 +50,8 @@ class StopRequest:
         previous = {number: signal.getsignal(number) for number in STOP_SIGNALS}
 
         def record(number, _frame):
-            self.signal = self.signal or number
+            if self.signal is None:
+                self.signal, self.received_at = number, self.clock()
 
         for number in STOP_SIGNALS:
             signal.signal(number, record)
@@ -50,6 +60,18 @@ class StopRequest:
         finally:
             for number, handler in previous.items():
                 signal.signal(number, handler)
+
+    def settle(self) -> None:
+        """Decides on a held signal: ridden out (the loop goes on, to the grace's end) or a stop."""
+        if self.signal is not None and self.ridden_out_at is None and self.rides_out is not None and self.rides_out(self.signal):
+            self.signal, self.ridden_out_at = None, self.received_at
+
+    def last_start(self, deadline: float, longest_cycle: float) -> float:
+        """The latest start of a cycle: before the run's deadline, and, with a signal ridden out, early enough for a
+        cycle as long as the longest so far to end within its grace."""
+        if self.ridden_out_at is None:
+            return deadline
+        return min(deadline, self.ridden_out_at + self.grace_seconds - longest_cycle)
 
     def deliver(self) -> None:
         """Acts on a held stop now, with the handlers that were in place before."""
@@ -68,30 +90,37 @@ def run_cycles(
 ) -> int:
     """Calls `cycle(1)`, `cycle(2)`, ... one `interval_seconds` apart (start to start; back to back when a
     cycle takes longer) while the next one would start within `run_seconds` (0: a single cycle) and no stop
-    is requested. Returns right after the last cycle (a successor queued behind this run starts sooner)
-    with how many cycles ran; a held stop is delivered then.
+    is requested (a ridden-out signal moves that end earlier: `StopRequest.last_start`). Returns right after the
+    last cycle (a successor queued behind this run starts sooner) with how many cycles ran; a held stop is
+    delivered then.
 
     `cycle` returns whether it found work: after each idle one the interval doubles, up to `idle_interval_seconds`,
     and the first cycle that finds work brings it back (a quiet table costs fewer requests; a busy one keeps the
     interval)."""
     if interval_seconds <= 0 or run_seconds < 0:
         raise ValueError(f"interval must be positive and run time not negative, got {interval_seconds} and {run_seconds}")
-    longest = max(interval_seconds, idle_interval_seconds or interval_seconds)
-    stop = stop or StopRequest()
+    longest_interval = max(interval_seconds, idle_interval_seconds or interval_seconds)
+    stop = stop or StopRequest(clock=clock)
     deadline = clock() + run_seconds
-    number, wait = 0, interval_seconds
+    number, wait, longest_cycle = 0, interval_seconds, 0.0
+
+    def ends(next_start: float) -> bool:
+        stop.settle()
+        return stop.requested or next_start >= stop.last_start(deadline, longest_cycle)
+
     with stop.held():
         while True:
             number += 1
             started = clock()
             busy = cycle(number)
-            wait = interval_seconds if busy else min(longest, wait * 2)
+            longest_cycle = max(longest_cycle, clock() - started)
+            wait = interval_seconds if busy else min(longest_interval, wait * 2)
             next_start = max(started + wait, clock())
-            if stop.requested or next_start >= deadline:
+            if ends(next_start):
                 break
-            while not stop.requested and clock() < next_start:
+            while not ends(next_start) and clock() < next_start:
                 sleep(min(_WAIT_STEP_SECONDS, max(0.0, next_start - clock())))
-            if stop.requested:
+            if ends(next_start):
                 break
     stop.deliver()
     return number

@@ -1,24 +1,29 @@
 """The streamed tables' schedules: the sync's launcher and watchdog (every minute it starts a sync run unless one is on
 its way or running, so a run that ended or crashed is replaced within a minute; the run maintains its tables itself),
-and each table's daily key parity check."""
+and each table's daily key parity check. Beside them, the sensor that launches a sync run's successor at once when ECS
+stops the run's task (a Spot interruption: two minutes' warning, less than a minute tick and a task's start)."""
 
 import time
 
 from dagster import (
     DagsterRunStatus,
     DefaultScheduleStatus,
+    DefaultSensorStatus,
     RunRequest,
     RunsFilter,
     ScheduleDefinition,
     ScheduleEvaluationContext,
+    SensorEvaluationContext,
     SkipReason,
     schedule,
+    sensor,
 )
 
 from ddb_athena.lib.resources import SyncSettings
+from ddb_athena.lib.run_capacity import capacity_tags
 from ddb_athena.lib.settings import Settings
 from ddb_athena.streamed.assets import STREAMED
-from ddb_athena.streamed.handover import SYNC_RUN_SLACK_MINUTES, SYNC_SCHEDULE_NAME, planned_end, waiting_writers
+from ddb_athena.streamed.handover import INTERRUPTED_TAG, SYNC_RUN_SLACK_MINUTES, SYNC_SCHEDULE_NAME, SyncHandover, planned_end, waiting_writers
 from ddb_athena.streamed.jobs import JOBS, sync_job
 
 # A successor is launched this long before the running sync run's planned end: its process, its JVM (and on ECS its
@@ -31,7 +36,7 @@ _RUNNING = [DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 
 def sync_run_tags(sync: SyncSettings) -> dict[str, str]:
     max_runtime = (sync.sync_run_minutes + SYNC_RUN_SLACK_MINUTES) * 60 + sync.merge_interval_seconds
-    return {"dagster/max_runtime": str(int(max_runtime))}
+    return {"dagster/max_runtime": str(int(max_runtime)), **capacity_tags(sync.run_capacity)}
 
 
 @schedule(name=SYNC_SCHEDULE_NAME, job=sync_job, cron_schedule="* * * * *", default_status=DefaultScheduleStatus.RUNNING)
@@ -52,6 +57,23 @@ def sync_every_minute(context: ScheduleEvaluationContext, sync: SyncSettings):
     if ends and max(ends) - time.time() > SUCCESSOR_LEAD_SECONDS:
         return SkipReason(f"the {job} run is running")
     return RunRequest(tags=sync_run_tags(sync))
+
+
+# How often the successor sensor looks (the daemon evaluates sensors every 5 s at most): well within a Spot interruption's
+# two minutes, and it reads only the instance.
+SUCCESSOR_SENSOR_SECONDS = 10
+
+
+@sensor(job=sync_job, minimum_interval_seconds=SUCCESSOR_SENSOR_SECONDS, default_status=DefaultSensorStatus.RUNNING)
+def sync_successor_on_interruption(context: SensorEvaluationContext, sync: SyncSettings):
+    """A sync run whose task ECS is stopping tags itself (handover.INTERRUPTED_TAG) and syncs on; its successor is
+    launched here at once, once per interrupted run (the run key), unless a newer sync run is on its way already."""
+    for record in context.instance.get_run_records(filters=RunsFilter(job_name=sync_job.name, statuses=_RUNNING), limit=10):
+        run = record.dagster_run
+        if INTERRUPTED_TAG in run.tags and not SyncHandover(context.instance, run).newer_syncs():
+            context.log.info(f"Sync run {run.run_id} is being stopped under it (since {run.tags[INTERRUPTED_TAG]}): launching its successor")
+            return RunRequest(run_key=f"successor-of-{run.run_id}", tags=sync_run_tags(sync))
+    return SkipReason("no running sync run is being stopped")
 
 
 # The key parity check reads the whole DynamoDB table: once a day, not with the sync's cycles.

@@ -54,6 +54,23 @@ def test_an_update_never_runs_two_daemons():
     assert service["DeploymentConfiguration"] == {"MinimumHealthyPercent": 0, "MaximumPercent": 100}
 
 
+def test_the_runs_capacity_is_the_deployments_choice_spot_by_default_and_a_stopped_task_gets_the_syncs_grace():
+    from typing import get_args
+
+    from ddb_athena.lib.resources import SyncSettings
+    from ddb_athena.streamed.handover import STOP_TIMEOUT_SECONDS
+
+    parameter = template()["Parameters"]["RunCapacity"]
+    field = SyncSettings.model_fields["run_capacity"]
+    assert parameter["Default"] == field.default == "FARGATE_SPOT" and set(parameter["AllowedValues"]) == set(get_args(field.annotation))
+    cluster = template()["Resources"]["Cluster"]["Properties"]
+    assert set(cluster["CapacityProviders"]) == {"FARGATE", "FARGATE_SPOT"}
+    variables = {variable["Name"]: variable["Value"] for variable in platform_container()["Environment"]}
+    assert variables["DDB_ATHENA_RUN_CAPACITY"] == {"Ref": "RunCapacity"}
+    # Every run's task inherits the platform container's stop timeout: the grace a sync run ends within.
+    assert platform_container()["StopTimeout"] == STOP_TIMEOUT_SECONDS
+
+
 def test_s3_and_dynamodb_have_gateway_endpoints():
     endpoints = [resource["Properties"] for resource in template()["Resources"].values() if resource["Type"] == "AWS::EC2::VPCEndpoint"]
     assert sorted(endpoint["ServiceName"]["Fn::Sub"].rsplit(".", 1)[1] for endpoint in endpoints) == ["dynamodb", "s3"]

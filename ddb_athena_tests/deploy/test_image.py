@@ -192,3 +192,35 @@ def test_the_platform_container_serves_the_ui_from_its_code_server_and_its_daemo
             logs = _docker("logs", container, timeout=60)
             _docker("stop", "-t", "30", container, timeout=120)
         assert postgres.password not in logs.stdout + logs.stderr
+
+
+# A run's command in its task: Spark answers after ECS's SIGTERM reached the run's Python (a sync rides a Spot
+# interruption out on its JVM). A signal to the whole process group would have killed the JVM with it.
+SPARK_AFTER_SIGTERM = """
+import signal, threading
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.master("local[1]").getOrCreate()
+received = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: received.set())
+print("ready", flush=True)
+received.wait(300)
+print("spark answers after SIGTERM:", spark.range(10).count(), flush=True)
+"""
+
+
+def test_in_a_run_task_ecss_sigterm_reaches_the_runs_python_and_not_its_jvm(image):
+    tag, _ = image
+    started = _docker("run", "-d", tag, "python", "-c", SPARK_AFTER_SIGTERM, timeout=120)
+    assert started.returncode == 0, started.stderr
+    container = started.stdout.strip()
+    try:
+        from ddb_athena_tests.stack.test_one_writer import wait_for
+
+        wait_for("Spark to start in the container", lambda: "ready" in _docker("logs", container, timeout=30).stdout, timeout=300, poll=2)
+        assert _docker("kill", "--signal", "TERM", container, timeout=30).returncode == 0
+        waited = _docker("wait", container, timeout=180)
+        logs = _docker("logs", container, timeout=30)
+    finally:
+        _docker("rm", "-f", container, timeout=60)
+    assert waited.stdout.strip() == "0", logs.stdout + logs.stderr
+    assert "spark answers after SIGTERM: 10" in logs.stdout

@@ -10,12 +10,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from botocore.awsrequest import AWSResponse
 from dagster import DagsterInstance
 from dagster._core.launcher import WorkerStatus
 from dagster._core.storage.compute_log_manager import ComputeIOType
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import WorkspaceFileTarget
 
+from ddb_athena.lib.run_capacity import ON_DEMAND, SPOT, capacity_strategy, capacity_tags
 from ddb_athena_bench.postgres_server import postgres_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +61,7 @@ def test_the_instance_keeps_runs_in_postgresql_and_migrates(deployed_home, daemo
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"
         assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
         assert type(instance.schedule_storage).__name__ == "PostgresScheduleStorage"
-        assert type(instance.run_launcher).__name__ == "EcsRunLauncher"
+        assert type(instance.run_launcher).__name__ == "SpotFallbackEcsRunLauncher"
         assert type(instance.compute_log_manager).__name__ == "S3ComputeLogManager"
         assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
     migrate = subprocess.run([sys.executable, "-m", "dagster", "instance", "migrate"], capture_output=True, text=True, timeout=300)
@@ -118,13 +120,13 @@ def daemon_task(settings, monkeypatch):
     server.shutdown()
 
 
-def test_the_ecs_run_launcher_starts_a_runs_task_checks_its_health_and_terminates_it(deployed_home, daemon_task, settings):
-    ecs = settings.client("ecs")
-    with DagsterInstance.get() as instance, WorkspaceProcessContext(instance, WorkspaceFileTarget([str(REPO_ROOT / "workspace.yaml")])) as process_context:
+def launched(instance, job_name: str, tags: dict[str, str] | None = None) -> str:
+    """A run of `job_name` created and launched as the daemon does; its id."""
+    with WorkspaceProcessContext(instance, WorkspaceFileTarget([str(REPO_ROOT / "workspace.yaml")])) as process_context:
         context = process_context.create_request_context()
         (location_name,) = context.code_location_names
         repository = next(iter(context.get_code_location(location_name).get_repositories().values()))
-        remote_job = repository.get_full_job("books_maintenance")
+        remote_job = repository.get_full_job(job_name)
         run = instance.create_run(
             job_name=remote_job.name,
             run_id=None,
@@ -132,7 +134,7 @@ def test_the_ecs_run_launcher_starts_a_runs_task_checks_its_health_and_terminate
             resolved_op_selection=None,
             step_keys_to_execute=None,
             status=None,
-            tags={},
+            tags=tags or {},
             root_run_id=None,
             parent_run_id=None,
             job_snapshot=remote_job.job_snapshot,
@@ -146,8 +148,15 @@ def test_the_ecs_run_launcher_starts_a_runs_task_checks_its_health_and_terminate
             asset_graph=repository.asset_graph,
         )
         instance.launch_run(run.run_id, context)
+        return run.run_id
 
-    run = instance_run = DagsterInstance.get().get_run_by_id(run.run_id)
+
+def test_the_ecs_run_launcher_starts_a_runs_task_checks_its_health_and_terminates_it(deployed_home, daemon_task, settings):
+    ecs = settings.client("ecs")
+    with DagsterInstance.get() as instance:
+        run_id = launched(instance, "books_maintenance")
+
+    run = instance_run = DagsterInstance.get().get_run_by_id(run_id)
     task_arn = instance_run.tags["ecs/task_arn"]
     (task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[task_arn])["tasks"]
     # Its task definition, registered by the launcher from the platform's: its image, environment and secret, the
@@ -178,3 +187,34 @@ def test_the_ecs_run_launcher_starts_a_runs_task_checks_its_health_and_terminate
         (task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[task_arn])["tasks"]
         assert task["lastStatus"] == "STOPPED" or task.get("desiredStatus") == "STOPPED"
         assert instance.run_launcher.check_run_worker_health(run).status != WorkerStatus.RUNNING
+
+
+def test_a_task_spot_cannot_place_is_launched_on_regular_fargate_saying_so_in_the_runs_log_and_an_alert(deployed_home, daemon_task, settings, monkeypatch):
+    """ECS answers RunTask with a failure, not an error, when Fargate Spot has no capacity, and never falls back by itself.
+    The emulator's ECS has no capacity to run out of: botocore's before-call hook answers the Spot call as ECS does."""
+    sns, sqs = settings.client("sns"), settings.client("sqs")
+    topic = sns.create_topic(Name="ddb-athena-alerts")["TopicArn"]
+    queue_url = sqs.create_queue(QueueName="on-call")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
+    monkeypatch.setenv("DDB_ATHENA_ALERT_TOPIC_ARN", topic)
+    strategies = []
+
+    def no_spot_capacity(params, **_):
+        strategies.append(json.loads(params["body"]).get("capacityProviderStrategy"))  # the request as sent
+        if strategies[-1] == capacity_strategy(SPOT):
+            failure = {"arn": "", "reason": "Capacity is unavailable at this time. Please try again later or in a different availability zone"}
+            return AWSResponse(params["url"], 200, {}, None), {"tasks": [], "failures": [failure]}
+        return None
+
+    with DagsterInstance.get() as instance:
+        instance.run_launcher.ecs.meta.events.register("before-call.ecs.RunTask", no_spot_capacity)
+        run_id = launched(instance, "books_source_cleanup", capacity_tags(SPOT))
+        run = instance.get_run_by_id(run_id)
+        messages = [entry.message for entry in instance.all_logs(run_id)]
+    assert strategies == [capacity_strategy(SPOT), capacity_strategy(ON_DEMAND)]  # at once, not after the launcher's retries
+    assert "ecs/task_arn" in run.tags
+    assert any("Fargate Spot had no capacity for this run" in message for message in messages)
+    (alert,) = [json.loads(message["Body"]) for message in sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10)["Messages"]]
+    assert alert["Subject"] == "ddb_athena: books_source_cleanup went on regular Fargate: no Spot capacity"
+    assert f"/runs/{run_id}" in alert["Message"]

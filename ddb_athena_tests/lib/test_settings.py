@@ -90,6 +90,7 @@ def test_every_sync_setting_comes_from_its_variable_for_the_runs_schedules_and_s
             "capture_failure_queue_urls": {"books": "https://sqs.example/books", "reviews": "https://sqs.example/reviews"},
             "alert_topic_arn": "arn:aws:sns:us-east-1:123456789012:alerts",
             "dagster_url": "https://dagster.example.com",
+            "run_capacity": "FARGATE",
         }
         if name in examples:
             value = examples[name]
@@ -101,6 +102,8 @@ def test_every_sync_setting_comes_from_its_variable_for_the_runs_schedules_and_s
         assert getattr(sync_settings(Settings.from_env({setting_variable(name): text})), name) == value, name
     assert sync_settings(Settings.from_env({"DDB_ATHENA_BOOKS_CAPTURE": "lambda"})).books_capture == "lambda"
     assert sync_settings(Settings.from_env({"DDB_ATHENA_BUCKET": "prod"})).bucket == "prod"
+    with pytest.raises(SettingsError, match="DDB_ATHENA_RUN_CAPACITY='spot'"):
+        sync_settings(Settings.from_env({"DDB_ATHENA_RUN_CAPACITY": "spot"}))
     with pytest.raises(SettingsError, match="DDB_ATHENA_ALERT_TOPIC_ARN"):
         sync_settings(Settings.from_env({"DDB_ATHENA_ALERT_TOPIC_ARN": "alerts"}))
     with pytest.raises(SettingsError, match='DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URLS=.*expected a JSON object like {"books"'):

@@ -12,7 +12,9 @@ import pytest
 from dagster import DagsterInstance, DagsterRunStatus
 
 from ddb_athena.dev.simulate import BookSimulator
+from ddb_athena.streamed.handover import INTERRUPTED_TAG
 from ddb_athena_bench.delayed_location import DELAY_VARIABLE
+from ddb_athena_faults.dagster_api import running_sync, stop_as_ecs_does
 from ddb_athena_tests.books_and_orders import BOOKS_WRITER_POOL
 from ddb_athena_tests.stack.test_one_writer import (
     REPO,
@@ -95,6 +97,69 @@ def test_with_runs_starting_90_s_late_the_sync_hands_over_without_a_pause_in_its
             predecessor = instance.get_run_by_id(earlier.run_id)
             assert predecessor.status == DagsterRunStatus.SUCCESS
             assert any("is ready and takes over" in (entry.user_message or "") for entry in instance.all_logs(predecessor.run_id))
+        assert overlaps(instance, writer_runs(instance, BOOKS_WRITER_POOL), f"{settings.namespace}.books") == []
+
+        expected = dynamodb_items(settings, settings.dynamodb_tables["books"], "id")
+
+        def caught_up():
+            return {row["id"] for row in iceberg_rows(settings.warehouse, settings.namespace, "books")} == set(expected)
+
+        wait_for("library.books to catch up with DynamoDB", caught_up, timeout=120, poll=5)
+
+
+def test_with_runs_starting_90_s_late_ecs_stopping_the_syncs_task_costs_a_handover_and_loses_nothing(settings, tmp_path):
+    """A Fargate Spot interruption as ECS delivers it: SIGTERM to the run worker, SIGKILL 120 s later. The run syncs on,
+    its successor is launched at once by the sensor (not at a minute tick, not after the run ended), and the run ends
+    by itself before the kill, successfully; nothing is lost."""
+    dynamodb = settings.client("dynamodb")
+    books = BookSimulator(dynamodb, settings.dynamodb_tables["books"], rng=random.Random(7))
+    for _ in range(10):
+        books.insert()
+    workspace = tmp_path / "workspace.yaml"
+    workspace.write_text(f"load_from:\n  - python_module:\n      module_name: ddb_athena_bench.delayed_location\n      working_directory: {REPO}\n")
+    delay = tmp_path / "run_start_delay"
+    delay.write_text("0")
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path), DELAY_VARIABLE: str(delay), "DDB_ATHENA_MERGE_INTERVAL_SECONDS": str(INTERVAL_SECONDS)}
+    stop_writing = threading.Event()
+
+    def write():
+        while not stop_writing.wait(1.0):
+            books.step()
+
+    writer = threading.Thread(target=write)
+    with dagster_stack(tmp_path, free_port(), env, workspace=workspace), DagsterInstance.from_config(str(tmp_path)) as instance:
+        try:
+            wait_for("the first books_sync run to merge", lambda: commits(instance), timeout=300, poll=5)
+            delay.write_text(str(RUN_START_DELAY_SECONDS))
+            writer.start()
+            time.sleep(2 * INTERVAL_SECONDS)
+            victim, pid = running_sync(instance)
+            signalled = time.time()
+            killed = stop_as_ecs_does(pid)
+            ended = time.time()
+            successors_commits = lambda: [c for c in commits(instance) if c.run_id != victim.run_id and c.timestamp > signalled]  # noqa: E731
+            wait_for("the successor's first commit", successors_commits, timeout=300)
+            time.sleep(2 * INTERVAL_SECONDS)
+        finally:
+            stop_writing.set()
+            if writer.is_alive():
+                writer.join()
+
+        victim = instance.get_run_by_id(victim.run_id)
+        assert killed == 0 and victim.status == DagsterRunStatus.SUCCESS  # ended by itself, within the grace
+        assert INTERRUPTED_TAG in victim.tags
+        merged = commits(instance)
+        last = max(c.timestamp for c in merged if c.run_id == victim.run_id)
+        first = min((c for c in merged if c.run_id != victim.run_id and c.timestamp > signalled), key=lambda c: c.timestamp)
+        successor = instance.get_run_record_by_id(first.run_id)
+        assert successor.dagster_run.tags.get("dagster/sensor_name") == "sync_successor_on_interruption"
+        launched_after = successor.create_timestamp.timestamp() - signalled
+        print(
+            f"\nSuccessor launched {launched_after:.0f} s after the SIGTERM; the stopped run ended after {ended - signalled:.0f} s; "
+            f"commits {first.timestamp - last:.1f} s apart; run start delay {RUN_START_DELAY_SECONDS} s"
+        )
+        assert launched_after < 30  # at once (the sensor looks every 10 s), before the stopped run ended
+        assert successor.create_timestamp.timestamp() < ended
         assert overlaps(instance, writer_runs(instance, BOOKS_WRITER_POOL), f"{settings.namespace}.books") == []
 
         expected = dynamodb_items(settings, settings.dynamodb_tables["books"], "id")

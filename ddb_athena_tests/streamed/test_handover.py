@@ -1,11 +1,16 @@
 """The sync's handover from one run to the next (streamed/handover.py): what a running sync run decides at each cycle,
 from the runs in the instance, and the sync job doing it against the emulator."""
 
+import os
+import signal
+import threading
+import time
+
 import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, instance_for_test
 
 from ddb_athena.dev.simulate import BookSimulator
-from ddb_athena.streamed.handover import READY_TAG, SyncHandover, waiting_writers
+from ddb_athena.streamed.handover import INTERRUPTED_TAG, READY_TAG, SyncHandover, waiting_writers
 from ddb_athena_tests.books_and_orders import books_sync_job
 from ddb_athena_tests.dagster_helpers import add_run, local_resources, start
 
@@ -30,6 +35,19 @@ def test_past_its_time_a_sync_run_cycles_on_for_a_successor_on_its_way_and_hands
         assert successor.run_id in handover.end_reason(time_is_up=False)  # ready: it takes over, whatever the time
         # The successor does not take its predecessor, ready before it, for a successor of its own.
         assert SyncHandover(instance, instance.get_run_by_id(successor.run_id)).end_reason(time_is_up=False) is None
+
+
+def test_a_sigterm_while_the_run_is_not_canceling_is_ridden_out_and_tagged_for_its_successor():
+    """ECS stops a Spot task with SIGTERM; a Terminate is a SIGTERM too on ECS, after the run is marked canceling."""
+    with instance_for_test() as instance:
+        running = start(instance, add_run(instance))
+        handover = SyncHandover(instance, running)
+        assert not handover.rides_out(signal.SIGINT) and INTERRUPTED_TAG not in instance.get_run_by_id(running.run_id).tags
+        assert handover.rides_out(signal.SIGTERM) and INTERRUPTED_TAG in instance.get_run_by_id(running.run_id).tags
+        terminated = start(instance, add_run(instance))
+        instance.report_run_canceling(terminated)
+        assert not SyncHandover(instance, terminated).rides_out(signal.SIGTERM)
+        assert INTERRUPTED_TAG not in instance.get_run_by_id(terminated.run_id).tags
 
 
 def test_a_sync_run_gives_a_table_up_to_a_writer_of_its_pool_queued_or_running_and_to_nothing_else():
@@ -92,3 +110,30 @@ def test_a_sync_job_run_does_not_start_beside_a_books_writer_of_the_pool(spark, 
     # It leaves books to the bootstrap (it may sync the other streamed tables, whose writers are not waiting).
     assert f"Took the writer lease of {settings.namespace}.books" not in messages
     assert instance.fetch_materializations(AssetKey("books_iceberg"), limit=1).records == []
+
+
+def test_a_sync_job_run_rides_out_ecs_stopping_its_task_and_ends_by_itself_within_the_grace(spark, settings, instance, monkeypatch):
+    """SIGTERM with the run not canceling, as ECS stops a Spot task: the run tags itself, syncs on, and ends successfully
+    in time to give its leases up before the kill (here a 40-s stop timeout, 20 s of it left for the cycles)."""
+    monkeypatch.setattr("ddb_athena.streamed.jobs.STOP_TIMEOUT_SECONDS", 40)
+    simulator = BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"])
+    simulator.insert()
+    signalled = []
+
+    def stop_the_task_after_the_first_cycle():
+        while not instance.fetch_materializations(AssetKey("books_iceberg"), limit=1).records:
+            time.sleep(0.2)
+        signalled.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGTERM)
+        simulator.insert()  # a change after the signal, synced by the run it interrupted
+
+    threading.Thread(target=stop_the_task_after_the_first_cycle, daemon=True).start()
+    result = sync_job_run(instance, run_minutes=5)
+    ended = time.monotonic()
+    assert result.success and signalled
+    assert INTERRUPTED_TAG in instance.get_run_by_id(result.run_id).tags
+    assert ended - signalled[0] < 40 - 5  # done, leases given up, well before the kill
+    records = instance.fetch_materializations(AssetKey("books_iceberg"), limit=100).records
+    assert sum(record.asset_materialization.metadata["files_consumed"].value for record in records) >= 2  # the later change too
+    messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
+    assert any(message.startswith("SIGTERM with no Terminate") for message in messages)

@@ -87,3 +87,49 @@ def test_a_stop_signal_during_a_cycle_lets_it_finish_then_reaches_the_previous_h
 def test_nothing_is_delivered_without_a_stop():
     stop = StopRequest()
     assert run_cycles(lambda number: None, interval_seconds=10, run_seconds=0, stop=stop) == 1 and not stop.requested
+
+
+def test_a_signal_ridden_out_keeps_the_loop_cycling_and_its_last_cycle_ends_within_the_grace():
+    clock, starts, decided = FakeClock(), [], []
+
+    def rides_out(number):
+        decided.append(number)
+        return number == signal.SIGTERM
+
+    stop = StopRequest(rides_out, grace_seconds=100, clock=clock)
+
+    def cycle(number):
+        starts.append(clock.now)
+        if number == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # ECS stopping the task, 10 s into the run
+        clock.now += 5 if number != 3 else 12  # the longest cycle: 12 s
+
+    before = signal.getsignal(signal.SIGTERM)
+    ran = run_cycles(cycle, interval_seconds=10, run_seconds=3600, stop=stop, clock=clock, sleep=clock.sleep)
+    assert decided == [signal.SIGTERM] and stop.ridden_out_at == 10 and not stop.requested
+    # Cycles go on at the interval; none starts that a 12-s cycle could not end by 10 + 100 s.
+    assert starts == [0, 10, 20, 32, 42, 52, 62, 72, 82, 92] and ran == 10 and clock.now == 97
+    assert signal.getsignal(signal.SIGTERM) is before  # nothing delivered, handlers back
+
+
+def test_a_signal_not_ridden_out_and_a_second_one_during_the_grace_stop_the_loop_after_the_cycle():
+    received = []
+
+    def previous_handler(number, frame):
+        received.append(number)
+
+    for rides_out, second, cycles in ((lambda number: False, None, 1), (lambda number: True, 3, 3)):
+        clock, received[:] = FakeClock(), []
+        stop = StopRequest(rides_out, grace_seconds=100, clock=clock)
+
+        def cycle(number, clock=clock, second=second):
+            if number in (1, second):
+                os.kill(os.getpid(), signal.SIGTERM)
+            clock.now += 1
+
+        original = signal.signal(signal.SIGTERM, previous_handler)
+        try:
+            assert run_cycles(cycle, interval_seconds=10, run_seconds=3600, stop=stop, clock=clock, sleep=clock.sleep) == cycles
+        finally:
+            signal.signal(signal.SIGTERM, original)
+        assert received == [signal.SIGTERM]

@@ -1,12 +1,14 @@
 import time
 from datetime import UTC
 
-from dagster import DagsterRunStatus, RunRequest, SkipReason, build_schedule_context, instance_for_test
+from dagster import DagsterRunStatus, RunRequest, SkipReason, build_schedule_context, build_sensor_context, instance_for_test
 
 from ddb_athena.lib.declarations import declared_tables
 from ddb_athena.lib.resources import SyncSettings
 from ddb_athena.lib.resources import sync_settings as settings_from
 from ddb_athena.lib.settings import Settings
+from ddb_athena.streamed.handover import INTERRUPTED_TAG
+from ddb_athena.streamed.schedules import sync_run_tags, sync_successor_on_interruption
 from ddb_athena_tests.books_and_orders import books_every_minute
 from ddb_athena_tests.dagster_helpers import add_run, start
 
@@ -96,3 +98,20 @@ def test_schedule_hour_and_start_date_come_from_the_environment():
     for bad in ({"DDB_ATHENA_ORDERS_SCHEDULE_HOUR": "24"}, {"DDB_ATHENA_ORDERS_START_DATE": "31/01/2025"}):
         with pytest.raises(SettingsError):
             Settings.from_env(bad)
+
+
+def successor_tick(instance):
+    with build_sensor_context(instance=instance, resources={"sync": sync_settings()}) as context:
+        return sync_successor_on_interruption(context)
+
+
+def test_an_interrupted_sync_run_has_its_successor_launched_at_once_and_only_once():
+    with instance_for_test() as instance:
+        running = start(instance, add_run(instance, status=DagsterRunStatus.STARTED))
+        assert isinstance(successor_tick(instance), SkipReason)  # running, not interrupted: the schedule's business
+        instance.add_run_tags(running.run_id, {INTERRUPTED_TAG: "2026-11-28T10:00:00+00:00"})
+        request = successor_tick(instance)
+        assert isinstance(request, RunRequest) and request.run_key == f"successor-of-{running.run_id}"
+        assert request.tags == sync_run_tags(sync_settings())  # a sync run as the schedule launches them
+        add_run(instance)  # the successor, on its way
+        assert isinstance(successor_tick(instance), SkipReason)
