@@ -1,12 +1,14 @@
-"""The books sync's hourly handover as on ECS, where a run is a task that takes 30-90 s to start: the real stack, every
-run worker's start after the first delayed by 90 s (ddb_athena_bench/delayed_location.py), sync runs of one minute so that the test
-sees a handover, books written all along. The table's commits never pause for the delay: the next sync run starts and
-warms up while the running one cycles (streamed/handover.py)."""
+"""The books sync's handovers as on ECS, where a run is a task that takes 30-90 s to start: the real stack, every run
+worker's start after the first delayed by 90 s (ddb_athena_bench/delayed_location.py), books written all along. At the
+hourly handover (sync runs of one minute here) the table's commits never pause for the delay: the next sync run starts
+and warms up while the running one cycles (streamed/handover.py). ECS stopping the sync's task (a Spot interruption)
+costs a handover too, and loses nothing."""
 
 import os
 import random
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus
@@ -44,22 +46,19 @@ def started_late(instance: DagsterInstance, run_id: str) -> bool:
     return bool(record and record.start_time) and record.start_time - record.create_timestamp.timestamp() >= RUN_START_DELAY_SECONDS
 
 
-def test_with_runs_starting_90_s_late_the_sync_hands_over_without_a_pause_in_its_commits(settings, tmp_path):
-    dynamodb = settings.client("dynamodb")
-    books = BookSimulator(dynamodb, settings.dynamodb_tables["books"], rng=random.Random(5))
+@contextmanager
+def stack_with_late_runs(settings, tmp_path, seed: int, **variables: str):
+    """The real stack with the sync's interval at INTERVAL_SECONDS and `variables` set; once its first sync run merged,
+    every later run worker starts RUN_START_DELAY_SECONDS late, and books are written every second. Yields the instance;
+    at the end, library.books must hold DynamoDB's books."""
+    books = BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"], rng=random.Random(seed))
     for _ in range(10):
         books.insert()
     workspace = tmp_path / "workspace.yaml"
     workspace.write_text(f"load_from:\n  - python_module:\n      module_name: ddb_athena_bench.delayed_location\n      working_directory: {REPO}\n")
     delay = tmp_path / "run_start_delay"
     delay.write_text("0")  # the first sync run starts at once: the delay matters at the handovers
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(tmp_path),
-        DELAY_VARIABLE: str(delay),
-        "DDB_ATHENA_SYNC_RUN_MINUTES": "1",
-        "DDB_ATHENA_MERGE_INTERVAL_SECONDS": str(INTERVAL_SECONDS),
-    }
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path), DELAY_VARIABLE: str(delay), "DDB_ATHENA_MERGE_INTERVAL_SECONDS": str(INTERVAL_SECONDS), **variables}
     stop_writing = threading.Event()
 
     def write():
@@ -68,6 +67,26 @@ def test_with_runs_starting_90_s_late_the_sync_hands_over_without_a_pause_in_its
 
     writer = threading.Thread(target=write)
     with dagster_stack(tmp_path, free_port(), env, workspace=workspace), DagsterInstance.from_config(str(tmp_path)) as instance:
+        try:
+            wait_for("the first books_sync run to merge", lambda: commits(instance), timeout=300, poll=5)
+            delay.write_text(str(RUN_START_DELAY_SECONDS))
+            writer.start()
+            yield instance
+        finally:
+            stop_writing.set()
+            if writer.is_alive():
+                writer.join()
+        assert overlaps(instance, writer_runs(instance, BOOKS_WRITER_POOL), f"{settings.namespace}.books") == []
+        expected = dynamodb_items(settings, settings.dynamodb_tables["books"], "id")
+
+        def caught_up():
+            return {row["id"] for row in iceberg_rows(settings.warehouse, settings.namespace, "books")} == set(expected)
+
+        wait_for("library.books to catch up with DynamoDB", caught_up, timeout=120, poll=5)
+
+
+def test_with_runs_starting_90_s_late_the_sync_hands_over_without_a_pause_in_its_commits(settings, tmp_path):
+    with stack_with_late_runs(settings, tmp_path, seed=5, DDB_ATHENA_SYNC_RUN_MINUTES="1") as instance:
 
         def late_handovers() -> list[tuple]:
             """(last commit of a run, first commit of the next) where that next run started at least the delay late."""
@@ -75,17 +94,8 @@ def test_with_runs_starting_90_s_late_the_sync_hands_over_without_a_pause_in_its
             pairs = [(earlier, later) for earlier, later in zip(merged, merged[1:], strict=False) if later.run_id != earlier.run_id]
             return [(earlier, later) for earlier, later in pairs if started_late(instance, later.run_id)]
 
-        try:
-            wait_for("the first books_sync run to merge", lambda: commits(instance), timeout=300, poll=5)
-            delay.write_text(str(RUN_START_DELAY_SECONDS))
-            writer.start()
-            wait_for("a handover to a sync run that started late", late_handovers, timeout=420, poll=5)
-            time.sleep(2 * INTERVAL_SECONDS)
-        finally:
-            stop_writing.set()
-            if writer.is_alive():
-                writer.join()
-
+        wait_for("a handover to a sync run that started late", late_handovers, timeout=420, poll=5)
+        time.sleep(2 * INTERVAL_SECONDS)
         handovers = late_handovers()
         gaps = [later.timestamp - earlier.timestamp for earlier, later in handovers]
         print(f"\nCommits a handover apart (s): {', '.join(f'{gap:.1f}' for gap in gaps)}; run start delay {RUN_START_DELAY_SECONDS} s")
@@ -97,60 +107,28 @@ def test_with_runs_starting_90_s_late_the_sync_hands_over_without_a_pause_in_its
             predecessor = instance.get_run_by_id(earlier.run_id)
             assert predecessor.status == DagsterRunStatus.SUCCESS
             assert any("is ready and takes over" in (entry.user_message or "") for entry in instance.all_logs(predecessor.run_id))
-        assert overlaps(instance, writer_runs(instance, BOOKS_WRITER_POOL), f"{settings.namespace}.books") == []
-
-        expected = dynamodb_items(settings, settings.dynamodb_tables["books"], "id")
-
-        def caught_up():
-            return {row["id"] for row in iceberg_rows(settings.warehouse, settings.namespace, "books")} == set(expected)
-
-        wait_for("library.books to catch up with DynamoDB", caught_up, timeout=120, poll=5)
 
 
 def test_with_runs_starting_90_s_late_ecs_stopping_the_syncs_task_costs_a_handover_and_loses_nothing(settings, tmp_path):
     """A Fargate Spot interruption as ECS delivers it: SIGTERM to the run worker, SIGKILL 120 s later. The run syncs on,
     its successor is launched at once by the sensor (not at a minute tick, not after the run ended), and the run ends
     by itself before the kill, successfully; nothing is lost."""
-    dynamodb = settings.client("dynamodb")
-    books = BookSimulator(dynamodb, settings.dynamodb_tables["books"], rng=random.Random(7))
-    for _ in range(10):
-        books.insert()
-    workspace = tmp_path / "workspace.yaml"
-    workspace.write_text(f"load_from:\n  - python_module:\n      module_name: ddb_athena_bench.delayed_location\n      working_directory: {REPO}\n")
-    delay = tmp_path / "run_start_delay"
-    delay.write_text("0")
-    env = {**os.environ, "DAGSTER_HOME": str(tmp_path), DELAY_VARIABLE: str(delay), "DDB_ATHENA_MERGE_INTERVAL_SECONDS": str(INTERVAL_SECONDS)}
-    stop_writing = threading.Event()
+    with stack_with_late_runs(settings, tmp_path, seed=7) as instance:
+        time.sleep(2 * INTERVAL_SECONDS)
+        victim, pid = running_sync(instance)
+        signalled = time.time()
+        killed = stop_as_ecs_does(pid)
+        ended = time.time()
 
-    def write():
-        while not stop_writing.wait(1.0):
-            books.step()
+        def successors_commits():
+            return [commit for commit in commits(instance) if commit.run_id != victim.run_id and commit.timestamp > signalled]
 
-    writer = threading.Thread(target=write)
-    with dagster_stack(tmp_path, free_port(), env, workspace=workspace), DagsterInstance.from_config(str(tmp_path)) as instance:
-        try:
-            wait_for("the first books_sync run to merge", lambda: commits(instance), timeout=300, poll=5)
-            delay.write_text(str(RUN_START_DELAY_SECONDS))
-            writer.start()
-            time.sleep(2 * INTERVAL_SECONDS)
-            victim, pid = running_sync(instance)
-            signalled = time.time()
-            killed = stop_as_ecs_does(pid)
-            ended = time.time()
-            successors_commits = lambda: [c for c in commits(instance) if c.run_id != victim.run_id and c.timestamp > signalled]  # noqa: E731
-            wait_for("the successor's first commit", successors_commits, timeout=300)
-            time.sleep(2 * INTERVAL_SECONDS)
-        finally:
-            stop_writing.set()
-            if writer.is_alive():
-                writer.join()
-
+        first = wait_for("the successor's first commit", successors_commits, timeout=300)[0]
+        time.sleep(2 * INTERVAL_SECONDS)
         victim = instance.get_run_by_id(victim.run_id)
         assert killed == 0 and victim.status == DagsterRunStatus.SUCCESS  # ended by itself, within the grace
         assert INTERRUPTED_TAG in victim.tags
-        merged = commits(instance)
-        last = max(c.timestamp for c in merged if c.run_id == victim.run_id)
-        first = min((c for c in merged if c.run_id != victim.run_id and c.timestamp > signalled), key=lambda c: c.timestamp)
+        last = max(commit.timestamp for commit in commits(instance) if commit.run_id == victim.run_id)
         successor = instance.get_run_record_by_id(first.run_id)
         assert successor.dagster_run.tags.get("dagster/sensor_name") == "sync_successor_on_interruption"
         launched_after = successor.create_timestamp.timestamp() - signalled
@@ -160,11 +138,3 @@ def test_with_runs_starting_90_s_late_ecs_stopping_the_syncs_task_costs_a_handov
         )
         assert launched_after < 30  # at once (the sensor looks every 10 s), before the stopped run ended
         assert successor.create_timestamp.timestamp() < ended
-        assert overlaps(instance, writer_runs(instance, BOOKS_WRITER_POOL), f"{settings.namespace}.books") == []
-
-        expected = dynamodb_items(settings, settings.dynamodb_tables["books"], "id")
-
-        def caught_up():
-            return {row["id"] for row in iceberg_rows(settings.warehouse, settings.namespace, "books")} == set(expected)
-
-        wait_for("library.books to catch up with DynamoDB", caught_up, timeout=120, poll=5)
