@@ -10,9 +10,10 @@ from ddb_athena.streamed.capture.commit_manifests import delete_committed_files
 
 # One cleanup run per table at a time (dagster.yaml).
 CLEANUP_TAG = "ddb_athena/cleanup"
-# On ECS (deploy/dagster.yaml's EcsRunLauncher): a cleanup is boto3 deletes, no Spark, so it takes Fargate's smallest
-# task with room for the run worker's Python; every other run takes the instance's default, the sync's measured size.
-SMALL_TASK_TAGS = {"ecs/cpu": "256", "ecs/memory": "1024"}
+# On ECS (deploy/dagster.yaml's run launcher): a cleanup is boto3 deletes, no Spark, so it takes Fargate's smallest task,
+# a quarter vCPU and 0.5 GB (its process peaked at 147 MiB: `/usr/bin/time -v dagster job execute -j books_source_cleanup`,
+# the code location loaded as a run worker loads it); every other run takes the instance's default, the sync's size.
+SMALL_TASK_TAGS = {"ecs/cpu": "256", "ecs/memory": "512"}
 
 
 class CleanupConfig(Config):
