@@ -100,7 +100,7 @@ def run(minutes: float, interval: float) -> None:
             number += 1
             cycle_started = time.monotonic()
             syncer.cycle(f"cycle-{number}")
-            cycle_check_results(aws, spark, sync, number % TABLE_CHECKS_EVERY == 0, list_s3=number % TABLE_CHECKS_EVERY == 0)
+            cycle_check_results(aws, spark, sync, declared("books"), number % TABLE_CHECKS_EVERY == 0, list_s3=number % TABLE_CHECKS_EVERY == 0)
             if time.monotonic() - minute_at >= 60:
                 python, children, now = _cpu(me), _children_cpu(me, excluded), time.monotonic()
                 per_minute = 60 / (now - minute_at)
