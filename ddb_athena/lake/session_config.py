@@ -16,6 +16,10 @@ ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExt
 # every few seconds, and compiling it all took ~40% of a warm sync run's CPU (`bench-sync-cpu`: 11.5 -> 3.3
 # CPU-s a minute for the compiler threads, 28.9 -> 24.2 in all); hot loops still compile.
 LOCAL_JVM_OPTIONS = "-XX:+UseParallelGC -XX:CompileThresholdScaling=10"
+# A manifest unread this long leaves the cache (longer than the longest idle interval between cycles); the cache holds
+# at most this much of the JVM's heap.
+MANIFEST_CACHE_EXPIRY_MS = 10 * 60 * 1000
+MANIFEST_CACHE_BYTES = 32 * 1024 * 1024
 GENERATED_CLASSES_KEPT = 2000
 # Compiled from LocalWarehouseFileSystem.java by `ddb_athena_build.jars`.
 LOCAL_FILE_SYSTEM_CLASS = "ddb_athena.hadoop.LocalWarehouseFileSystem"
@@ -68,6 +72,12 @@ def iceberg_spark_config(options: SparkIcebergOptions) -> dict[str, str]:
         # fewer than one cycle's queries need, so it compiled ~8 of them again every cycle, and the JVM then
         # JIT-compiled the new classes (`bench-sync-cpu`).
         "spark.sql.codegen.cache.maxEntries": str(GENERATED_CLASSES_KEPT),
+        # Manifests never change once written, and each cycle plans its MERGE and its tombstone lookup over the same
+        # ones as the cycle before, plus a few new: Iceberg's manifest cache keeps them in the JVM instead of reading
+        # every one from S3 again each cycle (GET requests, docs/cost.md).
+        f"{prefix}.io.manifest.cache-enabled": "true",
+        f"{prefix}.io.manifest.cache.expiration-interval-ms": str(MANIFEST_CACHE_EXPIRY_MS),
+        f"{prefix}.io.manifest.cache.max-total-bytes": str(MANIFEST_CACHE_BYTES),
     }
     if options.master:
         config["spark.master"] = options.master
