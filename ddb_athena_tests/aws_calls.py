@@ -30,6 +30,8 @@ PLATFORM = "dagster_platform"
 ALERTS_DIR = PACKAGE_DIR / "alerts"
 # Sensors, evaluated by the daemon: the platform's role on ECS.
 SENSOR_CODE = (ALERTS_DIR, PACKAGE_DIR / "cleanup" / "sensors.py")
+# The instance's run launcher (deploy/dagster.yaml), in the platform's processes only (the daemon, the webserver).
+PLATFORM_CODE = (PACKAGE_DIR / "lib" / "ecs_launcher.py",)
 # dagster-aws's code that runs in the platform's processes: the run launcher (daemon, webserver) and the run log reader.
 PLATFORM_LIBRARY = (DAGSTER_AWS_DIR / "ecs", DAGSTER_AWS_DIR / "s3" / "compute_log_manager.py")
 LAMBDA_MODULE = PACKAGE_DIR / "streamed" / "capture" / "lambda_handler.py"
@@ -83,6 +85,8 @@ SUITE_CALLS_MARKER = "suite_calls"
 def _principals(package_frames: list[Path]) -> list[str]:
     if LAMBDA_MODULE in package_frames:
         return [CAPTURE_LAMBDA]
+    if any(frame in PLATFORM_CODE for frame in package_frames):
+        return [PLATFORM]
     if any(frame.is_relative_to(code) for frame in package_frames for code in SENSOR_CODE):
         return [PLATFORM, DAGSTER_RUNS]
     return [OPERATOR if package_frames[0] in OPERATOR_MODULES else DAGSTER_RUNS]
