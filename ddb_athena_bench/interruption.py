@@ -78,7 +78,8 @@ def run(rate: float, warmup_minutes: float, after_minutes: float, run_start_dela
             victim, pid = found
             stop.update(run_id=victim.run_id, at=time.time())
             print(f"stopping sync run {victim.run_id} as ECS does (SIGTERM, SIGKILL 120 s later) ...", flush=True)
-            stop["killed"] = stop_as_ecs_does(pid)
+            stopped = stop_as_ecs_does(pid)
+            stop["worker_ended"], stop["killed"] = stopped.worker_ended, len(stopped.killed)
             stop["ended"] = time.time()
 
         stopper = threading.Thread(target=interrupt)
@@ -105,7 +106,8 @@ def run(rate: float, warmup_minutes: float, after_minutes: float, run_start_dela
         with DagsterInstance.from_config(str(dagster_home)) as instance:
             if "run_id" not in stop:
                 raise RuntimeError(stop.get("error", "the sync was not stopped"))
-            victim = instance.get_run_by_id(stop["run_id"])
+            victim_record = instance.get_run_record_by_id(stop["run_id"])
+            victim = victim_record.dagster_run
             commits = _commits(instance, stop["at"] - 600)
             last = max((c.timestamp for c in commits if c.run_id == victim.run_id), default=None)
             successor_commits = [c for c in commits if c.run_id != victim.run_id and c.timestamp > stop["at"]]
@@ -130,7 +132,9 @@ def run(rate: float, warmup_minutes: float, after_minutes: float, run_start_dela
         "during_max": max(during) if during else None,
         "victim_status": victim.status.value,
         "killed": stop["killed"],
-        "victim_ended_after": stop["ended"] - stop["at"],
+        "victim_ended_after": victim_record.end_time - stop["at"] if victim_record.end_time else None,
+        "worker_ended_after": stop["ended"] - stop["at"],
+        "worker_ended": stop["worker_ended"],
         "gap": first.timestamp - last if first and last else None,
         "successor_launched_after": successor_record.create_timestamp.timestamp() - stop["at"] if successor_record else None,
         "successor_by": successor.tags.get("dagster/sensor_name") or successor.tags.get("dagster/schedule_name") if successor else None,
@@ -158,8 +162,9 @@ def report(result: dict) -> str:
             f"| freshness p95 / max of the {result['during']} markers from the SIGTERM to a minute after the successor's first commit | "
             f"{seconds(result['during_p95'])} / {seconds(result['during_max'])} |",
             f"| the successor launched after the SIGTERM (by) | {seconds(result['successor_launched_after'])} ({result['successor_by']}) |",
-            f"| the interrupted run ended after the SIGTERM, status | {seconds(result['victim_ended_after'])}, {result['victim_status']}, "
-            f"{result['killed']} processes killed at 120 s |",
+            f"| the interrupted run ended after the SIGTERM, status | {seconds(result['victim_ended_after'])}, {result['victim_status']} |",
+            f"| its worker (the task's command) ended after the SIGTERM | {seconds(result['worker_ended_after'])}"
+            f"{'' if result['worker_ended'] else ', killed at 120 s'}; {result['killed']} processes left at the task's end |",
             f"| last commit of the interrupted run to the first of its successor | {seconds(result['gap'])} |",
             f"| keys in DynamoDB missing from library.books / in library.books only, at the end | {result['keys_lost']} / {result['keys_left_behind']} |",
             "",

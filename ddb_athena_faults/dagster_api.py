@@ -110,22 +110,35 @@ def process_tree(pid: int) -> list[psutil.Process]:
         return []
 
 
-def stop_as_ecs_does(pid: int, grace_seconds: float = STOP_TIMEOUT_SECONDS) -> int:
+@dataclass(frozen=True)
+class EcsStop:
+    """What ECS stopping a task did: whether the task's command (the run worker) ended within the grace, and the
+    processes still running at its end, killed (the container's end takes every process in it: a JVM still shutting
+    down after the worker ended, for one)."""
+
+    worker_ended: bool
+    killed: tuple[str, ...]
+
+
+def stop_as_ecs_does(pid: int, grace_seconds: float = STOP_TIMEOUT_SECONDS) -> EcsStop:
     """ECS stopping a task (a Fargate Spot interruption): SIGTERM to the run worker, the task's command (tini passes it
-    to that process alone), then SIGKILL to whatever of its tree is left after the grace. Returns how many it killed."""
+    to that process alone), then SIGKILL to whatever of its tree is left after the grace."""
     tree = process_tree(pid)
     if not tree:
-        return 0
+        return EcsStop(worker_ended=True, killed=())
     with contextlib.suppress(psutil.NoSuchProcess):
         tree[0].send_signal(signal.SIGTERM)
     deadline = time.monotonic() + grace_seconds
     while process_alive(pid) and time.monotonic() < deadline:
         time.sleep(1)
-    left = [process for process in tree if process_alive(process.pid)]
-    for process in left:
+    worker_ended = not process_alive(pid)
+    killed = []
+    for process in tree:
         with contextlib.suppress(psutil.NoSuchProcess):
-            process.kill()
-    return len(left)
+            if process_alive(process.pid):
+                killed.append(f"{process.pid} {process.name()}")
+                process.kill()
+    return EcsStop(worker_ended, tuple(killed))
 
 
 def end_runs_whose_worker_died(instance: DagsterInstance) -> list[str]:

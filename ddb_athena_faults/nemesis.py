@@ -190,8 +190,10 @@ class Nemesis:
     def _sigterm(self, rng: random.Random):
         def act(record: FaultRecord) -> None:
             record.target, pid = self._sync_target()
-            killed = stop_as_ecs_does(pid)
-            record.detail = f"{killed} processes killed after the grace" if killed else "ended within the grace"
+            stopped = stop_as_ecs_does(pid)
+            record.detail = ("ended within the grace" if stopped.worker_ended else "the worker killed after the grace") + (
+                f"; killed at its end: {', '.join(stopped.killed)}" if stopped.killed else ""
+            )
 
         return act
 
