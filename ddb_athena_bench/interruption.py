@@ -23,7 +23,7 @@ import time
 from datetime import UTC, datetime
 
 from ddb_athena.lib.settings import Settings
-from ddb_athena_bench.freshness import OUT, Markers, _percentile, _table_dir, _visible_ids, local_stack
+from ddb_athena_bench.freshness import OUT, Markers, _percentile, _start, _stop, _table_dir, _visible_ids, local_stack
 from ddb_athena_bench.volume import _load_command
 from ddb_athena_faults.dagster_api import running_sync, stop_as_ecs_does
 
@@ -55,7 +55,7 @@ def run(rate: float, warmup_minutes: float, after_minutes: float, run_start_dela
     from dagster import DagsterInstance
 
     scratch = OUT / "interruption-stack"
-    with local_stack(scratch, rate=None, simulator=_load_command(rate, processes), run_start_delay=run_start_delay) as (env, running):
+    with local_stack(scratch, rate=None, run_start_delay=run_start_delay) as (env, running):
         settings = Settings.from_env(env)
         table_dir = _table_dir(scratch / "warehouse", settings.namespace)
         dagster_home = scratch / "dagster_home"
@@ -65,6 +65,9 @@ def run(rate: float, warmup_minutes: float, after_minutes: float, run_start_dela
             if time.monotonic() > deadline:
                 raise TimeoutError(f"library.books did not appear within 15 minutes; see {scratch / 'dagster.log'}")
             time.sleep(2)
+        # The load starts once the table exists: a bootstrap's scan of a table written at the full rate from the start
+        # measures the emulator, not the interruption.
+        running["load"] = load = _start(_load_command(rate, processes), env, scratch / "load.log")
         markers = Markers(settings.client("dynamodb"), settings.dynamodb_tables["books"])
         written_at: dict[str, float] = {}  # Unix time of each marker, to place it against the commits
         started, stop = time.monotonic(), {}
@@ -97,7 +100,7 @@ def run(rate: float, warmup_minutes: float, after_minutes: float, run_start_dela
             markers.look(lambda wanted: _visible_ids(table_dir, wanted))
             time.sleep(0.5)
         stopper.join()
-        running["simulator"].terminate()
+        _stop(load)
         # The load stopped: the sync merges what it wrote last within a few cycles.
         caught_up_by = time.monotonic() + 300
         while (keys := _keys(settings, table_dir))[0] != keys[1] and time.monotonic() < caught_up_by:
