@@ -25,11 +25,11 @@ class StopRequest:
     `rides_out(signal)` (called between cycles, never in the handler) says whether a held signal is ridden out
     instead: then the loop ends by `grace_seconds` after it (`last_start`), and the signal is not delivered."""
 
-    def __init__(self, rides_out: Callable[[int], bool] | None = None, grace_seconds: float = 0.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, rides_out: Callable[[int], bool] | None = None, grace_seconds: float = 0.0):
         self.signal: int | None = None
         self.received_at: float | None = None
         self.ending = False
-        self.rides_out, self.grace_seconds, self.clock = rides_out, grace_seconds, clock
+        self.rides_out, self.grace_seconds = rides_out, grace_seconds
         self.ridden_out_at: float | None = None
 
     @property
@@ -41,9 +41,9 @@ class StopRequest:
         self.ending = True
 
     @contextmanager
-    def held(self) -> Iterator[None]:
-        """Within the block, a stop signal is recorded instead of acted on (main thread only: elsewhere
-        Python cannot set handlers, and signals reach the main thread anyway)."""
+    def held(self, clock: Callable[[], float] = time.monotonic) -> Iterator[None]:
+        """Within the block, a stop signal is recorded instead of acted on, with when by `clock` (main thread only:
+        elsewhere Python cannot set handlers, and signals reach the main thread anyway)."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
@@ -51,7 +51,7 @@ class StopRequest:
 
         def record(number, _frame):
             if self.signal is None:
-                self.signal, self.received_at = number, self.clock()
+                self.signal, self.received_at = number, clock()
 
         for number in STOP_SIGNALS:
             signal.signal(number, record)
@@ -100,7 +100,7 @@ def run_cycles(
     if interval_seconds <= 0 or run_seconds < 0:
         raise ValueError(f"interval must be positive and run time not negative, got {interval_seconds} and {run_seconds}")
     longest_interval = max(interval_seconds, idle_interval_seconds or interval_seconds)
-    stop = stop or StopRequest(clock=clock)
+    stop = stop or StopRequest()
     deadline = clock() + run_seconds
     number, wait, longest_cycle = 0, interval_seconds, 0.0
 
@@ -108,7 +108,7 @@ def run_cycles(
         stop.settle()
         return stop.requested or next_start >= stop.last_start(deadline, longest_cycle)
 
-    with stop.held():
+    with stop.held(clock):
         while True:
             number += 1
             started = clock()

@@ -96,7 +96,7 @@ def test_a_signal_ridden_out_keeps_the_loop_cycling_and_its_last_cycle_ends_with
         decided.append(number)
         return number == signal.SIGTERM
 
-    stop = StopRequest(rides_out, grace_seconds=100, clock=clock)
+    stop = StopRequest(rides_out, grace_seconds=100)
 
     def cycle(number):
         starts.append(clock.now)
@@ -120,7 +120,7 @@ def test_a_signal_not_ridden_out_and_a_second_one_during_the_grace_stop_the_loop
 
     for rides_out, second, cycles in ((lambda number: False, None, 1), (lambda number: True, 3, 3)):
         clock, received[:] = FakeClock(), []
-        stop = StopRequest(rides_out, grace_seconds=100, clock=clock)
+        stop = StopRequest(rides_out, grace_seconds=100)
 
         def cycle(number, clock=clock, second=second):
             if number in (1, second):
