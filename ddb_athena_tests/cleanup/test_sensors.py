@@ -9,6 +9,7 @@ from dagster import build_sensor_context, instance_for_test
 from ddb_athena.cleanup import sensors
 from ddb_athena.cleanup.sensors import cleanup_after_materialization, unclaimed_manifests
 from ddb_athena.dev.simulate import BookSimulator
+from ddb_athena.lib.run_capacity import RUN_TASK_KWARGS_TAG, capacity_tags
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import list_change_files
 from ddb_athena.streamed.capture.commit_manifests import write_commit_manifest
@@ -53,6 +54,8 @@ def test_each_materialization_gets_one_cleanup_that_deletes_only_what_it_committ
         second["commit_manifest"],
     ]
     assert request.tags["ddb_athena/cleanup"] == "books_iceberg"
+    # On ECS in the deployment's capacity (Spot by default), as the sync's runs are.
+    assert request.tags[RUN_TASK_KWARGS_TAG] == capacity_tags("FARGATE_SPOT")[RUN_TASK_KWARGS_TAG]
     assert evaluate(instance, cursor)[0] == []  # evaluated again: nothing new, nothing twice
 
     assert books_source_cleanup.execute_in_process(run_config=request.run_config, resources=local_resources()).success
