@@ -5,18 +5,23 @@ held until the cycle has finished, then delivered again with the previous handle
 whatever the process does on that signal (Dagster: end the run as canceled) happens between cycles.
 
 A signal the loop's owner chooses to ride out (`rides_out`: ECS stopping a Fargate Spot task, SIGTERM then SIGKILL
-a grace later) stops nothing at once: the loop goes on, and its last cycle is the last that ends `grace_seconds`
-after the signal. No Dagster here.
+a grace later) stops nothing at once: the loop goes on, each cycle that found work followed at once by the next (the
+successor, starting meanwhile, takes over from the freshest commit), and its last cycle is the last that ends
+`grace_seconds` after the signal. No Dagster here.
 """
 
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _WAIT_STEP_SECONDS = 0.2
+# The cycles whose longest bounds the last start within a grace: the recent ones, not a run's first (a bootstrap, a
+# catch-up), which would end a ride-out a minute early.
+RECENT_CYCLES = 5
 
 
 class StopRequest:
@@ -68,7 +73,7 @@ class StopRequest:
 
     def last_start(self, deadline: float, longest_cycle: float) -> float:
         """The latest start of a cycle: before the run's deadline, and, with a signal ridden out, early enough for a
-        cycle as long as the longest so far to end within its grace."""
+        cycle as long as `longest_cycle` to end within its grace."""
         if self.ridden_out_at is None:
             return deadline
         return min(deadline, self.ridden_out_at + self.grace_seconds - longest_cycle)
@@ -102,25 +107,29 @@ def run_cycles(
     longest_interval = max(interval_seconds, idle_interval_seconds or interval_seconds)
     stop = stop or StopRequest()
     deadline = clock() + run_seconds
-    number, wait, longest_cycle = 0, interval_seconds, 0.0
-
-    def ends(next_start: float) -> bool:
-        stop.settle()
-        return stop.requested or next_start >= stop.last_start(deadline, longest_cycle)
+    number, wait, recent = 0, interval_seconds, deque(maxlen=RECENT_CYCLES)
 
     with stop.held(clock):
         while True:
             number += 1
             started = clock()
             busy = cycle(number)
-            longest_cycle = max(longest_cycle, clock() - started)
+            recent.append(clock() - started)
             wait = interval_seconds if busy else min(longest_interval, wait * 2)
-            next_start = max(started + wait, clock())
-            if ends(next_start):
-                break
-            while not ends(next_start) and clock() < next_start:
-                sleep(min(_WAIT_STEP_SECONDS, max(0.0, next_start - clock())))
-            if ends(next_start):
+            if not _wait_for_next(stop, clock, sleep, lambda: max(started + wait, clock()), busy, deadline, max(recent)):
                 break
     stop.deliver()
     return number
+
+
+def _wait_for_next(stop: StopRequest, clock, sleep, at_interval: Callable[[], float], busy: bool, deadline: float, longest_cycle: float) -> bool:
+    """Waits for the next cycle's start; False when the loop ends instead."""
+    while True:
+        stop.settle()
+        # Riding a stop out, a cycle that found work is followed at once: the run's last commit comes as late as it can.
+        next_start = clock() if stop.ridden_out_at is not None and busy else at_interval()
+        if stop.requested or next_start >= stop.last_start(deadline, longest_cycle):
+            return False
+        if clock() >= next_start:
+            return True
+        sleep(min(_WAIT_STEP_SECONDS, next_start - clock()))

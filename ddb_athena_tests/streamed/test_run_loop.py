@@ -89,7 +89,7 @@ def test_nothing_is_delivered_without_a_stop():
     assert run_cycles(lambda number: None, interval_seconds=10, run_seconds=0, stop=stop) == 1 and not stop.requested
 
 
-def test_a_signal_ridden_out_keeps_the_loop_cycling_and_its_last_cycle_ends_within_the_grace():
+def test_a_signal_ridden_out_keeps_the_loop_cycling_back_to_back_and_its_last_cycle_ends_within_the_grace():
     clock, starts, decided = FakeClock(), [], []
 
     def rides_out(number):
@@ -103,12 +103,16 @@ def test_a_signal_ridden_out_keeps_the_loop_cycling_and_its_last_cycle_ends_with
         if number == 2:
             os.kill(os.getpid(), signal.SIGTERM)  # ECS stopping the task, 10 s into the run
         clock.now += 5 if number != 3 else 12  # the longest cycle: 12 s
+        return number != 6  # the sixth finds nothing to merge
 
     before = signal.getsignal(signal.SIGTERM)
     ran = run_cycles(cycle, interval_seconds=10, run_seconds=3600, stop=stop, clock=clock, sleep=clock.sleep)
     assert decided == [signal.SIGTERM] and stop.ridden_out_at == 10 and not stop.requested
-    # Cycles go on at the interval; none starts that a 12-s cycle could not end by 10 + 100 s.
-    assert starts == [0, 10, 20, 32, 42, 52, 62, 72, 82, 92] and ran == 10 and clock.now == 97
+    # From the signal on, a cycle that found work is followed at once (an idle one waits the interval); none starts
+    # that a cycle as long as the longest of the last five could not end by 10 + 100 s (the 12-s one bounds the
+    # starts until four cycles have followed it).
+    assert starts == [0, 10, 15, 27, 32, 37, 47, 52, 57, 62, 67, 72, 77, 82, 87, 92, 97, 102] and ran == 18
+    assert clock.now == 107 <= 10 + 100
     assert signal.getsignal(signal.SIGTERM) is before  # nothing delivered, handlers back
 
 
