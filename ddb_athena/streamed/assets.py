@@ -237,10 +237,11 @@ class TableInRun:
         self._writer: WriterBranch | None = None
         self._cycle_started: float | None = None
 
-    def due(self, run_interval: float) -> bool:
+    def due(self, run_interval: float, at_once: bool = False) -> bool:
         """Whether the table's own interval has gone by since its last cycle, to within half the run's interval (the
-        run cycles at its shortest table interval: a table of a longer one sits out the cycles in between)."""
-        return self._cycle_started is None or time.monotonic() - self._cycle_started >= self.interval - run_interval / 2
+        run cycles at its shortest table interval: a table of a longer one sits out the cycles in between); every
+        cycle `at_once` (a run riding out ECS's stop: its last commits as late as they can be)."""
+        return at_once or self._cycle_started is None or time.monotonic() - self._cycle_started >= self.interval - run_interval / 2
 
     @property
     def held(self) -> bool:
@@ -361,7 +362,7 @@ def sync_cycles(
         for table in in_run:
             writer = waiting.get(table.table.writer_pool)
             # A table another writer waits for is not taken again; one held is given up after its cycle.
-            if (writer is None or table.held) and table.due(interval):
+            if (writer is None or table.held) and table.due(interval, at_once=stop.riding_out):
                 busy |= cycle_table(table, number)
             if writer is not None and table.held:
                 table.give_up(f"run {writer.run_id} ({writer.job_name}) waits to write it")

@@ -41,6 +41,11 @@ class StopRequest:
     def requested(self) -> bool:
         return self.signal is not None or self.ending
 
+    @property
+    def riding_out(self) -> bool:
+        """A stop signal is being ridden out: the loop ends within its grace."""
+        return self.ridden_out_at is not None
+
     def end_after_cycle(self) -> None:
         """The loop ends after the running cycle, as at its deadline (no signal is delivered)."""
         self.ending = True
@@ -116,18 +121,19 @@ def run_cycles(
             busy = cycle(number)
             recent.append(clock() - started)
             wait = interval_seconds if busy else min(longest_interval, wait * 2)
-            if not _wait_for_next(stop, clock, sleep, lambda: max(started + wait, clock()), busy, deadline, max(recent)):
+            if not _wait_for_next(stop, clock, sleep, started + wait, busy, deadline, max(recent)):
                 break
     stop.deliver()
     return number
 
 
-def _wait_for_next(stop: StopRequest, clock, sleep, at_interval: Callable[[], float], busy: bool, deadline: float, longest_cycle: float) -> bool:
-    """Waits for the next cycle's start; False when the loop ends instead."""
+def _wait_for_next(stop: StopRequest, clock, sleep, at_interval: float, busy: bool, deadline: float, longest_cycle: float) -> bool:
+    """Waits for the next cycle's start (`at_interval`, or at once riding a stop out after a cycle that found work); False
+    when the loop ends instead."""
     while True:
         stop.settle()
         # Riding a stop out, a cycle that found work is followed at once: the run's last commit comes as late as it can.
-        next_start = clock() if stop.ridden_out_at is not None and busy else at_interval()
+        next_start = clock() if stop.riding_out and busy else max(at_interval, clock())
         if stop.requested or next_start >= stop.last_start(deadline, longest_cycle):
             return False
         if clock() >= next_start:
