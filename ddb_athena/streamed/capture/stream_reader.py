@@ -35,6 +35,11 @@ BOOTSTRAP_HINT = (
 
 # Empty pages in a row after which an open shard counts as caught up (each is one GetRecords request).
 EMPTY_PAGES_CAUGHT_UP = 3
+# A record stamped at least this long after a capture began was written after it (DynamoDB rounds a record's
+# ApproximateCreationDateTime down to the second): a shard read to such a record is read to where the stream ended
+# when the capture began. A shard written to all the time never reads empty; without this the capture would chase
+# its tail until its time bound (the cycle's interval) and the cycle would merge that much later.
+WRITTEN_AFTER_START = timedelta(seconds=1)
 # The stream trims only records older than 24 hours: a shard seen empty less than this long ago cannot have lost a
 # record written since. An hour short of the retention, for clocks that disagree.
 TRIM_SAFE_AGE = timedelta(hours=23)
@@ -163,6 +168,7 @@ class StreamCapture:
         self._on_page = on_page
         self._deadline = float("inf")
         self._bounded = True
+        self._written_after: datetime | None = None
         # The shard at which the last capture reached its bound: the next one starts after it, so that a busy shard
         # never starves the others (which the trim would then take).
         self._stopped_at: str | None = None
@@ -220,6 +226,7 @@ class StreamCapture:
         result = CaptureResult(stream_arn=stream_arn)
         self._bounded = bounded
         self._deadline = self._clock() + self._max_seconds if self._max_seconds is not None else float("inf")
+        self._written_after = datetime.now(UTC) + WRITTEN_AFTER_START
         listed = {shard["ShardId"] for shard in shards}
         stopped_at, self._stopped_at = self._stopped_at, None
         for shard in _starting_after(shards, stopped_at):
@@ -290,7 +297,7 @@ class StreamCapture:
         iterator: str | None = self._iterator(checkpoint)
         pending: list[ChangeRecord] = []
         last_read = checkpoint.sequence_number
-        empty_pages = 0
+        empty_pages, reached_the_start = 0, False
         result.shards_read += 1
         while iterator is not None and not self._bound_reached(result.records + len(pending)):
             try:
@@ -315,9 +322,10 @@ class StreamCapture:
                 checkpoint = self._flush(checkpoint, pending, result, finished=False)
                 pending = []
             empty_pages = 0 if records else empty_pages + 1
-            if not closed and empty_pages >= EMPTY_PAGES_CAUGHT_UP:
-                break  # caught up with an open shard
-        read_to_present_end = iterator is None or (not closed and empty_pages >= EMPTY_PAGES_CAUGHT_UP)
+            reached_the_start = bool(records) and self._written_after is not None and _created_at(records[-1]) >= self._written_after
+            if not closed and (empty_pages >= EMPTY_PAGES_CAUGHT_UP or reached_the_start):
+                break  # caught up with an open shard (what was written since waits for the next capture)
+        read_to_present_end = iterator is None or (not closed and (empty_pages >= EMPTY_PAGES_CAUGHT_UP or reached_the_start))
         if not read_to_present_end:
             result.caught_up = False  # stopped at a bound with the shard not read to its end
         if unread_since and read_to_present_end:
@@ -390,3 +398,9 @@ def _fail_unless_first_of_shard(checkpoint: ShardCheckpoint, shard: dict, oldest
             f"and its oldest record now ({oldest}) is not its first ({first_of_shard}): records written to it since may have been "
             f"trimmed before they were captured. {BOOTSTRAP_HINT}"
         )
+
+
+def _created_at(record: dict) -> datetime:
+    """A stream record's ApproximateCreationDateTime (boto3 gives a datetime; a Lambda event, epoch seconds)."""
+    value = record["dynamodb"]["ApproximateCreationDateTime"]
+    return value.astimezone(UTC) if isinstance(value, datetime) else datetime.fromtimestamp(float(value), tz=UTC)

@@ -11,11 +11,11 @@ def client_error(code: str, operation: str) -> ClientError:
     return ClientError({"Error": {"Code": code, "Message": f"fake {code}"}}, operation)
 
 
-def stream_record(sequence: int, book_id: str, event: str = "MODIFY", name: str = "n") -> dict:
+def stream_record(sequence: int, book_id: str, event: str = "MODIFY", name: str = "n", created: datetime = datetime(2026, 11, 22, tzinfo=UTC)) -> dict:
     change = {
         "Keys": {"id": {"S": book_id}},
         "SequenceNumber": str(sequence),
-        "ApproximateCreationDateTime": datetime(2026, 11, 22, tzinfo=UTC),
+        "ApproximateCreationDateTime": created,
         "StreamViewType": "NEW_AND_OLD_IMAGES",
     }
     if event != "REMOVE":

@@ -1,5 +1,5 @@
 import json
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -270,6 +270,22 @@ def test_behind_a_slow_stream_each_capture_ends_after_its_time_and_the_next_goes
     assert captures[-1].caught_up and len(captures) >= 3  # two behind, then caught up
     # Nothing lost, nothing twice, in stream order.
     assert captured_sequences(settings.client("s3"), layout) == [str(s) for s in range(1, 41)]
+
+
+def test_a_shard_written_to_all_the_time_is_read_to_where_it_ended_when_the_capture_began(settings, layout):
+    """It never reads empty: the capture stops at the first page holding a record written after it began (a second
+    after, as DynamoDB stamps records to the second), instead of chasing the shard's tail until its time bound."""
+    before = [stream_record(s, f"k{s}") for s in range(1, 7)]
+    written_since = [stream_record(s, f"k{s}", created=datetime.now(UTC) + timedelta(minutes=5)) for s in range(7, 27)]
+    streams = FakeStreams([FakeShard("shard-0", before + written_since, closed=False)], page_size=2)
+    capture = fake_capture(settings, layout, streams)
+    first = capture.capture()
+    # Three pages from before the start, and the page that reached past it: caught up, the rest for the next capture.
+    assert first.caught_up and first.records == 8
+    assert len(streams.calls) == 4
+    while capture.capture().records:
+        pass
+    assert captured_sequences(settings.client("s3"), layout) == [str(s) for s in range(1, 27)]  # nothing lost or twice
 
 
 # --- a shard read while empty, and the 24-hour trim ------------------------------------------------
