@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import jinja2
+import yaml
 
 from ddb_athena.lib.declarations import TableDeclaration, declared_tables
 
@@ -17,6 +18,15 @@ SOURCE_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = SOURCE_ROOT / "deploy"
 RENDERED = SOURCE_ROOT / "build" / "deploy"
 TEMPLATE_NAMES = ("ddb_athena.yaml", "dagster_ecs.yaml")
+# The instance of a deployment on ECS (the image's dagster.yaml).
+INSTANCE = TEMPLATES / "dagster.yaml"
+# How long the deployment keeps the logs of its tasks: the containers' in CloudWatch, the runs' compute logs in the bucket.
+LOG_RETENTION_DAYS = 30
+
+
+def deployed_instance() -> dict:
+    """deploy/dagster.yaml, as the webserver, the daemon and every run read it."""
+    return yaml.safe_load(INSTANCE.read_text())
 
 
 def camel(name: str) -> str:
@@ -40,6 +50,8 @@ def render(name: str, tables: Iterable[TableDeclaration] | None = None) -> str:
         exported=[table for table in tables if table.kind == "exported"],
         # Tables whose DynamoDB name the deployment chooses (a parameter, passed to every task as the variable).
         named_by_variable=[table for table in tables if table.dynamodb_table_variable],
+        compute_log_prefix=deployed_instance()["compute_logs"]["config"]["prefix"],
+        log_retention_days=LOG_RETENTION_DAYS,
     )
 
 

@@ -12,7 +12,7 @@ from cfnlint.api import ManualArgs, lint_file
 from ddb_athena.lib.declarations import declared_tables, parse_declarations
 from ddb_athena.lib.settings import Settings
 from ddb_athena_build.packaging import CAPTURE_LAMBDA, build_zip
-from ddb_athena_build.templates import camel
+from ddb_athena_build.templates import LOG_RETENTION_DAYS, camel, deployed_instance
 from ddb_athena_tests.deploy.policies import TEMPLATE, as_list, load_template, rendered, table_parameters
 from ddb_athena_tests.deploy.policies import load_template as template
 
@@ -62,10 +62,15 @@ def test_no_lifecycle_rule_can_delete_a_warehouse_file():
     # The check itself: a bucket-wide expiry, or one on the warehouse, is caught.
     assert rules_deleting_under("warehouse/", [{"Id": "all", "Prefix": "", "ExpirationInDays": 30}]) == ["all"]
     assert rules_deleting_under("warehouse/", [{"Id": "wh", "Filter": {"Prefix": "warehouse/data/"}, "Transitions": []}]) == ["wh"]
-    # The sources' leftovers do expire.
+    # The sources' leftovers do expire, and so do the runs' compute logs (deploy/dagster.yaml's prefix), after as long as
+    # the containers' logs are kept in CloudWatch.
     expiring = {f"{t.source_prefix}/quarantine/" if t.kind == "streamed" else f"{t.source_prefix}/" for t in declared_tables().values()}
-    assert {rule["Prefix"] for rule in rules if "ExpirationInDays" in rule} == expiring
+    compute_logs = deployed_instance()["compute_logs"]["config"]["prefix"] + "/"
+    assert {rule["Prefix"] for rule in rules if "ExpirationInDays" in rule} == expiring | {compute_logs}
     assert {"books_source/quarantine/", "orders_export/"} <= expiring
+    (rule,) = [rule for rule in rules if rule["Prefix"] == compute_logs]
+    platform_logs = load_template(rendered("dagster_ecs.yaml"))["Resources"]["LogGroup"]["Properties"]["RetentionInDays"]
+    assert rule["ExpirationInDays"] == platform_logs == LOG_RETENTION_DAYS
 
 
 def test_the_bucket_is_encrypted_private_and_tls_only():
