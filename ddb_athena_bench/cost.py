@@ -37,7 +37,7 @@ from ddb_athena.lib.writer_lease import WriterLease
 from ddb_athena_bench import bill as billing
 from ddb_athena_bench.counting_emulator import PROBE_ACCESS_KEY
 from ddb_athena_bench.freshness import OUT, request_counts
-from ddb_athena_bench.prices import FIREHOSE_QUOTE_USD_A_MONTH, FREE_ALLOWANCES, PRICES
+from ddb_athena_bench.prices import FREE_TIERS, PRICES, SPOT_SHARE_WORSE
 from ddb_athena_bench.sync_capacity import CapacityStack, MemoryClients, TableBeside, capacity_stack, drained_and_compared, measure, small_tables
 from ddb_athena_bench.task_limits import TaskLimits
 from ddb_athena_bench.volume import _books_table
@@ -227,7 +227,7 @@ def report(cells: list[dict]) -> str:
     lines = [
         "| writes/s | interval s | p95 freshness s (max) | cycles behind | CPU-s a minute (throttled s) | peak PSS MiB, JVM and workers | task "
         "| S3 PUT / GET a cycle "
-        "| USD a month: on demand x86 / Graviton / Spot Graviton | target | measured |",
+        f"| USD a month: on demand x86 / Graviton / Spot Graviton / Spot at a {SPOT_SHARE_WORSE:g} share | targets | measured |",
         "| ---: | ---: | --- | ---: | ---: | ---: | --- | --- | --- | --- | --- |",
     ]
     for cell in cells:
@@ -240,27 +240,28 @@ def report(cells: list[dict]) -> str:
             f"| {cell['rate']:g} | {cell['interval_seconds']:g} | {fresh['p95']:.1f} ({fresh['max']:.1f}) | {cell['cycles_behind']} of {cell['cycles']} "
             f"| {cpu['python'] + cpu['jvm_and_workers']:.1f} ({cell['cpu_throttled_seconds']:.0f}) | {cell['peak_pss_mib']['jvm_and_workers']:,.0f} "
             f"| {result.task.label} | {put:.1f} / {get:.1f} "
-            f"| {' / '.join(f'{usd:.2f}' for usd in totals)} | {billing.within_target(totals[1], fresh['p95'])} "
+            f"| {' / '.join(f'{usd:.2f}' for usd in totals)} | {billing.against_targets(result, fresh['p95'])} "
             f"| {cell['minutes']:.0f} min, {cell['measured_at'][:10]}, code {cell.get('code', 'unrecorded')}{'; ' + cell['note'] if cell.get('note') else ''} |"
         )
     return "\n".join(lines)
 
 
 def floors(cells: list[dict]) -> str:
-    """Each cell's bill beside its floor (bill.FLOOR_LINES and the task), on demand on Graviton, against the target its
-    p95 is within."""
+    """Each cell's bill beside its floor (bill.FLOOR_LINES and the task), on Spot and on demand on Graviton, and the
+    targets its p95 is within, were the bill its floor."""
     lines = [
-        "| writes/s | interval s | task | p95 s | USD a month, on demand, Graviton | of which the floor | the target within reach of its p95 |",
+        "| writes/s | interval s | task | p95 s | USD a month, Spot / on demand, Graviton | of which the floor | the targets, were the bill its floor |",
         "| ---: | ---: | --- | ---: | ---: | ---: | --- |",
     ]
+    options = (billing.SPOT, "on demand, Graviton")
     for cell in cells:
         result = cell_bill(cell)
-        option = "on demand, Graviton"
         p95 = cell["freshness_seconds"]["p95"]
-        target = f"{FIREHOSE_QUOTE_USD_A_MONTH} USD (p95 <= 30 s)" if p95 <= 30 else "20 USD (p95 <= 120 s)" if p95 <= 120 else "none"
         lines.append(
-            f"| {cell['rate']:g} | {cell['interval_seconds']:g} | {result.task.label} | {p95:.1f} | {result.total(option):.2f} "
-            f"| {billing.floor_usd(result, option):.2f} | {target} |"
+            f"| {cell['rate']:g} | {cell['interval_seconds']:g} | {result.task.label} | {p95:.1f} "
+            f"| {' / '.join(f'{result.total(option):.2f}' for option in options)} "
+            f"| {' / '.join(f'{billing.floor_usd(result, option):.2f}' for option in options)} "
+            f"| {billing.against_targets(result, p95, billing.floor_usd)} |"
         )
     return "\n".join(lines)
 
@@ -300,23 +301,48 @@ def _requests_a_cycle(cell: dict) -> tuple[float, float]:
 def line_items(cell: dict) -> str:
     result = cell_bill(cell)
     lambda_bill = cell_bill(cell, capture="lambda")
-    rows = ["| line | USD a month | made of |", "| --- | ---: | --- |"]
+    rows = ["| line | USD a month | of which an always-free allowance would cover | made of |", "| --- | ---: | ---: | --- |"]
     handovers = f"730 hours, and {billing.HANDOVER_OVERLAP_SECONDS:.0f} s an hour beside the next run's task at the handover"
-    rows += [f"| task {result.task.label}, {option} | {usd:.2f} | {handovers} |" for option, usd in result.task_options.items()]
-    rows += [f"| {name} | {usd:.2f} | {how} |" for name, usd, how in result.lines]
-    rows.append(f"| **all but the task** | **{result.without_task:.2f}** | |")
-    lambda_how = "the Lambda's invocations and files; no Streams reads, no checkpoints"
-    rows.append(f"| with the capture Lambda instead, all but the task | {lambda_bill.without_task:.2f} | {lambda_how} |")
+    rows += [f"| task {result.task.label}, {option} | {usd:.2f} | | {handovers} |" for option, usd in result.task_options.items()]
+    rows += _lines_rows(result.lines)
+    rows.append(f"| **all but the task** | **{result.without_task:.2f}** | {sum(billing.free_column(result.lines)):.2f} | |")
+    lambda_how = "the Lambda's invocations and files, the cleanup runs' tasks; no Streams reads, no checkpoints"
+    lambda_free = sum(billing.free_column(lambda_bill.lines))
+    rows.append(f"| with the capture Lambda instead, all but the task | {lambda_bill.without_task:.2f} | {lambda_free:.2f} | {lambda_how} |")
     differs = ", ".join(f"{line} {count:,.0f}" for line, count in sorted(result.not_on_aws.items()))
-    rows.append(f"| requests made here and not on AWS, a month (not billed) | | {differs or 'none'} |")
+    rows.append(f"| requests made here and not on AWS, a month (not billed) | | | {differs or 'none'} |")
     return "\n".join(rows)
+
+
+def _lines_rows(lines: list[billing.Line]) -> list[str]:
+    return [
+        f"| {line.name} | {line.usd:.2f} | {f'{free:.2f}' if free else ''} | {line.how} |" for line, free in zip(lines, billing.free_column(lines), strict=True)
+    ]
 
 
 def _platform_table() -> str:
     lines = billing.platform_bill()
+    rows = ["| line | USD a month | of which an always-free allowance would cover | made of |", "| --- | ---: | ---: | --- |", *_lines_rows(lines)]
+    rows.append(f"| **platform** | **{sum(line.usd for line in lines):.2f}** | {sum(billing.free_column(lines)):.2f} | |")
+    return "\n".join(rows)
+
+
+def everything(cell: dict) -> str:
+    """The deployment's whole bill on its defaults: books' line (the cell) and the platform, on Spot, at a worse
+    share, on demand."""
+    result, platform = cell_bill(cell), sum(line.usd for line in billing.platform_bill())
+    rows = ["| the sync's task on | books' line | the platform | **the deployment** |", "| --- | ---: | ---: | ---: |"]
+    for option in (billing.SPOT, billing.SPOT_WORSE, "on demand, Graviton"):
+        rows.append(f"| {option} | {result.total(option):.2f} | {platform:.2f} | **{result.total(option) + platform:.2f}** |")
+    return "\n".join(rows)
+
+
+def _network_table(cell: dict) -> str:
+    hours = billing.HOURS_A_MONTH * (1 + billing.HANDOVER_OVERLAP_SECONDS / 3600)
+    lines = billing.nat_alternative(cell, hours)
     rows = ["| line | USD a month | made of |", "| --- | ---: | --- |"]
-    rows += [f"| {name} | {usd:.2f} | {how} |" for name, usd, how in lines]
-    rows.append(f"| **platform** | **{sum(usd for _, usd, _ in lines):.2f}** | |")
+    rows += [f"| {line.name} | {line.usd:.2f} | {line.how} |" for line in lines]
+    rows.append(f"| **private subnets instead: the difference** | **{sum(line.usd for line in lines):+.2f}** | |")
     return "\n".join(rows)
 
 
@@ -346,8 +372,9 @@ def docs(cells: list[dict]) -> str:
             report(by_rate),
             "",
             "Task: the size the cell ran within (a CPU quota and a memory limit, as ECS sets them; the JVM and Spark's workers "
-            "within the task's memory less 0.5 GB for the run worker's Python). Target: books' own line on Graviton on demand against "
-            f"{FIREHOSE_QUOTE_USD_A_MONTH} USD at p95 <= 30 s and 20 USD at p95 <= 120 s.",
+            "within the task's memory less 0.5 GB for the run worker's Python). Spot: the deployment's default capacity, at the "
+            f"share in the price table and at {SPOT_SHARE_WORSE:g}. Targets, the project's goals for books' own line on Graviton (the "
+            "requirement asks for a minute or two): " + "; ".join(target.label for target in billing.TARGETS) + ".",
             "",
             "## The floor: what no tuning of upkeep, checks or the lease goes under",
             "",
@@ -381,6 +408,26 @@ def docs(cells: list[dict]) -> str:
             "",
             _platform_table(),
             "",
+            "## Everything the deployment runs",
+            "",
+            everything(detailed),
+            "",
+            "Books' line is the cell above (each table declared beside it adds its marginal line). What the schedules and "
+            "sensors start, and where its tasks are priced (freshness checks and alerts are the daemon's sensors: no run, no task):",
+            "",
+            "| runs of | priced |",
+            "| --- | --- |",
+            *(f"| `*{ending}` | {line} |" for ending, line in billing.PRICED_RUNS.items()),
+            "",
+            "## The network: public subnets, or a NAT gateway",
+            "",
+            "The template deploys every task in public subnets with an address of its own (`AssignPublicIp=ENABLED`, the "
+            "runbook's shape: priced above). Private subnets need a NAT gateway for what has no gateway endpoint (DynamoDB "
+            "Streams, Glue, ECR's API, CloudWatch); the S3 and DynamoDB gateway endpoints, which the template creates, keep "
+            "the commits and the scans off it:",
+            "",
+            _network_table(detailed),
+            "",
             "Orders (the daily export and its load) and the alternatives (Firehose, Glue zero-ETL, Athena's own MERGE): "
             "[cost-orders-and-alternatives.md](cost-orders-and-alternatives.md).",
             "",
@@ -388,7 +435,9 @@ def docs(cells: list[dict]) -> str:
             "",
             _price_table(),
             "",
-            "Free allowances not applied: " + "; ".join(FREE_ALLOWANCES) + ".",
+            "Always-free allowances, a month and an account (shown in their column, never taken off a total): "
+            + "; ".join(description for _, description in FREE_TIERS.values())
+            + ".",
             "",
         ]
     )

@@ -1,8 +1,8 @@
 """The one price table the bill (`bill.py`, `make bench-cost`) is computed from: AWS list prices in us-east-1, each with
 its unit, where it was read and when. A price changes here and nowhere else; `docs/cost.md` is generated from it.
 
-Free tiers are left out of the bill (they are per account, shared with everything else the account runs); the ones
-that would apply are named in `FREE_ALLOWANCES`, for the reader.
+Free tiers are per account, shared with everything else the account runs: the bill shows what the always-free ones
+would cover (`FREE_TIERS`) in a column of its own and never takes them off a total.
 """
 
 from dataclasses import dataclass
@@ -29,8 +29,17 @@ PRICES: dict[str, Price] = {
     "fargate_x86_gb_hour": Price(0.004445, "GB-hour", FARGATE, "2026-03-01"),
     "fargate_arm_vcpu_hour": Price(0.03238, "vCPU-hour", f"{FARGATE} (Linux/ARM, 20% under x86)", "2026-03-01"),
     "fargate_arm_gb_hour": Price(0.00356, "GB-hour", f"{FARGATE} (Linux/ARM)", "2026-03-01"),
-    # Spot's price moves; AWS states "up to 70%" off and the published Spot rates have sat at that mark.
-    "fargate_spot_share": Price(0.30, "share of the on-demand price", f"{FARGATE} (Fargate Spot; ARM64 on platform 1.4.0+)", "2026-09-20"),
+    # Spot's price moves with supply and demand; AWS states "up to 70%" off. The last published rates quoted with a date:
+    # 0.01334053 USD a vCPU-hour and 0.00146489 a GB-hour against 0.04048 and 0.004445 on demand (eu-west-1), a share
+    # of 0.33; a June 2026 review of the page puts the discount between 50% and 70%, 70% the ceiling. The bill also
+    # prices Spot at SPOT_SHARE_WORSE.
+    "fargate_spot_share": Price(
+        0.33,
+        "share of the on-demand price",
+        f"{FARGATE} (its live Spot table); dated: https://tomgregory.com/aws-fargate-spot-vs-fargate-price-comparison/ (the rates "
+        "above, 2020), https://fortem.dev/fargate-spot/ (50-70% off, June 2026)",
+        "2026-06-01",
+    ),
     "public_ipv4_hour": Price(0.005, "public IPv4 address-hour", "https://aws.amazon.com/vpc/pricing/ (since 2024-02-01)", "2026-03-01"),
     "s3_put_class": Price(0.005 / 1000, "PUT, COPY, POST or LIST request", S3, "2026-03-01"),
     "s3_get_class": Price(0.0004 / 1000, "GET, SELECT or HEAD request (DELETE is free)", S3, "2026-03-01"),
@@ -46,15 +55,26 @@ PRICES: dict[str, Price] = {
         0.016, "db.t4g.micro instance-hour, PostgreSQL, single-AZ", "https://aws.amazon.com/rds/postgresql/pricing/", "2026-03-01"
     ),
     "rds_gp3_gb_month": Price(0.115, "GB-month of gp3 storage", "https://aws.amazon.com/rds/postgresql/pricing/", "2026-03-01"),
+    "secrets_manager_secret_month": Price(0.40, "secret-month", "https://aws.amazon.com/secrets-manager/pricing/", "2026-03-01"),
+    "secrets_manager_call": Price(0.05 / 10_000, "API call", "https://aws.amazon.com/secrets-manager/pricing/", "2026-03-01"),
+    "ecr_storage_gb_month": Price(0.10, "GB-month of images stored (compressed)", "https://aws.amazon.com/ecr/pricing/", "2026-03-01"),
+    "nat_gateway_hour": Price(0.045, "NAT gateway-hour", "https://aws.amazon.com/vpc/pricing/", "2026-03-01"),
+    "nat_gateway_gb": Price(0.045, "GB processed by a NAT gateway", "https://aws.amazon.com/vpc/pricing/", "2026-03-01"),
     "firehose_iceberg_gb": Price(0.075, "GB ingested into Apache Iceberg tables", "https://aws.amazon.com/firehose/pricing/ (as quoted, 2025)", "2025-06-01"),
 }
 
-FREE_ALLOWANCES = (
-    "DynamoDB Streams: 2.5 million GetRecords a month free",
-    "Glue Data Catalog: the first million requests and stored objects a month free",
-    "Lambda: a million invocations and 400,000 GB-seconds a month free",
-    "CloudWatch Logs: 5 GB of ingestion and storage a month free",
-)
+# A worse Spot share than the quoted one, for the row that asks what the default costs if Spot's discount shrinks.
+SPOT_SHARE_WORSE = 0.5
+
+# The always-free allowances a month (not the first year's), by the price they apply to: per account, shared with
+# whatever else the account runs.
+FREE_TIERS: dict[str, tuple[float, str]] = {
+    "streams_get_records": (2_500_000, "DynamoDB Streams: 2.5 million GetRecords a month"),
+    "glue_request": (1_000_000, "Glue Data Catalog: the first million requests a month"),
+    "lambda_request": (1_000_000, "Lambda: a million invocations a month"),
+    "lambda_arm_gb_second": (400_000, "Lambda: 400,000 GB-seconds a month"),
+    "cloudwatch_logs_ingest_gb": (5, "CloudWatch Logs: 5 GB of ingestion a month (and 5 GB stored)"),
+}
 
 # The yardstick: the original author's Firehose quote for 20 GB a day, without transformation.
 FIREHOSE_QUOTE_USD_A_MONTH = 33.46

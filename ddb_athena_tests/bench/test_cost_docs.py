@@ -1,0 +1,47 @@
+"""docs/cost.md as `make bench-cost WRITE_DOCS=1` writes it, from a measured cell: every section there, the deployment's
+whole bill, the runs it prices, the network's alternative, the free tiers in a column of their own."""
+
+from ddb_athena_bench import bill as billing
+from ddb_athena_bench.cost import docs
+from ddb_athena_tests.bench.test_bill import _measurement
+
+
+def _cell(**changes) -> dict:
+    return {
+        **_measurement(),
+        "rate": 230.0,
+        "interval_seconds": 30.0,
+        "vcpu": 0.5,
+        "memory_gb": 3.0,
+        "minutes": 60.0,
+        "cycles": 120,
+        "cycles_behind": 0,
+        "freshness_seconds": {"p95": 40.0, "max": 70.0},
+        "sync_cpu_seconds_per_minute": {"python": 2.0, "jvm_and_workers": 10.0},
+        "cpu_throttled_seconds": 300.0,
+        "peak_pss_mib": {"jvm_and_workers": 2100.0},
+        "measured_at": "2026-11-29T05:00:00+00:00",
+        "code": "abc1234",
+        "maintenance_interval_minutes": 15.0,
+        **changes,
+    }
+
+
+def test_the_generated_page_bills_everything_the_deployment_runs():
+    page = docs([_cell(), _cell(interval_seconds=20.0, freshness_seconds={"p95": 28.0, "max": 50.0})])
+    for heading in ("## The dial", "## The floor", "## Line by line", "## The platform", "## Everything the deployment runs", "## The network", "## Prices"):
+        assert heading in page, heading
+    # Spot at the quoted share and at the worse one, in the dial and in the whole bill.
+    assert "Spot at a 0.5 share" in page and "| Spot, Graviton |" in page
+    # Every run a schedule or sensor starts is in the page with where it is priced.
+    for ending in billing.PRICED_RUNS:
+        assert f"`*{ending}`" in page
+    for line in ("key parity runs' tasks", "compute logs in S3", "freshness checks", "its password: an RDS-managed secret", "the image in ECR"):
+        assert f"| {line} |" in page, line
+    assert "NAT gateway, one Availability Zone" in page
+    # The stream's reads at this volume are within the always-free 2.5 million GetRecords: the column says so.
+    (streams,) = [row for row in page.splitlines() if row.startswith("| Streams GetRecords |")]
+    usd, free = (float(cell) for cell in streams.split("|")[2:4])
+    assert free == usd > 0
+    # The targets are judged where the p95 is within them.
+    assert "30 USD on Spot at p95 <= 30 s" in page
