@@ -224,8 +224,9 @@ class SyncSettings(ConfigurableResource):
     )
     run_capacity: Literal["FARGATE_SPOT", "FARGATE"] = Field(
         default="FARGATE_SPOT",
-        description="on ECS, the capacity of the sync's and the cleanups' tasks: FARGATE_SPOT (70% off; ECS stopping one costs "
-        "a handover, streamed/handover.py) or FARGATE; a task Spot cannot place goes on FARGATE, saying so (lib/ecs_launcher.py)",
+        description="on ECS, the capacity of the sync's and the cleanups' tasks: FARGATE_SPOT (50-70% off; ECS stopping one costs "
+        "a handover brought forward and a gap of about two minutes, streamed/handover.py) or FARGATE; a task Spot cannot place goes "
+        "on FARGATE, saying so (lib/ecs_launcher.py)",
     )
     backlog_limit_minutes: float = Field(default=2.0, ge=0, description="oldest unmerged change file allowed, in minutes")
     sync_run_minutes: float = Field(
