@@ -96,11 +96,11 @@ bench-sync-capacity: install
 # The books sync's monthly bill on AWS, from what it does here: its own loop at RATES writes a second for each of
 # INTERVALS (seconds), within a task of VCPU and MEMORY_GB (a CPU quota and a memory limit: root, cgroup v1; the JVM's
 # heap SPARK_MEMORY), a 1 GB table, every request counted by step and priced (ddb_athena_bench/prices.py). WRITE_DOCS=1
-# writes docs/cost.md from every cell measured so far (.ddb_athena/bench/cost.json). Each cell runs MINUTES (30: two
-# maintenance passes).
+# writes docs/cost.md from every cell measured so far (docs/cost-cells.json, versioned; DOCS_ONLY=1 measures nothing).
+# Each cell runs MINUTES (30: two maintenance passes).
 bench-cost: install
 	$(BIN)/python -m ddb_athena_bench.cost --rates $${RATES:-1,10,100,230} --intervals $${INTERVALS:-10,20,30,60,120} --minutes $${MINUTES:-30} \
-		$${VCPU:+--vcpu $$VCPU} $${MEMORY_GB:+--memory-gb $$MEMORY_GB} $${SPARK_MEMORY:+--spark-memory $$SPARK_MEMORY} $${WRITE_DOCS:+--write-docs} \
+		$${VCPU:+--vcpu $$VCPU} $${MEMORY_GB:+--memory-gb $$MEMORY_GB} $${SPARK_MEMORY:+--spark-memory $$SPARK_MEMORY} $${WRITE_DOCS:+--write-docs} $${DOCS_ONLY:+--docs-only} \
 		--tables-beside $${TABLES_BESIDE:-0} --beside-rate $${BESIDE_RATE:-2}
 
 # Where a warm sync cycle's CPU goes (no Dagster; per minute, by JVM thread kind, Spark jobs per cycle).
