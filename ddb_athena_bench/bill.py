@@ -134,9 +134,6 @@ class Bill:
     def add(self, name: str, usd: float, how: str, free_units: tuple[tuple[str, float], ...] = ()) -> None:
         self.lines.append(Line(name, usd, how, free_units))
 
-    def usd(self, name: str) -> float:
-        return sum(line.usd for line in self.lines if line.name == name)
-
     @property
     def without_task(self) -> float:
         return sum(line.usd for line in self.lines)
@@ -312,7 +309,8 @@ def bill(measurement: dict, task: Task, capture: str = "run") -> Bill:
 
 
 # Every job a schedule or a sensor starts, by the ending of its name, and where its tasks are priced: a test holds this
-# complete against the definitions, so a run added to the steady state is priced or fails it.
+# complete against the definitions, so a run added to the steady state is priced or fails it. (The freshness and
+# alert sensors start none: the daemon evaluates them.)
 PRICED_RUNS = {
     "_sync": "the task, always on (its successor's task beside it at the hourly handover, "
     f"{HANDOVER_OVERLAP_SECONDS:.0f} s an hour, and at each Spot interruption: sync_successor_on_interruption)",
@@ -321,7 +319,6 @@ PRICED_RUNS = {
     "_daily": "orders' daily export and load: cost-orders-and-alternatives.md",
     "_export_cleanup": "orders' daily export and load: cost-orders-and-alternatives.md (one cleanup a day)",
 }
-# Sensors that start no run (the daemon evaluates them): freshness checks, alerts.
 
 
 def priced_as(job_name: str) -> str | None:
@@ -392,10 +389,9 @@ PLATFORM_LOG_BYTES_A_MINUTE = 4_160
 def platform_bill() -> list[Line]:
     """Dagster's part of the bill, shared by every table: its task, its database and the database's secret, its
     logs, the image every task pulls."""
-    tables = declared_tables().values()
-    # ECS reads the secret into each task it starts: the sync's hourly run and each daily run.
-    daily_runs = sum(1 for table in tables if table.kind == "streamed") + sum(1 for table in tables if table.kind == "exported")
-    secret_reads = HOURS_A_MONTH + daily_runs * DAYS_A_MONTH
+    # ECS reads the secret into each task it starts: the sync's hourly run, and each table's daily run (a streamed
+    # table's key parity check, an exported table's load).
+    secret_reads = HOURS_A_MONTH + len(declared_tables()) * DAYS_A_MONTH
     logs_gb = PLATFORM_LOG_BYTES_A_MINUTE * 60 * HOURS_A_MONTH / 1e9
     return [
         Line(f"Dagster webserver, daemon and code server, {PLATFORM_TASK.label} Graviton task", PLATFORM_TASK.usd("arm"), "730 hours, on demand"),
