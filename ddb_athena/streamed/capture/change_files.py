@@ -40,10 +40,14 @@ class ChangeRecord:
         return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
 
-def _utc_iso(value: Any) -> str:
-    # boto3 gives a datetime; Lambda events give epoch seconds.
-    moment = value if isinstance(value, datetime) else datetime.fromtimestamp(float(value), tz=UTC)
+def _utc_iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def created_at(stream_record: Mapping[str, Any]) -> datetime:
+    """A stream record's ApproximateCreationDateTime, in UTC: boto3 gives a datetime; Lambda events, epoch seconds."""
+    value = stream_record["dynamodb"]["ApproximateCreationDateTime"]
+    return (value if isinstance(value, datetime) else datetime.fromtimestamp(float(value), tz=UTC)).astimezone(UTC)
 
 
 def change_record(stream_record: Mapping[str, Any], shard_id: str | None = None) -> ChangeRecord:
@@ -55,7 +59,7 @@ def change_record(stream_record: Mapping[str, Any], shard_id: str | None = None)
         keys=item_to_wire(change["Keys"]),
         new_image=item_to_wire(new_image) if new_image is not None else None,
         sequence_number=change["SequenceNumber"],
-        approximate_creation_time=_utc_iso(change["ApproximateCreationDateTime"]),
+        approximate_creation_time=_utc_iso(created_at(stream_record)),
         shard_id=shard_id,
     )
 

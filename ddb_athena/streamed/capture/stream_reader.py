@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from botocore.exceptions import ClientError
 
 from ddb_athena.lib.source_layout import SourceLayout
-from ddb_athena.streamed.capture.change_files import ChangeFileNamer, ChangeRecord, change_record, write_change_file
+from ddb_athena.streamed.capture.change_files import ChangeFileNamer, ChangeRecord, change_record, created_at, write_change_file
 from ddb_athena.streamed.capture.checkpoints import CheckpointStore, CommittedCheckpoints, ShardCheckpoint
 
 BOOTSTRAP_HINT = (
@@ -322,7 +322,7 @@ class StreamCapture:
                 checkpoint = self._flush(checkpoint, pending, result, finished=False)
                 pending = []
             empty_pages = 0 if records else empty_pages + 1
-            reached_the_start = bool(records) and self._written_after is not None and _created_at(records[-1]) >= self._written_after
+            reached_the_start = bool(records) and self._written_after is not None and created_at(records[-1]) >= self._written_after
             if not closed and (empty_pages >= EMPTY_PAGES_CAUGHT_UP or reached_the_start):
                 break  # caught up with an open shard (what was written since waits for the next capture)
         read_to_present_end = iterator is None or (not closed and (empty_pages >= EMPTY_PAGES_CAUGHT_UP or reached_the_start))
@@ -398,9 +398,3 @@ def _fail_unless_first_of_shard(checkpoint: ShardCheckpoint, shard: dict, oldest
             f"and its oldest record now ({oldest}) is not its first ({first_of_shard}): records written to it since may have been "
             f"trimmed before they were captured. {BOOTSTRAP_HINT}"
         )
-
-
-def _created_at(record: dict) -> datetime:
-    """A stream record's ApproximateCreationDateTime (boto3 gives a datetime; a Lambda event, epoch seconds)."""
-    value = record["dynamodb"]["ApproximateCreationDateTime"]
-    return value.astimezone(UTC) if isinstance(value, datetime) else datetime.fromtimestamp(float(value), tz=UTC)
