@@ -50,6 +50,8 @@ LAMBDA_SECONDS_PER_INVOCATION = 0.2
 # (`DDB_ATHENA_SYNC_RUN_MINUTES=3 python -m ddb_athena_bench.freshness --minutes 12 --rate 1 --run-start-delay 90`,
 # 27 November).
 HANDOVER_OVERLAP_SECONDS = 115.6
+# The sync's task-hours a month: always on, and its successor's beside it at each handover.
+SYNC_TASK_HOURS = HOURS_A_MONTH * (1 + HANDOVER_OVERLAP_SECONDS / 3600)
 # Counted beside each GetRecords call that returned no record.
 EMPTY_PAGES = "dynamodbstreams GetRecords-empty"
 # Fargate's sizes (vCPU: memory choices in GB).
@@ -209,7 +211,7 @@ def bill(measurement: dict, task: Task, capture: str = "run") -> Bill:
     factor = month_factor(measurement["measured_seconds"])
     billed, not_on_aws = price_requests(measurement["requests_by_step"])
     result = Bill()
-    with_handovers = 1 + HANDOVER_OVERLAP_SECONDS / 3600
+    with_handovers = SYNC_TASK_HOURS / HOURS_A_MONTH
     result.task_options = {
         "on demand, x86": task.usd("x86") * with_handovers,
         "on demand, Graviton": task.usd("arm") * with_handovers,

@@ -341,8 +341,7 @@ def everything(cell: dict) -> str:
 
 
 def _network_table(cell: dict) -> str:
-    hours = billing.HOURS_A_MONTH * (1 + billing.HANDOVER_OVERLAP_SECONDS / 3600)
-    lines = billing.nat_alternative(cell, hours)
+    lines = billing.nat_alternative(cell, billing.SYNC_TASK_HOURS)
     rows = ["| line | USD a month | made of |", "| --- | ---: | --- |"]
     rows += [f"| {line.name} | {line.usd:.2f} | {line.how} |" for line in lines]
     rows.append(f"| **private subnets instead: the difference** | **{sum(line.usd for line in lines):+.2f}** | |")
