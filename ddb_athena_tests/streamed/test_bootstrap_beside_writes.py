@@ -57,7 +57,7 @@ class RandomWrites(threading.Thread):
 
 def never_older_than(log: list[tuple[str, str | None]], scan_started_at: int, scanned: dict[str, tuple[str, int]]) -> dict[str, set]:
     """Per key, the states it may show. A key the scan read: the state it read, or any written from where the log was
-    when the scan fetched its page (a write that returned before had to be read). A key the scan did not find (absent
+    when the scan requested its page (a write that returned before had to be read). A key the scan did not find (absent
     then): the state it had when the scan started (None: absent), or any written after."""
     allowed: dict[str, set] = {key: {None} for key in KEYS}
     for key, name in log[:scan_started_at]:
@@ -82,18 +82,20 @@ def test_a_bootstrap_beside_writes_never_publishes_a_key_older_than_its_scan(spa
         return scan(*args, **kwargs)
 
     scanned: dict[str, tuple[str, int]] = {}
+    page_requested_at: list[int] = []
     read_table = bootstrap.scan_table
 
+    def note_page_request(**_) -> None:
+        # Where the log was as the Scan request left: every write logged by then had returned, so the page shows it.
+        # (Taken when an item is yielded instead, it counts writes made while earlier items of the page were handled.)
+        page_requested_at.append(len(writes.log))
+
     def recording_table_scan(dynamodb_client, table_name):
-        items = read_table(dynamodb_client, table_name)
-        while True:
-            fetched_at = len(writes.log)  # before the call that may fetch the item's page
-            item = next(items, None)
-            if item is None:
-                return
-            scanned[item["id"]["S"]] = (item["name"]["S"], fetched_at)
+        for item in read_table(dynamodb_client, table_name):
+            scanned[item["id"]["S"]] = (item["name"]["S"], page_requested_at[-1])
             yield item
 
+    dynamodb.meta.events.register("before-call.dynamodb.Scan", note_page_request)
     monkeypatch.setattr(books_cycle, "bootstrap_snapshot", recording_scan)
     monkeypatch.setattr(bootstrap, "scan_table", recording_table_scan)
     table = f"{settings.namespace}.books"
