@@ -17,12 +17,12 @@ $(INSTALLED): setup.py
 	touch $@
 
 # The suite on TEST_WORKERS processes, each with its own emulator and Spark session (the stack tests on one of them,
-# in turn); then the IAM coverage tests, on the AWS calls every worker saved.
+# in turn), listing its 25 slowest tests; then the IAM coverage tests, on the AWS calls every worker saved.
 TEST_WORKERS ?= 2
 AWS_CALLS := .ddb_athena/test-aws-calls
 define run_suite
 	rm -rf $(AWS_CALLS)
-	$(BIN)/python -m pytest ddb_athena_tests -n $(TEST_WORKERS) --dist loadgroup --aws-calls-dir $(AWS_CALLS) $(1)
+	$(BIN)/python -m pytest ddb_athena_tests -n $(TEST_WORKERS) --dist loadgroup --durations 25 --aws-calls-dir $(AWS_CALLS) $(1)
 	$(BIN)/python -m pytest ddb_athena_tests/deploy/test_iam_coverage.py -m suite_calls --aws-calls-dir $(AWS_CALLS)
 endef
 

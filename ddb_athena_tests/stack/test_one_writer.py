@@ -215,7 +215,9 @@ def test_a_sync_materialize_and_an_orders_backfill_on_a_new_deployment_keep_one_
                     runs = [record.dagster_run for record in writer_runs(instance, ORDERS_WRITER_POOL)]
                     return len(runs) == 3 and all(run.status in FINISHED for run in runs)
 
-                wait_for("the backfill's three runs", orders_done, timeout=600, poll=5)
+                # Three runs one after another, each its own Spark process: about 4 minutes alone, over 10 on CI's two
+                # cores busy with the rest of the suite.
+                wait_for("the backfill's three runs", orders_done, timeout=1200, poll=5)
                 wait_for("Materialize's run", lambda: instance.get_run_by_id(materialize_run).status in FINISHED, timeout=300)
                 time.sleep(20)  # writes beside the sync that resumed after Materialize
             finally:
