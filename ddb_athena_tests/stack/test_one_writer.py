@@ -67,7 +67,7 @@ def dagster_stack(home: Path, port: int, env: dict, storage: dict | None = None,
     (home / "dagster.yaml").write_text(yaml.safe_dump(settings))
     with DagsterInstance.from_config(str(home)) as instance:  # its storage created once, before two processes race to
         limit_writer_pools(instance, WRITER_POOLS)  # as `make dev` does
-    logs = home / "logs"
+    logs = home / "stack-logs"  # not $DAGSTER_HOME/logs, which Dagster's telemetry uploader empties
     logs.mkdir()
     commands = {
         "webserver": [str(BIN / "dagster-webserver"), "-w", str(workspace), "-h", "127.0.0.1", "-p", str(port)],
