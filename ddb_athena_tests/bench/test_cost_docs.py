@@ -1,7 +1,11 @@
 """docs/cost.md as `make bench-cost WRITE_DOCS=1` writes it, from a measured cell: every section there, the deployment's
-whole bill, the runs it prices, the network's alternative, the free tiers in a column of their own."""
+whole bill, the runs it prices, the network's alternative, the free tiers in a column of their own; and the commit
+each cell was measured on."""
+
+import subprocess
 
 from ddb_athena_bench import bill as billing
+from ddb_athena_bench import cost
 from ddb_athena_bench.cost import docs
 from ddb_athena_tests.bench.test_bill import _measurement
 
@@ -45,3 +49,26 @@ def test_the_generated_page_bills_everything_the_deployment_runs():
     assert free == usd > 0
     # The targets are judged where the p95 is within them.
     assert "30 USD on Spot at p95 <= 30 s" in page
+
+
+def test_a_cell_is_marked_measured_on_changed_code_by_a_tracked_file_not_by_what_the_bench_itself_writes(tmp_path, monkeypatch):
+    def git(*args: str) -> str:
+        command = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.invalid", *args]
+        return subprocess.run(command, cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
+
+    (tmp_path / "docs").mkdir()
+    for name in ("docs/cost.md", "docs/cost-cells.json", "setup.py"):
+        (tmp_path / name).write_text("first\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "first")
+    monkeypatch.setattr(cost, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(cost, "RESULTS", tmp_path / "docs" / "cost-cells.json")
+    monkeypatch.setattr(cost, "DOCS", tmp_path / "docs" / "cost.md")
+    head = git("rev-parse", "--short", "HEAD")
+    # The bench writes the cells and the page as it measures: still the commit measured.
+    for name in ("docs/cost.md", "docs/cost-cells.json"):
+        (tmp_path / name).write_text("measured\n")
+    assert cost._code_version() == head
+    (tmp_path / "setup.py").write_text("changed\n")
+    assert cost._code_version() == f"{head} with changes"
