@@ -367,7 +367,7 @@ def docs(cells: list[dict]) -> str:
             "Every figure below is computed by `ddb_athena_bench/bill.py` from a measurement of the sync run's own loop "
             "(`make bench-cost`: the books table and stream served from memory, the warehouse and the staging on the "
             "emulator's S3, every request counted by the step that made it) and the price table `ddb_athena_bench/prices.py`. "
-            "us-east-1, 730 hours a month; free tiers left out.",
+            "us-east-1, 730 hours a month; always-free allowances in a column of their own, never taken off a total.",
             "",
             "## The dial: writes a second, interval, freshness, dollars",
             "",
