@@ -6,7 +6,6 @@ import subprocess
 
 from ddb_athena_bench import bill as billing
 from ddb_athena_bench import cost
-from ddb_athena_bench.cost import docs
 from ddb_athena_tests.bench.test_bill import _measurement
 
 
@@ -32,7 +31,7 @@ def _cell(**changes) -> dict:
 
 
 def test_the_generated_page_bills_everything_the_deployment_runs():
-    page = docs([_cell(), _cell(interval_seconds=20.0, freshness_seconds={"p95": 28.0, "max": 50.0})])
+    page = cost.docs([_cell(), _cell(interval_seconds=20.0, freshness_seconds={"p95": 28.0, "max": 50.0})])
     for heading in ("## The dial", "## The floor", "## Line by line", "## The platform", "## Everything the deployment runs", "## The network", "## Prices"):
         assert heading in page, heading
     # Spot at the quoted share and at the worse one, in the dial and in the whole bill.
