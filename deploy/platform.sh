@@ -14,6 +14,9 @@ code_port="${DAGSTER_CODE_SERVER_PORT:-4000}"
 webserver_port="${DAGSTER_WEBSERVER_PORT:-3000}"
 location=(--grpc-host 127.0.0.1 --grpc-port "$code_port")
 
+# The instance's schema at this image's Dagster version before anything reads it: a no-op when current, the upgrade's
+# migration on the new image after one (the service stops the old task first, so nothing else migrates meanwhile).
+dagster instance migrate
 dagster code-server start -h 127.0.0.1 -p "$code_port" -m ddb_athena.definitions --location-name ddb_athena &
 code_server=$!
 children+=("$code_server")

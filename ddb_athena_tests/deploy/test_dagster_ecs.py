@@ -71,6 +71,19 @@ def test_the_runs_capacity_is_the_deployments_choice_spot_by_default_and_a_stopp
     assert platform_container()["StopTimeout"] == STOP_TIMEOUT_SECONDS
 
 
+def test_the_database_stays_creatable_grows_before_it_fills_and_is_deleted_only_when_asked_keeping_a_snapshot():
+    parameters, database = template()["Parameters"], template()["Resources"]["Database"]
+    properties = database["Properties"]
+    # A major version alone, minors applied by RDS: a pinned minor stops being creatable once RDS retires it.
+    assert re.fullmatch(r"\d+", properties["EngineVersion"]) and properties["AutoMinorVersionUpgrade"] is True
+    assert properties["MaxAllocatedStorage"] == {"Ref": "DatabaseMaxStorageGiB"}
+    assert parameters["DatabaseMaxStorageGiB"]["Default"] > parameters["DatabaseStorageGiB"]["Default"]
+    assert parameters["DatabaseMaxStorageGiB"]["MinValue"] > parameters["DatabaseStorageGiB"]["MinValue"]
+    assert properties["DeletionProtection"] == {"Ref": "DatabaseDeletionProtection"}
+    assert parameters["DatabaseDeletionProtection"]["Default"] == "true"
+    assert database["DeletionPolicy"] == database["UpdateReplacePolicy"] == "Snapshot"
+
+
 def test_s3_and_dynamodb_have_gateway_endpoints():
     endpoints = [resource["Properties"] for resource in template()["Resources"].values() if resource["Type"] == "AWS::EC2::VPCEndpoint"]
     assert sorted(endpoint["ServiceName"]["Fn::Sub"].rsplit(".", 1)[1] for endpoint in endpoints) == ["dynamodb", "s3"]

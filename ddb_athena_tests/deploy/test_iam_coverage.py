@@ -35,6 +35,7 @@ UNSEEN_BY_BOTOCORE = {
         "glue:CreateTable": GLUE_CATALOG,
         "glue:UpdateTable": GLUE_CATALOG,
         "s3:AbortMultipartUpload": S3_FILE_IO,
+        "s3:PutObjectAcl": "DynamoDB's export writes the export's files with the caller's permissions, this one among them",
     },
     # Dagster's own processes on ECS (deploy/dagster_ecs.yaml): the launcher, the UI's run logs, the sensors (alerts, cleanup).
     PLATFORM: {},
