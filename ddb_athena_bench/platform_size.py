@@ -4,7 +4,7 @@ its schedules and sensors ticking, no run launched. Docker's own accounting (`do
 after the UI first answers; the figures size deploy/dagster_ecs.yaml's PlatformCpu and PlatformMemory.
 
 It needs a Docker daemon and an image built from deploy/Dockerfile (IMAGE; `make test-image` leaves a base image that
-`docker build --build-arg BASE_IMAGE=local/bookworm:base --build-arg AWS_BUNDLE_OPTIONAL=1 -f deploy/Dockerfile -t
+`docker build --build-arg BASE_IMAGE=local/bookworm:base --build-arg DOWNLOADS_OPTIONAL=1 -f deploy/Dockerfile -t
 ddb-athena:bench .` builds from, offline).
 """
 
@@ -44,6 +44,7 @@ def measure(image: str, minutes: float) -> dict:
                 "AWS_ACCESS_KEY_ID": "bench",
                 "AWS_SECRET_ACCESS_KEY": "bench",
                 "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_REGION": "us-east-1",
                 "DDB_ATHENA_BUCKET": "ddb-athena-bench",
                 "DAGSTER_WEBSERVER_PORT": str(webserver_port),
                 "DAGSTER_CODE_SERVER_PORT": str(code_port),
@@ -51,7 +52,7 @@ def measure(image: str, minutes: float) -> dict:
                 "DAGSTER_CONTAINER_CONTEXT": json.dumps({"ecs": {"task_role_arn": "arn:aws:iam::123456789012:role/runs"}}),
             }
             options = [option for name, value in environment.items() for option in ("-e", f"{name}={value}")]
-            command = ["docker", "run", "-d", "--rm", "--network", "host", *options, image]
+            command = ["docker", "run", "-d", "--rm", "--network", "host", "-v", f"{postgres.ca_file}:{postgres.ca_file}:ro", *options, image]
             container = subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
             try:
                 started = time.monotonic()

@@ -1,6 +1,8 @@
-"""A real PostgreSQL server for the tests and benchmarks of a deployment's instance (deploy/dagster.yaml): the binaries
-of the `pgserver` package, listening on loopback TCP with a password, as RDS does (pgserver itself only opens a
-socket)."""
+"""A real PostgreSQL server for the tests and benchmarks of a deployment's instance (deploy/dagster.yaml), reached as
+the instance reaches RDS: through an RDS-like front (`rds_front.py`: TLS verified against a CA of its own, IAM
+database authentication for the instance's role). The server itself, from the `pgserver` package's binaries, listens
+on its Unix socket only; its master user logs in with a password, the instance's role is created and handed the
+database by the same code a deployment's setup task runs (`ensure_database_role`)."""
 
 import os
 import shutil
@@ -15,28 +17,57 @@ from pathlib import Path
 import pgserver
 from pgserver.utils import ensure_user_exists
 
+from ddb_athena.lib.database_role import RDS_IAM, ensure_database_role
+from ddb_athena_bench.rds_front import RdsFront, make_authority
+
 BIN = Path(pgserver.__file__).parent / "pginstall" / "bin"
 # PostgreSQL refuses to run as root: the tests' root runs it as pgserver's own system user.
 SYSTEM_USER = "pgserver"
+
+
+# The credentials the tests and benchmarks give their processes: the front accepts tokens they sign.
+TEST_CREDENTIALS = {"testing": "testing", "bench": "bench"}
 
 
 @dataclass(frozen=True)
 class Postgres:
     host: str
     port: int
-    user: str
-    password: str
+    user: str  # the instance's role: IAM tokens only
+    master_user: str
+    password: str  # the master user's
     database: str
+    ca_file: Path
+    front: RdsFront
 
     def environment(self) -> dict[str, str]:
-        """The variables deploy/dagster.yaml reads (ECS sets them; the password from the database's secret)."""
+        """The variables deploy/dagster.yaml reads (the platform stack sets them; no password: the role's tokens are
+        signed with the task's credentials), and libpq's CA file (the image's RDS CA bundle)."""
         return {
             "DAGSTER_POSTGRES_HOST": self.host,
             "DAGSTER_POSTGRES_PORT": str(self.port),
             "DAGSTER_POSTGRES_USER": self.user,
-            "DAGSTER_POSTGRES_PASSWORD": self.password,
             "DAGSTER_POSTGRES_DB": self.database,
+            "PGSSLROOTCERT": str(self.ca_file),
         }
+
+    def master_environment(self) -> dict[str, str]:
+        """What the platform stack's database setup task adds (ECS injects the password from the managed secret)."""
+        return {**self.environment(), "DAGSTER_POSTGRES_MASTER_USER": self.master_user, "DAGSTER_POSTGRES_MASTER_PASSWORD": self.password}
+
+    def connect_as_master(self, **options):
+        import psycopg2
+
+        return psycopg2.connect(
+            host=self.host,
+            port=self.port,
+            dbname=self.database,
+            user=self.master_user,
+            password=self.password,
+            sslmode="verify-full",
+            sslrootcert=str(self.ca_file),
+            **options,
+        )
 
 
 def _free_port() -> int:
@@ -50,9 +81,12 @@ def _as_server_user(command: list[str]) -> list[str]:
 
 
 @contextmanager
-def postgres_server(user: str = "dagster", password: str = "a-test-password-42", database: str = "dagster") -> Iterator[Postgres]:
-    """A fresh server, with `user` (password authentication over TCP) owning `database`; stopped and removed after.
-    Its directory is directly under the temporary directory: the server's user cannot enter a pytest one (0700, root's)."""
+def postgres_server(
+    user: str = "dagster_app", master_user: str = "dagster", password: str = "a-test-password-42", database: str = "dagster", credentials: dict | None = None
+) -> Iterator[Postgres]:
+    """A fresh server behind its front, `master_user` (password authentication) owning `database` and `user` the
+    instance's role (IAM tokens signed by `credentials`, default TEST_CREDENTIALS); stopped and removed after. Its
+    directory is directly under the temporary directory: the server's user cannot enter a pytest one (0700, root's)."""
     directory = Path(tempfile.mkdtemp(prefix="ddb_athena_postgres_"))
     data = directory / "data"
     password_file = directory / "password"
@@ -61,23 +95,38 @@ def postgres_server(user: str = "dagster", password: str = "a-test-password-42",
         ensure_user_exists(SYSTEM_USER)
         subprocess.run(["chown", "-R", SYSTEM_USER, str(directory)], check=True)
     subprocess.run(
-        _as_server_user([str(BIN / "initdb"), "-D", str(data), "-U", user, f"--pwfile={password_file}", "--auth=scram-sha-256", "-E", "UTF8"]),
+        _as_server_user([str(BIN / "initdb"), "-D", str(data), "-U", master_user, f"--pwfile={password_file}", "--auth=scram-sha-256", "-E", "UTF8"]),
         check=True,
         capture_output=True,
     )
-    port = _free_port()
-    options = f"-h 127.0.0.1 -p {port} -k {directory}"
+    # The front has checked the role's token before it opens the session on the socket (RDS's pg_hba: rds_iam).
+    hba = data / "pg_hba.conf"
+    subprocess.run(_as_server_user(["sh", "-c", f'printf "local all {user} trust\\n%s\\n" "$(cat {hba})" > {hba}.new && mv {hba}.new {hba}']), check=True)
+    port = _free_port()  # names the socket
+    options = f"-h '' -p {port} -k {directory}"
     subprocess.run(
         _as_server_user([str(BIN / "pg_ctl"), "-D", str(data), "-w", "-l", str(directory / "log"), "-o", options, "start"]), check=True, capture_output=True
     )
+    front = None
     try:
+        master = {**os.environ, "PGPASSWORD": password}
+        subprocess.run([str(BIN / "createdb"), "-h", str(directory), "-p", str(port), "-U", master_user, database], check=True, capture_output=True, env=master)
+        # RDS's own role for IAM authentication, which only RDS has.
         subprocess.run(
-            [str(BIN / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", user, database],
+            [str(BIN / "psql"), "-h", str(directory), "-p", str(port), "-U", master_user, "-d", database, "-c", f"CREATE ROLE {RDS_IAM} NOLOGIN"],
             check=True,
             capture_output=True,
-            env={**os.environ, "PGPASSWORD": password},
+            env=master,
         )
-        yield Postgres("127.0.0.1", port, user, password, database)
+        authority = make_authority(directory)
+        front = RdsFront(directory / f".s.PGSQL.{port}", authority, {user}, credentials or TEST_CREDENTIALS)
+        server = Postgres("127.0.0.1", front.port, user, master_user, password, database, authority.ca_file, front)
+        with server.connect_as_master() as connection:
+            ensure_database_role(connection, user)
+        connection.close()
+        yield server
     finally:
+        if front:
+            front.close()
         subprocess.run(_as_server_user([str(BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]), capture_output=True)
         shutil.rmtree(directory, ignore_errors=True)

@@ -121,7 +121,7 @@ def ensure_local_jars(jar_dir: Path | None = None) -> list[Path]:
     relocated_jackson = jar_dir / RELOCATED_JACKSON_JAR
     if not relocated_jackson.is_file():
         pyspark_jars = _package_dir("pyspark") / "jars"
-        with _atomic_output(relocated_jackson) as partial:
+        with atomic_output(relocated_jackson) as partial:
             relocate_jackson([pyspark_jars / name for name in PYSPARK_JACKSON_JARS], partial)
 
     s3a_jars = [jar_dir / HADOOP_AWS_JAR, jar_dir / AWS_SDK_BUNDLE_JAR]
@@ -149,7 +149,7 @@ def fetch_aws_bundle(repository: str, jar_dir: Path | None = None, timeout: floa
     try:
         with urllib.request.urlopen(f"{url}.sha1", timeout=timeout) as response:
             expected = response.read().decode().split()[0].lower()
-        with urllib.request.urlopen(url, timeout=timeout) as response, _atomic_output(target) as partial:
+        with urllib.request.urlopen(url, timeout=timeout) as response, atomic_output(target) as partial:
             digest = hashlib.sha1(usedforsecurity=False)
             with partial.open("wb") as destination:
                 while chunk := response.read(1 << 20):
@@ -173,7 +173,7 @@ def _compile_local_file_system(target: Path) -> None:
         )
         return
     (hadoop_client,) = (_package_dir("pyspark") / "jars").glob("hadoop-client-api-*.jar")
-    with tempfile.TemporaryDirectory() as classes, _atomic_output(target) as partial:
+    with tempfile.TemporaryDirectory() as classes, atomic_output(target) as partial:
         subprocess.run(
             [javac, "--release", JAVA_RELEASE, "-cp", str(hadoop_client), "-d", classes, str(LOCAL_FILE_SYSTEM_SOURCE)],
             check=True,
@@ -262,7 +262,7 @@ def _provision_iceberg_runtime(target: Path) -> None:
     if spec and spec.submodule_search_locations:
         installed_jar = Path(spec.submodule_search_locations[0]) / "jars" / ICEBERG_RUNTIME_JAR
         if installed_jar.is_file():
-            with _atomic_output(target) as partial:
+            with atomic_output(target) as partial:
                 shutil.copyfile(installed_jar, partial)
             return
 
@@ -270,7 +270,7 @@ def _provision_iceberg_runtime(target: Path) -> None:
         wheel = _pip_download(f"{ICEBERG_DEPS_DISTRIBUTION}=={ICEBERG_DEPS_VERSION}", Path(download_dir), "*.whl")
         with (
             zipfile.ZipFile(wheel) as archive,
-            _atomic_output(target) as partial,
+            atomic_output(target) as partial,
             archive.open(f"{ICEBERG_DEPS_MODULE}/jars/{ICEBERG_RUNTIME_JAR}") as source,
             partial.open("wb") as destination,
         ):
@@ -294,7 +294,7 @@ def _provision_s3a_jars(targets: list[Path]) -> None:
                 target = targets_by_name.get(Path(member.name).name)
                 if target is None or not member.isfile() or Path(member.name).parent.name != "jars":
                     continue
-                with archive.extractfile(member) as source, _atomic_output(target) as partial, partial.open("wb") as destination:
+                with archive.extractfile(member) as source, atomic_output(target) as partial, partial.open("wb") as destination:
                     shutil.copyfileobj(source, destination)
     missing = [target.name for target in targets if not target.is_file()]
     if missing:
@@ -332,7 +332,7 @@ def _package_dir(module_name: str) -> Path:
 
 
 @contextmanager
-def _atomic_output(target: Path) -> Iterator[Path]:
+def atomic_output(target: Path) -> Iterator[Path]:
     """Yield a scratch path next to target, moved into place only once the
     block succeeds, so readers never see a half-written JAR."""
     # A unique name (not mkstemp, whose 0600 mode would stick) keeps

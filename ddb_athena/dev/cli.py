@@ -248,6 +248,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pools.set_defaults(handler=_writer_pools)
 
+    role = commands.add_parser(
+        "database-role",
+        help="as the database's master user (DAGSTER_POSTGRES_MASTER_USER and _PASSWORD), make DAGSTER_POSTGRES_USER the instance's "
+        "own login, with IAM database authentication, owning its tables; once, from the platform stack's setup task",
+    )
+    role.set_defaults(handler=_database_role)
+
     shown = commands.add_parser(
         "settings", help="the sync resource's settings (variable, default, bounds, meaning) as the Markdown table of docs/operations.md"
     )
@@ -275,6 +282,17 @@ def _wait_for_runs(args, settings: Settings) -> int:
         for run in running:
             print(f"Run {run.job_name} {run.run_id} is still in progress; the next `make dev` ends it", file=sys.stderr)
     return 1 if running else 0
+
+
+def _database_role(args, settings: Settings) -> int:
+    from ddb_athena.lib.database_role import connect_as_master, ensure_database_role
+
+    role = os.environ.get("DAGSTER_POSTGRES_USER", "")
+    with connect_as_master() as connection:
+        changed = ensure_database_role(connection, role)
+    connection.close()
+    print(f"Role {role} logs in with IAM database authentication and owns the instance's tables: {'; '.join(changed) or 'nothing to change'}")
+    return 0
 
 
 def _writer_pools(args, settings: Settings) -> int:

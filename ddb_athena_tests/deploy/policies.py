@@ -284,6 +284,7 @@ def platform_imports(bucket: str, region: str) -> dict[str, str]:
     return {
         f"{STACK}-BucketName": bucket,
         f"{STACK}-DagsterRunRoleArn": f"arn:aws:iam::{ACCOUNT}:role/{STACK}-DagsterRunRole",
+        f"{STACK}-DagsterRunRoleName": f"{STACK}-DagsterRunRole",
         f"{STACK}-AlertTopicArn": f"arn:aws:sns:{region}:{ACCOUNT}:{STACK}-AlertTopic",
     }
 

@@ -20,6 +20,9 @@ UNSCOPABLE_ACTIONS = {"ecs:DescribeTaskDefinition", "ec2:DescribeNetworkInterfac
 # What moto 5.2.5 lacks for this stack: RDS's managed-secret attribute (its CloudFormation knows only the endpoint's),
 # and the data stack's Glue database (not emulated there, so not exported).
 SECRET_ATTRIBUTE = "Database.MasterUserSecret.SecretArn"
+MASTER_USER = "dagster"
+# What Fargate sets in every container of a task (the instance's IAM tokens are signed for the region).
+FARGATE_VARIABLES = {"AWS_REGION", "AWS_DEFAULT_REGION"}
 GLUE_DATABASE_IMPORT = {"Fn::ImportValue": {"Fn::Sub": "${DataStackName}-GlueDatabaseName"}}
 
 
@@ -95,13 +98,38 @@ def _instance_variables() -> set[str]:
     return set(re.findall(r"\benv: (\w+)", INSTANCE.read_text()))
 
 
-def test_the_platform_sets_every_variable_the_instance_reads_and_the_password_only_as_a_secret():
+def test_the_platform_sets_every_variable_the_instance_reads_and_holds_no_password():
     container = platform_container()
-    environment = {variable["Name"] for variable in container["Environment"]}
-    secrets = {secret["Name"]: secret["ValueFrom"] for secret in container["Secrets"]}
-    assert {"DAGSTER_POSTGRES_HOST", "DDB_ATHENA_BUCKET", "DAGSTER_RUN_FAMILY_PREFIX"} <= _instance_variables() <= environment | set(secrets)
-    assert set(secrets) == {"DAGSTER_POSTGRES_PASSWORD"} and "DAGSTER_POSTGRES_PASSWORD" not in environment
-    assert secrets["DAGSTER_POSTGRES_PASSWORD"] == {"Fn::Sub": "${" + SECRET_ATTRIBUTE + "}:password::"}
+    environment = {variable["Name"]: variable["Value"] for variable in container["Environment"]}
+    assert {"DAGSTER_POSTGRES_HOST", "DDB_ATHENA_BUCKET", "DAGSTER_RUN_FAMILY_PREFIX"} <= _instance_variables() <= set(environment) | FARGATE_VARIABLES
+    assert "Secrets" not in container and not any("PASSWORD" in name for name in environment)
+    assert environment["DAGSTER_POSTGRES_USER"] != MASTER_USER
+
+
+def _setup_container() -> dict:
+    (container,) = template()["Resources"]["DatabaseSetupTaskDefinition"]["Properties"]["ContainerDefinitions"]
+    return container
+
+
+def test_the_instance_logs_in_as_its_own_role_with_iam_tokens_and_only_the_setup_task_reads_the_master_password():
+    resources = template()["Resources"]
+    assert resources["Database"]["Properties"]["EnableIAMDatabaseAuthentication"] is True
+    assert resources["Database"]["Properties"]["MasterUsername"] == MASTER_USER
+    role = {variable["Name"]: variable["Value"] for variable in platform_container()["Environment"]}["DAGSTER_POSTGRES_USER"]
+    setup = _setup_container()
+    setup_variables = {variable["Name"]: variable["Value"] for variable in setup["Environment"]}
+    assert setup["Command"] == ["ddb-athena", "database-role"]
+    assert (setup_variables["DAGSTER_POSTGRES_USER"], setup_variables["DAGSTER_POSTGRES_MASTER_USER"]) == (role, MASTER_USER)
+    assert setup["Secrets"] == [{"Name": "DAGSTER_POSTGRES_MASTER_PASSWORD", "ValueFrom": {"Fn::Sub": "${" + SECRET_ATTRIBUTE + "}:password::"}}]
+    assert "TaskRoleArn" not in resources["DatabaseSetupTaskDefinition"]["Properties"]  # it calls no AWS API
+    # The platform's role and the runs' (the data stack's, by name) may connect as that role and no other.
+    login = {"Fn::Sub": "arn:${AWS::Partition}:rds-db:${AWS::Region}:${AWS::AccountId}:dbuser:${Database.DbiResourceId}/" + role}
+    platform_logins = [statement for name, statement in policy_statements(resources) if statement["Action"] == "rds-db:connect"]
+    assert platform_logins and all(statement["Resource"] == login for statement in platform_logins)
+    runs = resources["RunsDatabaseLogin"]["Properties"]
+    assert runs["Roles"] == [{"Fn::ImportValue": {"Fn::Sub": "${DataStackName}-DagsterRunRoleName"}}]
+    assert [statement["Resource"] for statement in runs["PolicyDocument"]["Statement"] if statement["Action"] == "rds-db:connect"] == [login]
+    assert "DagsterRunRoleName" in data_template()["Outputs"]
 
 
 def test_the_capture_is_the_data_stacks_one_choice_and_its_default_is_the_codes():
@@ -121,7 +149,7 @@ def test_every_import_is_an_export_of_the_data_stack():
 
 def test_policies_name_their_actions_and_scope_their_resources():
     statements = list(policy_statements(template()["Resources"]))
-    assert {name for name, _ in statements} == {"ExecutionRole", "PlatformRole"}
+    assert {name for name, _ in statements} == {"ExecutionRole", "PlatformRole", "RunsDatabaseLogin"}
     assert_named_and_scoped(statements, UNSCOPABLE_ACTIONS)
 
 
@@ -138,8 +166,9 @@ def test_the_instance_launches_runs_under_the_platforms_prefix_with_the_runs_rol
 
 
 def emulated_platform(secret_arn: str, database: str) -> dict:
-    """The template with the values moto cannot give: the managed secret's ARN, and the Glue database's name."""
-    text = json.dumps(template())
+    """The template with the values moto cannot give: the managed secret's ARN, the database's resource id (its IAM
+    logins' ARN), and the Glue database's name."""
+    text = json.dumps(template()).replace("${Database.DbiResourceId}", "db-EMULATED")
     for attribute, value in ((json.dumps({"Fn::GetAtt": SECRET_ATTRIBUTE.split(".", 1)}), json.dumps(secret_arn)), ("${" + SECRET_ATTRIBUTE + "}", secret_arn)):
         text = text.replace(attribute, value)
     text = text.replace(json.dumps(GLUE_DATABASE_IMPORT), json.dumps(database))
@@ -180,7 +209,9 @@ def test_the_platform_deploys_into_the_emulator_beside_a_data_stack(settings, tm
     assert json.loads(variables["DAGSTER_CONTAINER_CONTEXT"]) == {"ecs": {"task_role_arn": data_outputs["DagsterRunRoleArn"]}}
     assert variables["DAGSTER_POSTGRES_HOST"] == outputs["DatabaseEndpoint"]
     assert variables["DDB_ATHENA_ALERT_TOPIC_ARN"] == data_outputs["AlertTopicArn"] and variables["DDB_ATHENA_DAGSTER_URL"] == ""
-    assert container["secrets"] == [{"name": "DAGSTER_POSTGRES_PASSWORD", "valueFrom": f"{secret}:password::"}]
+    assert "secrets" not in container or container["secrets"] == []
+    setup = ecs.describe_task_definition(taskDefinition=outputs["DatabaseSetupTaskDefinitionFamily"])["taskDefinition"]
+    assert setup["containerDefinitions"][0]["secrets"] == [{"name": "DAGSTER_POSTGRES_MASTER_PASSWORD", "valueFrom": f"{secret}:password::"}]
     endpoints = ec2.describe_vpc_endpoints(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["VpcEndpoints"]
     assert sorted(endpoint["ServiceName"] for endpoint in endpoints) == ["com.amazonaws.us-east-1.dynamodb", "com.amazonaws.us-east-1.s3"]
     assert all(endpoint["RouteTableIds"] == [route_table] for endpoint in endpoints)

@@ -45,7 +45,7 @@ def image() -> tuple[str, str]:
             "--build-arg",
             f"BASE_IMAGE={BASE_IMAGE}",
             "--build-arg",
-            "AWS_BUNDLE_OPTIONAL=1",
+            "DOWNLOADS_OPTIONAL=1",
             "-t",
             tag,
             ".",
@@ -158,6 +158,7 @@ def test_the_platform_container_serves_the_ui_from_its_code_server_and_its_daemo
             "AWS_ACCESS_KEY_ID": "testing",
             "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_DEFAULT_REGION": settings.region,
+            "AWS_REGION": settings.region,  # Fargate sets both; the instance signs its database tokens for it
             "DDB_ATHENA_BUCKET": settings.bucket,
             "DDB_ATHENA_WAREHOUSE": f"s3://{settings.bucket}/warehouse",
             "DAGSTER_WEBSERVER_PORT": str(webserver_port),
@@ -166,7 +167,9 @@ def test_the_platform_container_serves_the_ui_from_its_code_server_and_its_daemo
             "DAGSTER_RUN_FAMILY_PREFIX": "ddb_athena",
         }
         options = [option for name, value in environment.items() for option in ("-e", f"{name}={value}")]
-        started = _docker("run", "-d", "--rm", "--network", "host", *options, tag, timeout=120)
+        # The front's CA in place of the image's RDS bundle (PGSSLROOTCERT), at the same path.
+        ca_file = f"{postgres.ca_file}:{postgres.ca_file}:ro"
+        started = _docker("run", "-d", "--rm", "--network", "host", "-v", ca_file, *options, tag, timeout=120)
         assert started.returncode == 0, started.stderr
         container = started.stdout.strip()
         try:

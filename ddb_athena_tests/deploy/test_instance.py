@@ -6,10 +6,12 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import yaml
 from botocore.awsrequest import AWSResponse
 from dagster import DagsterInstance
 from dagster._core.launcher import WorkerStatus
@@ -27,7 +29,6 @@ RUN_ROLE_ARN = "arn:aws:iam::123456789012:role/ddb-athena-DagsterRunRole"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/ddb-athena:test"
 # The platform task's one container, as deploy/dagster_ecs.yaml defines it (what the runs' tasks are made from).
 PLATFORM_ENVIRONMENT = [{"name": "DDB_ATHENA_PROFILE", "value": "aws"}, {"name": "DDB_ATHENA_BUCKET", "value": "test-bucket"}]
-PLATFORM_SECRETS = [{"name": "DAGSTER_POSTGRES_PASSWORD", "valueFrom": "arn:aws:secretsmanager:us-east-1:123456789012:secret:rds!db-x:password::"}]
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +73,96 @@ def test_the_instance_keeps_runs_in_postgresql_and_migrates(deployed_home, daemo
     assert postgres.password not in info.stdout + info.stderr + migrate.stdout + migrate.stderr
 
 
+def _master_sql(postgres, *statements: str) -> None:
+    with postgres.connect_as_master() as connection, connection.cursor() as cursor:
+        for statement in statements:
+            cursor.execute(statement)
+    connection.close()
+
+
+def _errors_across_a_rotation(instance: DagsterInstance, postgres, rotated_password: str) -> tuple[int, int, list[str]]:
+    """What a daemon's loop of reads meets while RDS rotates the master password and a restart drops every session:
+    (reads before, reads after, errors)."""
+    errors, reads, stop = [], {"before": 0, "after": 0}, threading.Event()
+    phase = ["before"]
+
+    def daemon_loop():
+        while not stop.is_set():
+            try:
+                instance.get_runs_count()
+                reads[phase[0]] += 1
+            except Exception as error:  # noqa: BLE001 - what the daemon would log and retry
+                errors.append(type(error).__name__ + ": " + str(error).splitlines()[0][:160])
+            stop.wait(0.05)
+
+    thread = threading.Thread(target=daemon_loop)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while reads["before"] < 20 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _master_sql(postgres, f"ALTER ROLE {postgres.master_user} PASSWORD '{rotated_password}'")
+        with psycopg2_connection(postgres, rotated_password) as connection, connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND usename IN (%s, %s)",
+                (postgres.user, postgres.master_user),
+            )
+        connection.close()
+        phase[0] = "after"
+        deadline = time.monotonic() + 30
+        while reads["after"] < 20 and time.monotonic() < deadline and len(errors) < 20:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        thread.join()
+    return reads["before"], reads["after"], errors
+
+
+def psycopg2_connection(postgres, password: str):
+    import psycopg2
+
+    return psycopg2.connect(
+        host=postgres.host,
+        port=postgres.port,
+        dbname=postgres.database,
+        user=postgres.master_user,
+        password=password,
+        sslmode="verify-full",
+        sslrootcert=str(postgres.ca_file),
+    )
+
+
+@pytest.mark.parametrize("login", ["iam-token", "password-injected-at-start"])
+def test_a_password_rotation_and_dropped_sessions_under_a_running_daemon_leave_the_deployed_instance_working(
+    deployed_home, postgres, monkeypatch, caplog, login
+):
+    """RDS rotates the managed master password every 7 days, and a restart or failover drops every session. The
+    deployed instance holds no password (each new connection presents a fresh IAM token as its own role), so a
+    daemon's loop goes on through both. The way it was before, the master password injected once at the task's start,
+    fails from the first new connection after the rotation until a restart."""
+    if login == "password-injected-at-start":
+        config = yaml.safe_load((deployed_home / "dagster.yaml").read_text())
+        database = config["storage"]["postgres"]
+        database.pop("auth_provider")
+        database["postgres_db"].update(username=postgres.master_user, password={"env": "DAGSTER_POSTGRES_PASSWORD"})
+        (deployed_home / "dagster.yaml").write_text(yaml.safe_dump(config))
+        monkeypatch.setenv("DAGSTER_POSTGRES_PASSWORD", postgres.password)
+    try:
+        with DagsterInstance.get() as instance:
+            before, after, errors = _errors_across_a_rotation(instance, postgres, "rotated-by-rds-7-days-later")
+    finally:
+        with psycopg2_connection(postgres, "rotated-by-rds-7-days-later") as connection, connection.cursor() as cursor:
+            cursor.execute(f"ALTER ROLE {postgres.master_user} PASSWORD '{postgres.password}'")
+        connection.close()
+    assert before >= 20
+    if login == "iam-token":
+        assert (after >= 20, errors, postgres.front.refused) == (True, [], [])
+    else:
+        # dagster-postgres retries each new connection, logging why, then gives up.
+        assert after == 0 and errors and all("too many retries for DB connection" in error for error in errors), errors
+        assert "password authentication failed" in caplog.text
+
+
 class _TaskMetadata(BaseHTTPRequestHandler):
     """ECS's task metadata endpoint (v4) as the platform's container sees it: its name, its task and cluster."""
 
@@ -106,9 +197,7 @@ def daemon_task(settings, monkeypatch):
         requiresCompatibilities=["FARGATE"],
         cpu="512",
         memory="2048",
-        containerDefinitions=[
-            {"name": "platform", "image": IMAGE, "memory": 2048, "essential": True, "environment": PLATFORM_ENVIRONMENT, "secrets": PLATFORM_SECRETS}
-        ],
+        containerDefinitions=[{"name": "platform", "image": IMAGE, "memory": 2048, "essential": True, "environment": PLATFORM_ENVIRONMENT}],
     )["taskDefinition"]["taskDefinitionArn"]
     network = {"awsvpcConfiguration": {"subnets": [subnet], "securityGroups": [group], "assignPublicIp": "DISABLED"}}
     task_arn = ecs.run_task(cluster=CLUSTER, taskDefinition=platform, launchType="FARGATE", networkConfiguration=network)["tasks"][0]["taskArn"]
@@ -159,13 +248,13 @@ def test_the_ecs_run_launcher_starts_a_runs_task_checks_its_health_and_terminate
     run = instance_run = DagsterInstance.get().get_run_by_id(run_id)
     task_arn = instance_run.tags["ecs/task_arn"]
     (task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[task_arn])["tasks"]
-    # Its task definition, registered by the launcher from the platform's: its image, environment and secret, the
-    # runs' role, under the deployment's prefix.
+    # Its task definition, registered by the launcher from the platform's: its image and environment (no secret: the run
+    # logs in to the database with the runs' role's IAM tokens), the runs' role, under the deployment's prefix.
     definition = ecs.describe_task_definition(taskDefinition=task["taskDefinitionArn"])["taskDefinition"]
     assert definition["family"].startswith(f"{RUN_FAMILY_PREFIX}_") and definition["taskRoleArn"] == RUN_ROLE_ARN
     (container,) = definition["containerDefinitions"]
     assert container["name"] == "run" and container["image"] == IMAGE
-    assert all(variable in container["environment"] for variable in PLATFORM_ENVIRONMENT) and container["secrets"] == PLATFORM_SECRETS
+    assert all(variable in container["environment"] for variable in PLATFORM_ENVIRONMENT) and not container.get("secrets")
     (override,) = task["overrides"]["containerOverrides"]
     assert override["name"] == "run"
     assert override["command"][:3] == ["dagster", "api", "execute_run"]

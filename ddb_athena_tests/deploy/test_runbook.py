@@ -74,7 +74,8 @@ def test_the_spark_jobs_code_is_uploaded_where_its_roles_read_it():
 def test_the_parsing_sees_a_wrong_key_and_a_missing_parameter():
     wrong = "```bash\naws s3 cp x/capture-lambda.zip s3://<code-bucket>/ddb_athena/capture-lambda.zip\n```"
     assert shell_commands(wrong) == ["aws s3 cp x/capture-lambda.zip s3://<code-bucket>/ddb_athena/capture-lambda.zip"]
-    missing = "```bash\naws cloudformation deploy --stack-name s --template-file build/deploy/dagster_ecs.yaml \\\n    --parameter-overrides DataStackName=d  # ImageUri=x\n```"
+    deploy = "aws cloudformation deploy --stack-name s --template-file build/deploy/dagster_ecs.yaml"
+    missing = f"```bash\n{deploy} \\\n    --parameter-overrides DataStackName=d  # ImageUri=x\n```"
     ((template, parameters),) = deploys(missing)
     assert parameters == {"DataStackName": "d"}
     assert "ImageUri" in required(load_template(rendered(template))) - set(parameters)

@@ -44,7 +44,7 @@ def policy_statements(resources: dict):
     for name, resource in resources.items():
         properties = resource.get("Properties", {})
         documents = [policy["PolicyDocument"] for policy in properties.get("Policies", [])]
-        if resource["Type"] == "AWS::IAM::ManagedPolicy":
+        if resource["Type"] in ("AWS::IAM::ManagedPolicy", "AWS::IAM::Policy"):
             documents.append(properties["PolicyDocument"])
         for document in documents:
             for statement in document["Statement"]:
