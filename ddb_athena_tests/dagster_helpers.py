@@ -40,6 +40,12 @@ def start(instance, run, at: float | None = None) -> DagsterRun:
     return instance.get_run_by_id(run.run_id)
 
 
+def fail(instance, run, at: float | None = None) -> DagsterRun:
+    """The run's worker records its failure (at `at`, by default now)."""
+    instance.report_dagster_event(DagsterEvent("PIPELINE_FAILURE", job_name=run.job_name), run_id=run.run_id, timestamp=at)
+    return instance.get_run_by_id(run.run_id)
+
+
 def books_synced(settings: Settings, instance: DagsterInstance, *book_ids: str) -> None:
     """The books `book_ids` in DynamoDB, and a sync run that merged them."""
     simulator = BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"])

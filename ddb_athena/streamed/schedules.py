@@ -4,6 +4,7 @@ and each table's daily key parity check. Beside them, the sensor that launches a
 stops the run's task (a Spot interruption: two minutes' warning, less than a minute tick and a task's start)."""
 
 import time
+from itertools import takewhile
 
 from dagster import (
     DagsterRunStatus,
@@ -32,6 +33,25 @@ SUCCESSOR_LEAD_SECONDS = 90
 
 _WAITING = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING]
 _RUNNING = [DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
+_ENDED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
+# A sync that keeps failing (an image that cannot start, a permission it lacks) is started again less and less often,
+# each start a fresh task and image pull: after n failed runs in a row, the next waits a minute doubled n-1 times, at
+# most half an hour, from the last one's end. One failure costs no more than before; the first alerts (alerts/).
+FAILURE_BACKOFF_FIRST_SECONDS = 60
+FAILURE_BACKOFF_MAX_SECONDS = 1800
+
+
+def failure_backoff(instance, job_name: str, now: float) -> tuple[int, float] | None:
+    """(failed runs in a row, when the next may start) while that is still ahead; None to start now. A success or a
+    run someone terminated ends the streak."""
+    records = instance.get_run_records(filters=RunsFilter(job_name=job_name, statuses=_ENDED), limit=12)
+    failures = list(takewhile(lambda record: record.dagster_run.status == DagsterRunStatus.FAILURE, records))
+    if not failures:
+        return None
+    wait = min(FAILURE_BACKOFF_FIRST_SECONDS * 2 ** (len(failures) - 1), FAILURE_BACKOFF_MAX_SECONDS)
+    newest = failures[0]
+    ready_at = (newest.end_time or newest.update_timestamp.timestamp()) + wait
+    return (len(failures), ready_at) if now < ready_at else None
 
 
 def sync_run_tags(sync: SyncSettings) -> dict[str, str]:
@@ -56,6 +76,9 @@ def sync_every_minute(context: ScheduleEvaluationContext, sync: SyncSettings):
     ends = [planned_end(record, sync.sync_run_minutes) for record in running]
     if ends and max(ends) - time.time() > SUCCESSOR_LEAD_SECONDS:
         return SkipReason(f"the {job} run is running")
+    if not running and (backoff := failure_backoff(context.instance, job, time.time())):
+        failed, ready_at = backoff
+        return SkipReason(f"the last {failed} {job} runs failed: the next starts in {ready_at - time.time():.0f} s (see the newest's log)")
     return RunRequest(tags=sync_run_tags(sync))
 
 

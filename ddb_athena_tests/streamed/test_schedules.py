@@ -1,6 +1,8 @@
+import re
 import time
 from datetime import UTC
 
+import pytest
 from dagster import DagsterRunStatus, RunRequest, SkipReason, build_schedule_context, build_sensor_context, instance_for_test
 
 from ddb_athena.lib.declarations import declared_tables
@@ -10,7 +12,7 @@ from ddb_athena.lib.settings import Settings
 from ddb_athena.streamed.handover import INTERRUPTED_TAG
 from ddb_athena.streamed.schedules import sync_run_tags, sync_successor_on_interruption
 from ddb_athena_tests.books_and_orders import books_every_minute
-from ddb_athena_tests.dagster_helpers import add_run, start
+from ddb_athena_tests.dagster_helpers import add_run, fail, start
 
 
 def sync_settings(sync_run_minutes: float = 60) -> SyncSettings:
@@ -59,6 +61,32 @@ def test_a_tick_waits_while_the_sync_runs_and_launches_one_successor_in_its_last
         # A finished run, or another job's run, does not hold the schedule back.
         add_run(instance, status=DagsterRunStatus.SUCCESS)
         add_run(instance, "books_source_cleanup", DagsterRunStatus.STARTED)
+        assert isinstance(tick(instance), RunRequest)
+
+
+def test_a_sync_that_keeps_failing_is_started_less_and_less_often_until_one_succeeds_or_is_terminated():
+    def failed(instance, seconds_ago: float):
+        started = start(instance, add_run(instance, status=DagsterRunStatus.STARTED), at=time.time() - seconds_ago - 30)
+        return fail(instance, started, at=time.time() - seconds_ago)
+
+    def backing_off(instance) -> tuple[int, float]:
+        found = re.fullmatch(r"the last (\d+) books_sync runs failed: the next starts in (\d+) s \(see the newest's log\)", tick(instance).skip_message)
+        return int(found[1]), float(found[2])
+
+    with instance_for_test() as instance:
+        failed(instance, seconds_ago=50)
+        assert backing_off(instance) == (1, pytest.approx(10, abs=3))
+        instance.wipe()
+        failed(instance, seconds_ago=61)
+        assert isinstance(tick(instance), RunRequest)  # one failure: the minute it always was
+        for seconds_ago in (400, 300, 200):  # four in a row, the newest 200 s ago: 8 minutes from it
+            failed(instance, seconds_ago)
+        assert backing_off(instance) == (4, pytest.approx(280, abs=3))
+        for seconds_ago in range(300, 120, -10):  # however many, half an hour at most
+            failed(instance, seconds_ago)
+        assert backing_off(instance) == (12, pytest.approx(1670, abs=3))  # the twelve it reads
+        # Someone terminated the newest (to roll the sync, say): the streak is over, as after a success.
+        instance.report_run_canceled(add_run(instance, status=DagsterRunStatus.STARTED))
         assert isinstance(tick(instance), RunRequest)
 
 
