@@ -244,6 +244,8 @@ class Resolver:
 
             def substitute(match):
                 name = match.group(1)
+                if name.startswith("!"):  # ${!Literal} is the literal ${Literal} (an IAM policy variable)
+                    return "${" + name[1:] + "}"
                 if name in names:
                     return names[name]
                 if "." in name:
@@ -267,6 +269,8 @@ class PlatformResolver(Resolver):
     def resolve(self, value):
         if isinstance(value, dict) and set(value) == {"Fn::ImportValue"}:
             return self.imports[self.resolve(value["Fn::ImportValue"])]
+        if value == {"Fn::GetAtt": ["Cluster", "Arn"]}:
+            return f"arn:aws:ecs:{self.parameters['AWS::Region']}:{ACCOUNT}:cluster/{STACK}"
         return super().resolve(value)
 
 

@@ -16,7 +16,14 @@ from ddb_athena_tests.deploy.test_template import assert_named_and_scoped, creat
 
 INSTANCE = REPO_ROOT / "deploy" / "dagster.yaml"
 # IAM actions without resource-level permissions.
-UNSCOPABLE_ACTIONS = {"ecs:DescribeTaskDefinition", "ec2:DescribeNetworkInterfaces"}
+UNSCOPABLE_ACTIONS = {
+    "ecs:DescribeTaskDefinition",
+    "ec2:DescribeNetworkInterfaces",
+    "ssmmessages:CreateControlChannel",
+    "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
+}
 # What moto 5.2.5 lacks for this stack: RDS's managed-secret attribute (its CloudFormation knows only the endpoint's),
 # and the data stack's Glue database (not emulated there, so not exported).
 SECRET_ATTRIBUTE = "Database.MasterUserSecret.SecretArn"
@@ -39,11 +46,22 @@ def test_cfn_lint_finds_nothing_not_even_informational():
     assert lint_file(TEMPLATE, config=ManualArgs(include_checks=["I"])) == []
 
 
-def test_the_ui_is_reachable_from_the_given_addresses_only_and_the_database_from_the_tasks_only():
+def test_no_address_reaches_the_tasks_the_ui_only_through_session_manager_and_the_database_from_the_tasks_only():
     resources = template()["Resources"]
-    (ingress,) = resources["TaskSecurityGroup"]["Properties"]["SecurityGroupIngress"]
-    assert (ingress["FromPort"], ingress["ToPort"], ingress["CidrIp"]) == (3000, 3000, {"Ref": "WebserverCidr"})
-    assert "Default" not in template()["Parameters"]["WebserverCidr"]  # the user names it; nothing is open by default
+    # Nothing to open, so nothing an operator can open to 0.0.0.0/0.
+    assert "SecurityGroupIngress" not in resources["TaskSecurityGroup"]["Properties"]
+    assert not [name for name, resource in resources.items() if resource["Type"] == "AWS::EC2::SecurityGroupIngress"]
+    assert not [name for name in template()["Parameters"] if "Cidr" in name]
+    assert resources["PlatformService"]["Properties"]["EnableExecuteCommand"] is True
+    channels = [statement for name, statement in policy_statements(resources) if name == "PlatformRole" and statement["Sid"] == "SessionManagerChannels"]
+    assert channels and all(action.startswith("ssmmessages:") for action in channels[0]["Action"])
+    operator = {statement["Sid"]: statement for name, statement in policy_statements(resources) if name == "OperatorAccessPolicy"}
+    cluster_tasks = {"Fn::Sub": "arn:${AWS::Partition}:ecs:${AWS::Region}:${AWS::AccountId}:task/${Cluster}/*"}
+    forwarding = {"Fn::Sub": "arn:${AWS::Partition}:ssm:${AWS::Region}::document/AWS-StartPortForwardingSession"}
+    assert operator["ForwardTheUi"]["Resource"] == [cluster_tasks, forwarding]
+    assert operator["ShellInTheTask"]["Resource"] == [{"Fn::GetAtt": ["Cluster", "Arn"]}, cluster_tasks]
+    assert operator["DescribeThePlatformTask"]["Resource"] == cluster_tasks
+    assert template()["Parameters"]["DagsterUrl"]["Default"] == "http://localhost:3000"  # where the forwarding puts it
     (database_ingress,) = resources["DatabaseSecurityGroup"]["Properties"]["SecurityGroupIngress"]
     assert database_ingress["SourceSecurityGroupId"] == {"Ref": "TaskSecurityGroup"} and database_ingress["FromPort"] == 5432
     database = resources["Database"]["Properties"]
@@ -149,7 +167,7 @@ def test_every_import_is_an_export_of_the_data_stack():
 
 def test_policies_name_their_actions_and_scope_their_resources():
     statements = list(policy_statements(template()["Resources"]))
-    assert {name for name, _ in statements} == {"ExecutionRole", "PlatformRole", "RunsDatabaseLogin"}
+    assert {name for name, _ in statements} == {"ExecutionRole", "PlatformRole", "RunsDatabaseLogin", "OperatorAccessPolicy"}
     assert_named_and_scoped(statements, UNSCOPABLE_ACTIONS)
 
 
@@ -195,7 +213,6 @@ def test_the_platform_deploys_into_the_emulator_beside_a_data_stack(settings, tm
         "VpcId": vpc,
         "SubnetIds": ",".join(subnets),
         "RouteTableIds": route_table,
-        "WebserverCidr": "203.0.113.7/32",
     }
     outputs = {output["OutputKey"]: output["OutputValue"] for output in created_stack(cloudformation, "ddb-athena-dagster", body, parameters)["Outputs"]}
 
@@ -208,7 +225,7 @@ def test_the_platform_deploys_into_the_emulator_beside_a_data_stack(settings, tm
     assert variables["DDB_ATHENA_BOOKS_CAPTURE"] == data_outputs["BooksCapture"] == "run"
     assert json.loads(variables["DAGSTER_CONTAINER_CONTEXT"]) == {"ecs": {"task_role_arn": data_outputs["DagsterRunRoleArn"]}}
     assert variables["DAGSTER_POSTGRES_HOST"] == outputs["DatabaseEndpoint"]
-    assert variables["DDB_ATHENA_ALERT_TOPIC_ARN"] == data_outputs["AlertTopicArn"] and variables["DDB_ATHENA_DAGSTER_URL"] == ""
+    assert variables["DDB_ATHENA_ALERT_TOPIC_ARN"] == data_outputs["AlertTopicArn"] and variables["DDB_ATHENA_DAGSTER_URL"] == "http://localhost:3000"
     assert "secrets" not in container or container["secrets"] == []
     setup = ecs.describe_task_definition(taskDefinition=outputs["DatabaseSetupTaskDefinitionFamily"])["taskDefinition"]
     assert setup["containerDefinitions"][0]["secrets"] == [{"name": "DAGSTER_POSTGRES_MASTER_PASSWORD", "valueFrom": f"{secret}:password::"}]
@@ -229,3 +246,14 @@ def test_a_run_takes_the_syncs_measured_task_unless_its_job_asks_for_less():
     assert Task(int(resources["cpu"]) / 1024, int(resources["memory"]) / 1024) == DEFAULT_TASK
     for job in (books_source_cleanup, orders_export_cleanup):
         assert Task(int(job.tags["ecs/cpu"]) / 1024, int(job.tags["ecs/memory"]) / 1024).memory_gb < DEFAULT_TASK.memory_gb
+
+
+def test_parliament_finds_nothing_in_the_operators_and_the_runs_database_policies():
+    from ddb_athena_tests.deploy.policies import PLATFORM_PARAMETERS, Deployment, PlatformResolver, platform_imports
+    from ddb_athena_tests.deploy.test_iam_coverage import parliament_findings
+
+    deployment = Deployment(books_capture="run")
+    resolver = PlatformResolver(template(), {**deployment.parameters("bucket"), **PLATFORM_PARAMETERS}, platform_imports("bucket", deployment.region))
+    for name in ("OperatorAccessPolicy", "RunsDatabaseLogin"):
+        document = resolver.resolve(template()["Resources"][name]["Properties"]["PolicyDocument"])
+        assert parliament_findings(document["Statement"]) == [], name

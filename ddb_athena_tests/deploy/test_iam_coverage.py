@@ -38,7 +38,13 @@ UNSEEN_BY_BOTOCORE = {
         "s3:PutObjectAcl": "DynamoDB's export writes the export's files with the caller's permissions, this one among them",
     },
     # Dagster's own processes on ECS (deploy/dagster_ecs.yaml): the launcher, the UI's run logs, the sensors (alerts, cleanup).
-    PLATFORM: {"rds-db:connect": "the instance's database login: an IAM token botocore signs locally (generate_db_auth_token), RDS checks it"},
+    PLATFORM: {
+        "rds-db:connect": "the instance's database login: an IAM token botocore signs locally (generate_db_auth_token), RDS checks it",
+        **dict.fromkeys(
+            ("ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel"),
+            "the Session Manager agent ECS Exec runs in the task (the UI's port forwarding)",
+        ),
+    },
     # The orders load on EMR Serverless: all of it in the job's JVM (its Pipes messages go to stdout, no AWS call).
     SPARK_JOB: {
         "s3:GetObject": EXPORT_READ + "; " + S3_FILE_IO + "; the job reads its launching run's writer lease before its MERGE",
