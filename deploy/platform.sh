@@ -16,11 +16,7 @@ location=(--grpc-host 127.0.0.1 --grpc-port "$code_port")
 
 # The instance's schema at this image's Dagster version before anything reads it: a no-op when current, the upgrade's
 # migration on the new image after one (the service stops the old task first, so nothing else migrates meanwhile).
-# On a new deployment the database refuses the instance's role until the setup task has made it: wait, saying so.
-until dagster instance migrate; do
-  echo "platform: the instance's database refused its role or its migration (a new deployment: run the database setup task once); again in 30 s" >&2
-  sleep 30
-done
+dagster instance migrate
 # One run at a time in each table writers' pool (idempotent).
 ddb-athena writer-pools
 dagster code-server start -h 127.0.0.1 -p "$code_port" -m ddb_athena.definitions --location-name ddb_athena &

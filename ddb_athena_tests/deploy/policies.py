@@ -264,6 +264,8 @@ class PlatformResolver(Resolver):
 
     def physical(self, name: str) -> str:
         kind = self.template["Resources"][name]["Type"]
+        if kind == "AWS::Logs::LogGroup":
+            return self._log_group_name(name)  # the platform template only refers to its name
         return {"AWS::ECS::Cluster": STACK, "AWS::IAM::Role": f"arn:aws:iam::{ACCOUNT}:role/{STACK}-dagster-{name}"}.get(kind, name)
 
     def resolve(self, value):

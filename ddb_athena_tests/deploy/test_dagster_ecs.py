@@ -37,9 +37,13 @@ def template() -> dict:
     return data_template(TEMPLATE)
 
 
-def platform_container() -> dict:
-    (container,) = template()["Resources"]["PlatformTaskDefinition"]["Properties"]["ContainerDefinitions"]
+def task_container(name: str) -> dict:
+    (container,) = [found for found in template()["Resources"]["PlatformTaskDefinition"]["Properties"]["ContainerDefinitions"] if found["Name"] == name]
     return container
+
+
+def platform_container() -> dict:
+    return task_container("platform")
 
 
 def test_cfn_lint_finds_nothing_not_even_informational():
@@ -124,22 +128,18 @@ def test_the_platform_sets_every_variable_the_instance_reads_and_holds_no_passwo
     assert environment["DAGSTER_POSTGRES_USER"] != MASTER_USER
 
 
-def _setup_container() -> dict:
-    (container,) = template()["Resources"]["DatabaseSetupTaskDefinition"]["Properties"]["ContainerDefinitions"]
-    return container
-
-
-def test_the_instance_logs_in_as_its_own_role_with_iam_tokens_and_only_the_setup_task_reads_the_master_password():
+def test_the_instance_logs_in_as_its_own_role_with_iam_tokens_and_only_the_setup_container_reads_the_master_password():
     resources = template()["Resources"]
     assert resources["Database"]["Properties"]["EnableIAMDatabaseAuthentication"] is True
     assert resources["Database"]["Properties"]["MasterUsername"] == MASTER_USER
     role = {variable["Name"]: variable["Value"] for variable in platform_container()["Environment"]}["DAGSTER_POSTGRES_USER"]
-    setup = _setup_container()
+    setup = task_container("database-setup")
     setup_variables = {variable["Name"]: variable["Value"] for variable in setup["Environment"]}
     assert setup["Command"] == ["ddb-athena", "database-role"]
     assert (setup_variables["DAGSTER_POSTGRES_USER"], setup_variables["DAGSTER_POSTGRES_MASTER_USER"]) == (role, MASTER_USER)
     assert setup["Secrets"] == [{"Name": "DAGSTER_POSTGRES_MASTER_PASSWORD", "ValueFrom": {"Fn::Sub": "${" + SECRET_ATTRIBUTE + "}:password::"}}]
-    assert "TaskRoleArn" not in resources["DatabaseSetupTaskDefinition"]["Properties"]  # it calls no AWS API
+    # It runs to its end before the platform starts, at every start (the password as it is then).
+    assert setup["Essential"] is False and platform_container()["DependsOn"] == [{"ContainerName": "database-setup", "Condition": "SUCCESS"}]
     # The platform's role and the runs' (the data stack's, by name) may connect as that role and no other.
     login = {"Fn::Sub": "arn:${AWS::Partition}:rds-db:${AWS::Region}:${AWS::AccountId}:dbuser:${Database.DbiResourceId}/" + role}
     platform_logins = [statement for name, statement in policy_statements(resources) if statement["Action"] == "rds-db:connect"]
@@ -219,7 +219,8 @@ def test_the_platform_deploys_into_the_emulator_beside_a_data_stack(settings, tm
     ecs = settings.client("ecs")
     (service,) = ecs.describe_services(cluster=outputs["ClusterName"], services=[outputs["PlatformServiceName"]])["services"]
     definition = ecs.describe_task_definition(taskDefinition=service["taskDefinition"])["taskDefinition"]
-    (container,) = definition["containerDefinitions"]
+    containers = {found["name"]: found for found in definition["containerDefinitions"]}
+    container, setup = containers["platform"], containers["database-setup"]
     variables = {variable["name"]: variable["value"] for variable in container["environment"]}
     assert variables["DDB_ATHENA_BUCKET"] == data_outputs["BucketName"] and variables["DDB_ATHENA_NAMESPACE"] == settings.namespace
     assert variables["DDB_ATHENA_BOOKS_CAPTURE"] == data_outputs["BooksCapture"] == "run"
@@ -227,8 +228,7 @@ def test_the_platform_deploys_into_the_emulator_beside_a_data_stack(settings, tm
     assert variables["DAGSTER_POSTGRES_HOST"] == outputs["DatabaseEndpoint"]
     assert variables["DDB_ATHENA_ALERT_TOPIC_ARN"] == data_outputs["AlertTopicArn"] and variables["DDB_ATHENA_DAGSTER_URL"] == "http://localhost:3000"
     assert "secrets" not in container or container["secrets"] == []
-    setup = ecs.describe_task_definition(taskDefinition=outputs["DatabaseSetupTaskDefinitionFamily"])["taskDefinition"]
-    assert setup["containerDefinitions"][0]["secrets"] == [{"name": "DAGSTER_POSTGRES_MASTER_PASSWORD", "valueFrom": f"{secret}:password::"}]
+    assert setup["secrets"] == [{"name": "DAGSTER_POSTGRES_MASTER_PASSWORD", "valueFrom": f"{secret}:password::"}]
     endpoints = ec2.describe_vpc_endpoints(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["VpcEndpoints"]
     assert sorted(endpoint["ServiceName"] for endpoint in endpoints) == ["com.amazonaws.us-east-1.dynamodb", "com.amazonaws.us-east-1.s3"]
     assert all(endpoint["RouteTableIds"] == [route_table] for endpoint in endpoints)
@@ -257,3 +257,53 @@ def test_parliament_finds_nothing_in_the_operators_and_the_runs_database_policie
     for name in ("OperatorAccessPolicy", "RunsDatabaseLogin"):
         document = resolver.resolve(template()["Resources"][name]["Properties"]["PolicyDocument"])
         assert parliament_findings(document["Statement"]) == [], name
+
+
+ALERT_TOPIC = {"Fn::ImportValue": {"Fn::Sub": "${DataStackName}-AlertTopicArn"}}
+
+
+def test_aws_itself_alerts_when_the_platform_task_or_its_database_fails_and_a_bad_deployment_rolls_back():
+    resources = template()["Resources"]
+    alarms = {name: resource["Properties"] for name, resource in resources.items() if resource["Type"] == "AWS::CloudWatch::Alarm"}
+    assert {(alarm["Namespace"], alarm["MetricName"]) for alarm in alarms.values()} == {
+        ("AWS/ECS", "CPUUtilization"),
+        ("AWS/RDS", "FreeStorageSpace"),
+        ("AWS/RDS", "CPUCreditBalance"),
+    }
+    assert all(alarm["AlarmActions"] == [ALERT_TOPIC] for alarm in alarms.values())
+    # No platform task, no datapoint: the alarm that watches the watcher fires on silence.
+    assert (alarms["PlatformDownAlarm"]["TreatMissingData"], alarms["PlatformDownAlarm"]["ComparisonOperator"]) == ("breaching", "LessThanThreshold")
+    assert resources["TaskFailedRule"]["Properties"]["Targets"][0]["Arn"] == ALERT_TOPIC
+    service = resources["PlatformService"]["Properties"]
+    assert service["DeploymentConfiguration"]["DeploymentCircuitBreaker"] == {"Enable": True, "Rollback": True}
+    health = platform_container()["HealthCheck"]
+    assert health["Command"] == ["CMD", "python", "/opt/ddb_athena/healthcheck.py"] and health["StartPeriod"] >= 120
+    # The data stack's topic lets CloudWatch and EventBridge publish, for this account only.
+    (statement,) = data_template()["Resources"]["AlertTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert sorted(statement["Principal"]["Service"]) == ["cloudwatch.amazonaws.com", "events.amazonaws.com"]
+    assert statement["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+
+
+def test_the_stopped_task_rule_matches_a_failed_task_of_this_cluster_and_nothing_else(settings):
+    cluster = "arn:aws:ecs:us-east-1:123456789012:cluster/ddb-athena"
+    pattern = json.dumps(template()["Resources"]["TaskFailedRule"]["Properties"]["EventPattern"])
+    pattern = pattern.replace(json.dumps({"Fn::GetAtt": ["Cluster", "Arn"]}), json.dumps(cluster))
+
+    def matches(cluster_arn: str, status: str, exit_codes: list[int]) -> bool:
+        event = {
+            "id": "1",
+            "source": "aws.ecs",
+            "detail-type": "ECS Task State Change",
+            "account": "123456789012",
+            "time": "2026-11-29T12:00:00Z",
+            "region": "us-east-1",
+            "resources": [],
+            "detail": {"clusterArn": cluster_arn, "lastStatus": status, "containers": [{"name": "run", "exitCode": code} for code in exit_codes]},
+        }
+        return settings.client("events").test_event_pattern(EventPattern=pattern, Event=json.dumps(event))["Result"]
+
+    assert matches(cluster, "STOPPED", [137])
+    assert matches(cluster, "STOPPED", [0, 1])  # the database-setup container ended well, the platform did not
+    assert not matches(cluster, "STOPPED", [0])
+    assert not matches(cluster, "RUNNING", [1])
+    assert not matches(cluster.replace("ddb-athena", "another"), "STOPPED", [1])

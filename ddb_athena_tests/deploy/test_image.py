@@ -191,6 +191,14 @@ def test_the_platform_container_serves_the_ui_from_its_code_server_and_its_daemo
             with DagsterInstance.from_config(str(instance_home)) as instance:
                 wait_for("the daemon's heartbeats in PostgreSQL", lambda: instance.get_daemon_heartbeats(), timeout=120, poll=3)
                 assert "SCHEDULER" in instance.get_daemon_heartbeats()
+
+            # ECS's health check, in the container, against its own webserver and daemon.
+            def healthy():
+                checked = _docker("exec", container, "python", "/opt/ddb_athena/healthcheck.py", timeout=60)
+                return checked if checked.returncode == 0 else None
+
+            health = wait_for("the health check to pass", healthy, timeout=180, poll=5)
+            assert health.stdout.strip() == "healthy"
         finally:
             logs = _docker("logs", container, timeout=60)
             _docker("stop", "-t", "30", container, timeout=120)

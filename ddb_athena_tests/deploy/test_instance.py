@@ -29,6 +29,8 @@ RUN_ROLE_ARN = "arn:aws:iam::123456789012:role/ddb-athena-DagsterRunRole"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/ddb-athena:test"
 # The platform task's one container, as deploy/dagster_ecs.yaml defines it (what the runs' tasks are made from).
 PLATFORM_ENVIRONMENT = [{"name": "DDB_ATHENA_PROFILE", "value": "aws"}, {"name": "DDB_ATHENA_BUCKET", "value": "test-bucket"}]
+LOG_GROUP = "/ddb_athena/ddb-athena/dagster"  # the platform stack's, its stack named as the IAM checks name it
+SETUP_SECRETS = [{"name": "DAGSTER_POSTGRES_MASTER_PASSWORD", "valueFrom": "arn:aws:secretsmanager:us-east-1:123456789012:secret:rds!db-x:password::"}]
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +199,19 @@ def daemon_task(settings, monkeypatch):
         requiresCompatibilities=["FARGATE"],
         cpu="512",
         memory="2048",
-        containerDefinitions=[{"name": "platform", "image": IMAGE, "memory": 2048, "essential": True, "environment": PLATFORM_ENVIRONMENT}],
+        containerDefinitions=[
+            # As deploy/dagster_ecs.yaml: the container that alone holds the master password runs first.
+            {"name": "database-setup", "image": IMAGE, "essential": False, "command": ["ddb-athena", "database-role"], "secrets": SETUP_SECRETS},
+            {
+                "name": "platform",
+                "image": IMAGE,
+                "memory": 2048,
+                "essential": True,
+                "environment": PLATFORM_ENVIRONMENT,
+                "dependsOn": [{"containerName": "database-setup", "condition": "SUCCESS"}],
+                "logConfiguration": {"logDriver": "awslogs", "options": {"awslogs-group": LOG_GROUP, "awslogs-stream-prefix": "dagster"}},
+            },
+        ],
     )["taskDefinition"]["taskDefinitionArn"]
     network = {"awsvpcConfiguration": {"subnets": [subnet], "securityGroups": [group], "assignPublicIp": "DISABLED"}}
     task_arn = ecs.run_task(cluster=CLUSTER, taskDefinition=platform, launchType="FARGATE", networkConfiguration=network)["tasks"][0]["taskArn"]
@@ -248,8 +262,9 @@ def test_the_ecs_run_launcher_starts_a_runs_task_checks_its_health_and_terminate
     run = instance_run = DagsterInstance.get().get_run_by_id(run_id)
     task_arn = instance_run.tags["ecs/task_arn"]
     (task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[task_arn])["tasks"]
-    # Its task definition, registered by the launcher from the platform's: its image and environment (no secret: the run
-    # logs in to the database with the runs' role's IAM tokens), the runs' role, under the deployment's prefix.
+    # Its task definition, registered by the launcher from the platform's container alone: its image and environment
+    # (no secret: the run logs in to the database with the runs' role's IAM tokens; the master password stays in the
+    # database-setup container), the runs' role, under the deployment's prefix.
     definition = ecs.describe_task_definition(taskDefinition=task["taskDefinitionArn"])["taskDefinition"]
     assert definition["family"].startswith(f"{RUN_FAMILY_PREFIX}_") and definition["taskRoleArn"] == RUN_ROLE_ARN
     (container,) = definition["containerDefinitions"]
@@ -276,6 +291,25 @@ def test_the_ecs_run_launcher_starts_a_runs_task_checks_its_health_and_terminate
         (task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[task_arn])["tasks"]
         assert task["lastStatus"] == "STOPPED" or task.get("desiredStatus") == "STOPPED"
         assert instance.run_launcher.check_run_worker_health(run).status != WorkerStatus.RUNNING
+
+
+def test_a_runs_task_that_dies_fails_its_run_with_the_containers_last_log_lines(deployed_home, daemon_task, settings):
+    """Run monitoring asks ECS for a run's task; a task stopped under a running run fails it, and the failure carries
+    what the container last logged (CloudWatch, logs:GetLogEvents on the platform's role)."""
+    ecs, logs = settings.client("ecs"), settings.client("logs")
+    with DagsterInstance.get() as instance:
+        run = instance.get_run_by_id(launched(instance, "books_maintenance"))
+        task_id = run.tags["ecs/task_arn"].rsplit("/", 1)[1]
+        logs.create_log_group(logGroupName=LOG_GROUP)
+        stream = f"dagster/run/{task_id}"  # the awslogs driver's name for the run container's stream
+        logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
+        lines = ["Starting the books sync", "java.lang.OutOfMemoryError: Java heap space"]
+        now = int(time.time() * 1000)
+        logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=[{"timestamp": now + n, "message": line} for n, line in enumerate(lines)])
+        ecs.stop_task(cluster=CLUSTER, task=run.tags["ecs/task_arn"], reason="OutOfMemoryError: Container killed due to memory usage")
+        health = instance.run_launcher.check_run_worker_health(run)
+    assert health.status == WorkerStatus.FAILED
+    assert "Run worker logs:" in health.msg and all(line in health.msg for line in lines)
 
 
 def test_a_task_spot_cannot_place_is_launched_on_regular_fargate_saying_so_in_the_runs_log_and_an_alert(deployed_home, daemon_task, settings, monkeypatch):
