@@ -6,6 +6,7 @@ from dagster import Definitions, in_process_executor
 
 from ddb_athena.alerts.sensors import alert_on_failed_run, alert_on_red_checks
 from ddb_athena.cleanup.jobs import EXPORT_CLEANUPS, SOURCE_CLEANUPS
+from ddb_athena.cleanup.run_retention import runs_past_retention
 from ddb_athena.cleanup.sensors import cleanup_after_materialization
 from ddb_athena.exported.assets import EXPORTED
 from ddb_athena.exported.checks import EXPORTED_CHECKS
@@ -35,7 +36,7 @@ defs = Definitions(
         *DAILY_JOBS.values(),
     ],
     schedules=[*SYNC_SCHEDULES, *KEY_PARITY_SCHEDULES.values(), *DAILY_SCHEDULES.values()],
-    sensors=[cleanup_after_materialization, freshness_sensor(FRESHNESS), alert_on_failed_run, alert_on_red_checks, *SYNC_SENSORS],
+    sensors=[cleanup_after_materialization, runs_past_retention, freshness_sensor(FRESHNESS), alert_on_failed_run, alert_on_red_checks, *SYNC_SENSORS],
     resources=resources_from_settings(Settings.from_env()),
     # Every job, `dagster asset materialize` included, runs in one process: one SparkSession per run.
     executor=in_process_executor,

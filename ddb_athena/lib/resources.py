@@ -229,6 +229,13 @@ class SyncSettings(ConfigurableResource):
         "on FARGATE, saying so (lib/ecs_launcher.py)",
     )
     backlog_limit_minutes: float = Field(default=2.0, ge=0, description="oldest unmerged change file allowed, in minutes")
+    run_retention_days: int = Field(
+        default=30,
+        ge=1,
+        le=3650,
+        description="days a finished run and its events stay in the Dagster instance (partitioned runs stay for good): "
+        "every sync cycle's events would otherwise fill its database (cleanup/run_retention.py)",
+    )
     sync_run_minutes: float = Field(
         default=DEFAULT_SYNC_RUN_MINUTES,
         ge=0,
