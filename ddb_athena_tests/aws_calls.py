@@ -61,6 +61,7 @@ RESOURCE_PARAMETERS = (
     "family",
     "taskRoleArn",
     "executionRoleArn",
+    "Name",
 )
 
 

@@ -1,5 +1,7 @@
 """Configuration from environment variables, with defaults that work on the local stack."""
 
+import functools
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -33,6 +35,10 @@ EMR_SETTINGS = {
 }
 EMR_REQUIRED = ("emr_application_id", "emr_execution_role_arn", "emr_code_uri", "emr_log_group")
 NAMESPACE = "library"
+# The data stack's choices for the code (who reads the streams, the capture's failure queues, where the orders load
+# runs and its EMR application), in one SSM parameter the stack writes (deploy/ddb_athena.yaml): an export would
+# freeze them while another stack imports it. Read once a process, under the process's own variables, which win.
+STACK_SETTINGS_VARIABLE = "DDB_ATHENA_STACK_SETTINGS_PARAMETER"
 DEFAULT_ORDERS_START_DATE = "2026-11-01"
 DEFAULT_ORDERS_SCHEDULE_HOUR = 2
 # The key parity check scans the user's DynamoDB table: once a day, at this hour (UTC).
@@ -138,7 +144,7 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
-        env = os.environ if environ is None else environ
+        env = with_stack_settings(os.environ if environ is None else environ)
         profile = env.get("DDB_ATHENA_PROFILE", "local")
         if profile not in PROFILES:
             raise SettingsError(f"DDB_ATHENA_PROFILE={profile!r}: expected one of {', '.join(PROFILES)}")
@@ -224,3 +230,31 @@ class Settings:
         if endpoint:
             kwargs["endpoint_url"] = endpoint
         return boto3.client(service, **kwargs)
+
+
+def with_stack_settings(env: Mapping[str, str]) -> Mapping[str, str]:
+    """`env` over the data stack's settings, if it names their parameter (STACK_SETTINGS_VARIABLE)."""
+    parameter = env.get(STACK_SETTINGS_VARIABLE)
+    if not parameter:
+        return env
+    return {**_stack_settings(parameter, env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")), **env}
+
+
+@functools.cache
+def _stack_settings(parameter: str, region: str | None) -> dict[str, str]:
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        value = boto3.client("ssm", region_name=region).get_parameter(Name=parameter)["Parameter"]["Value"]
+        stack = json.loads(value)
+    except (BotoCoreError, ClientError) as error:
+        raise SettingsError(f"{STACK_SETTINGS_VARIABLE}={parameter!r}: the data stack's settings could not be read ({error})") from None
+    except json.JSONDecodeError:
+        raise SettingsError(f"{STACK_SETTINGS_VARIABLE}={parameter!r}: not a JSON object") from None
+    if not isinstance(stack, dict):
+        raise SettingsError(f"{STACK_SETTINGS_VARIABLE}={parameter!r}: not a JSON object")
+    foreign = sorted(name for name in stack if not name.startswith(SETTING_PREFIX) or name == STACK_SETTINGS_VARIABLE)
+    if foreign:
+        raise SettingsError(f"{STACK_SETTINGS_VARIABLE}={parameter!r}: holds {', '.join(foreign)}; only {SETTING_PREFIX}* settings")
+    return {name: value if isinstance(value, str) else json.dumps(value) for name, value in stack.items()}

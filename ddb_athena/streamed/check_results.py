@@ -61,8 +61,16 @@ def capture_failures_result(aws: AwsClientsResource, sync: SyncSettings, table: 
     """Whether the capture Lambda gave up on a batch of `table`'s stream (its own queue: another table's failures
     leave this check green). The queue's messages are moved to S3 first, where they outlive the queue's 14 days."""
     queue = sync.capture_failure_queue_urls.get(table.name)
-    if not queue:
+    if not queue and sync.books_capture == "run":
         return AssetCheckResult(passed=True, metadata={"queue": "none: the sync run reads the stream itself"})
+    if not queue:
+        # The Lambda captures, and batches it gives up on go to a queue this check cannot see: it cannot say none did.
+        return AssetCheckResult(
+            passed=False,
+            metadata={"queue": "unknown"},
+            description=f"The capture Lambda reads the {table.name} stream, but no failure queue is set for it "
+            "(DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URLS, from the data stack's settings): batches it gave up on would go unseen.",
+        )
     s3, layout = aws.client("s3"), sync.layout_of(table)
     keep_failed_batches(aws.client("sqs"), s3, queue, lambda stream_arn: layout)
     kept = len(kept_batch_keys(s3, layout))

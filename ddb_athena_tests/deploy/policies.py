@@ -84,6 +84,8 @@ def call_resources(call: AwsCall) -> list[str]:
     if call.service == "sns":
         # The tests' topics have names of their own; the code publishes to one topic, the stack's AlertTopic.
         return [f"arn:aws:sns:{region}:{ACCOUNT}:{STACK}-AlertTopic"]
+    if call.service == "ssm":
+        return [f"arn:aws:ssm:{region}:{ACCOUNT}:parameter{call.param('Name')}"]
     if call.service == "sqs":
         # Named by its URL, which IAM does not check; the code uses the capture Lambda's failure queue of a table (books').
         return [f"arn:aws:sqs:{region}:{ACCOUNT}:{STACK}-CaptureBooksFailureQueue"]

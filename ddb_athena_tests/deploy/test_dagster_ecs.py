@@ -150,12 +150,16 @@ def test_the_instance_logs_in_as_its_own_role_with_iam_tokens_and_only_the_setup
     assert "DagsterRunRoleName" in data_template()["Outputs"]
 
 
-def test_the_capture_is_the_data_stacks_one_choice_and_its_default_is_the_codes():
+def test_the_capture_is_the_data_stacks_one_choice_read_from_its_parameter_not_an_export_and_its_default_is_the_codes():
     from ddb_athena.lib.resources import SyncSettings
 
     variables = {variable["Name"]: variable["Value"] for variable in platform_container()["Environment"]}
-    assert variables["DDB_ATHENA_BOOKS_CAPTURE"] == {"Fn::ImportValue": {"Fn::Sub": "${DataStackName}-BooksCapture"}}
-    assert data_template()["Parameters"]["BooksCapture"]["Default"] == SyncSettings.model_fields["books_capture"].default
+    assert "DDB_ATHENA_BOOKS_CAPTURE" not in variables
+    assert variables["DDB_ATHENA_STACK_SETTINGS_PARAMETER"] == {"Fn::Sub": "/ddb_athena/${DataStackName}/settings"}
+    data = data_template()
+    assert data["Resources"]["StackSettingsParameter"]["Properties"]["Name"] == {"Fn::Sub": "/ddb_athena/${AWS::StackName}/settings"}
+    assert "Export" not in data["Outputs"]["BooksCapture"]  # an imported export could not change in place
+    assert data["Parameters"]["BooksCapture"]["Default"] == SyncSettings.model_fields["books_capture"].default
 
 
 def test_every_import_is_an_export_of_the_data_stack():
@@ -223,7 +227,7 @@ def test_the_platform_deploys_into_the_emulator_beside_a_data_stack(settings, tm
     container, setup = containers["platform"], containers["database-setup"]
     variables = {variable["name"]: variable["value"] for variable in container["environment"]}
     assert variables["DDB_ATHENA_BUCKET"] == data_outputs["BucketName"] and variables["DDB_ATHENA_NAMESPACE"] == settings.namespace
-    assert variables["DDB_ATHENA_BOOKS_CAPTURE"] == data_outputs["BooksCapture"] == "run"
+    assert variables["DDB_ATHENA_STACK_SETTINGS_PARAMETER"] == data_outputs["StackSettingsParameterName"]
     assert json.loads(variables["DAGSTER_CONTAINER_CONTEXT"]) == {"ecs": {"task_role_arn": data_outputs["DagsterRunRoleArn"]}}
     assert variables["DAGSTER_POSTGRES_HOST"] == outputs["DatabaseEndpoint"]
     assert variables["DDB_ATHENA_ALERT_TOPIC_ARN"] == data_outputs["AlertTopicArn"] and variables["DDB_ATHENA_DAGSTER_URL"] == "http://localhost:3000"

@@ -40,6 +40,7 @@ UNSEEN_BY_BOTOCORE = {
     # Dagster's own processes on ECS (deploy/dagster_ecs.yaml): the launcher, the UI's run logs, the sensors (alerts, cleanup).
     PLATFORM: {
         "rds-db:connect": "the instance's database login: an IAM token botocore signs locally (generate_db_auth_token), RDS checks it",
+        "ssm:GetParameter": "the data stack's settings, read by each process at its start (lib/settings.py): in the suite, the runs' calls",
         **dict.fromkeys(
             ("ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel"),
             "the Session Manager agent ECS Exec runs in the task (the UI's port forwarding)",

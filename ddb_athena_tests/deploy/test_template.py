@@ -3,6 +3,7 @@ in its shape (no `*` action, `*` resources only where IAM has no resource scopin
 the handler expects it, and a deployment into the emulator of every resource type moto can create."""
 
 import json
+import os
 import re
 import time
 
@@ -10,7 +11,8 @@ import pytest
 from cfnlint.api import ManualArgs, lint_file
 
 from ddb_athena.lib.declarations import declared_tables, parse_declarations
-from ddb_athena.lib.settings import Settings
+from ddb_athena.lib.resources import sync_settings
+from ddb_athena.lib.settings import STACK_SETTINGS_VARIABLE, Settings, _stack_settings
 from ddb_athena_build.packaging import CAPTURE_LAMBDA, build_zip
 from ddb_athena_build.templates import LOG_RETENTION_DAYS, camel, deployed_instance
 from ddb_athena_tests.deploy.policies import TEMPLATE, as_list, load_template, rendered, table_parameters
@@ -190,6 +192,17 @@ def test_the_stack_deploys_into_the_emulator(settings, tmp_path, principal, book
     assert trusted == {"ecs-task": "ecs-tasks.amazonaws.com", "ec2-instance": "ec2.amazonaws.com"}[principal]
     assert ("DagsterInstanceProfileArn" in outputs) == (principal == "ec2-instance")
     assert outputs["AlertTopicArn"] in [topic["TopicArn"] for topic in settings.client("sns").list_topics()["Topics"]]
+    # The stack's choices reach the code through its parameter: the sync resource of a process that names it.
+    stack_settings = json.loads(settings.client("ssm").get_parameter(Name=outputs["StackSettingsParameterName"])["Parameter"]["Value"])
+    assert stack_settings["DDB_ATHENA_BOOKS_CAPTURE"] == books_capture and stack_settings["DDB_ATHENA_ORDERS_LOAD"] == "in_process"
+    _stack_settings.cache_clear()
+    sync = sync_settings(Settings.from_env({**os.environ, STACK_SETTINGS_VARIABLE: outputs["StackSettingsParameterName"]}))
+    assert sync.books_capture == books_capture
+    if books_capture == "lambda":
+        queues = json.loads(outputs["CaptureFailureQueueUrls"])
+        assert sync.capture_failure_queue_urls == queues and set(queues) == {name for name, table in declared_tables().items() if table.kind == "streamed"}
+    else:
+        assert sync.capture_failure_queue_urls == {}
 
 
 def test_the_capture_alarms_on_its_errors_its_lag_and_its_failed_batches_to_the_alert_topic():

@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -258,3 +259,47 @@ def test_a_run_cannot_point_its_settings_at_another_table_than_its_leases_fence(
         assert named in message and "A run cannot move a table" in message, message
         # Any other setting is the run's to change.
         assert a_run.execute_in_process(run_config={"resources": {"sync": {"config": required | {"merge_interval_seconds": 5}}}}, instance=instance).success
+
+
+def test_the_data_stacks_settings_parameter_supplies_its_choices_under_the_processs_own_variables(aws_env, settings):
+    from ddb_athena.lib.settings import STACK_SETTINGS_VARIABLE, _stack_settings
+
+    ssm, name = settings.client("ssm"), "/ddb_athena/ddb-athena/settings"
+    queues = {"books": "https://sqs.us-east-1.amazonaws.com/123456789012/books-failures"}
+    stack = {"DDB_ATHENA_BOOKS_CAPTURE": "lambda", "DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URLS": queues, "DDB_ATHENA_ORDERS_LOAD": "in_process"}
+    ssm.put_parameter(Name=name, Type="String", Value=json.dumps(stack))
+    environment = {**aws_env_variables(), STACK_SETTINGS_VARIABLE: name}
+    _stack_settings.cache_clear()
+    sync = sync_settings(Settings.from_env(environment))
+    assert sync.books_capture == "lambda" and sync.capture_failure_queue_urls == queues
+    # A process's own variable wins (one deployment's override), and a process reads the parameter once.
+    assert sync_settings(Settings.from_env({**environment, "DDB_ATHENA_BOOKS_CAPTURE": "run"})).books_capture == "run"
+    ssm.put_parameter(Name=name, Type="String", Value=json.dumps({**stack, "DDB_ATHENA_BOOKS_CAPTURE": "run"}), Overwrite=True)
+    assert sync_settings(Settings.from_env(environment)).books_capture == "lambda"
+    _stack_settings.cache_clear()  # a new process
+    assert sync_settings(Settings.from_env(environment)).books_capture == "run"
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (None, "could not be read"),
+        ("[1, 2]", "not a JSON object"),
+        ('{"AWS_SECRET_ACCESS_KEY": "x"}', "holds AWS_SECRET_ACCESS_KEY; only DDB_ATHENA_* settings"),
+    ],
+)
+def test_a_missing_or_foreign_stack_settings_parameter_is_refused_naming_it(aws_env, settings, value, problem):
+    from ddb_athena.lib.settings import STACK_SETTINGS_VARIABLE, _stack_settings
+
+    name = "/ddb_athena/other/settings"
+    if value is not None:
+        settings.client("ssm").put_parameter(Name=name, Type="String", Value=value)
+    _stack_settings.cache_clear()
+    with pytest.raises(SettingsError, match=f"{STACK_SETTINGS_VARIABLE}='{name}': .*{re.escape(problem)}"):
+        Settings.from_env({**aws_env_variables(), STACK_SETTINGS_VARIABLE: name})
+
+
+def aws_env_variables() -> dict[str, str]:
+    import os
+
+    return {name: value for name, value in os.environ.items() if name.startswith(("AWS_", "DDB_ATHENA_"))}

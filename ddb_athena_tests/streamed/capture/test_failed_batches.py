@@ -178,6 +178,18 @@ def test_a_batch_one_table_lost_turns_only_that_tables_check_red(settings):
     assert reviews.passed and reviews.metadata["failed_batches"].value == 0
 
 
+def test_a_lambda_capture_without_its_failure_queue_is_red_and_the_runs_own_capture_needs_none(settings):
+    """With the capture Lambda, batches it gives up on go to its table's queue: a check that cannot see that queue
+    cannot say none was lost (the old check passed, saying the run read the stream)."""
+    from ddb_athena.streamed.check_results import capture_failures_result
+
+    lambda_capture, run_capture = local_resources(books_capture="lambda"), local_resources(books_capture="run")
+    unseen = capture_failures_result(lambda_capture["aws"], lambda_capture["sync"], declared("books"))
+    assert not unseen.passed and "no failure queue is set" in unseen.description
+    own = capture_failures_result(run_capture["aws"], run_capture["sync"], declared("books"))
+    assert own.passed and own.metadata["queue"].value == "none: the sync run reads the stream itself"
+
+
 def test_a_batch_whose_message_the_queue_drops_after_14_days_keeps_the_check_red_until_a_bootstrap_covers_it(spark, settings):
     """The check moves the queue's messages to S3: a queue that then drops its messages (at 14 days; purged here, as
     an operator might) leaves the check red with the changes still missing, until a bootstrap's snapshot covers them."""
