@@ -293,6 +293,7 @@ def platform_imports(bucket: str, region: str) -> dict[str, str]:
         f"{STACK}-BucketName": bucket,
         f"{STACK}-DagsterRunRoleArn": f"arn:aws:iam::{ACCOUNT}:role/{STACK}-DagsterRunRole",
         f"{STACK}-DagsterRunRoleName": f"{STACK}-DagsterRunRole",
+        f"{STACK}-CodeBucketName": "code-bucket",
         f"{STACK}-AlertTopicArn": f"arn:aws:sns:{region}:{ACCOUNT}:{STACK}-AlertTopic",
     }
 

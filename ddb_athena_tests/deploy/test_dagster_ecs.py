@@ -109,10 +109,24 @@ def test_the_database_stays_creatable_grows_before_it_fills_and_is_deleted_only_
     assert database["DeletionPolicy"] == database["UpdateReplacePolicy"] == "Snapshot"
 
 
-def test_s3_and_dynamodb_have_gateway_endpoints():
-    endpoints = [resource["Properties"] for resource in template()["Resources"].values() if resource["Type"] == "AWS::EC2::VPCEndpoint"]
-    assert sorted(endpoint["ServiceName"]["Fn::Sub"].rsplit(".", 1)[1] for endpoint in endpoints) == ["dynamodb", "s3"]
-    assert all(endpoint["VpcEndpointType"] == "Gateway" for endpoint in endpoints)
+def test_s3_and_dynamodb_have_gateway_endpoints_that_let_through_this_deployments_buckets_and_tables_only():
+    from ddb_athena.lib.declarations import declared_tables
+
+    endpoints = {
+        endpoint["ServiceName"]["Fn::Sub"].rsplit(".", 1)[1]: endpoint
+        for endpoint in (resource["Properties"] for resource in template()["Resources"].values() if resource["Type"] == "AWS::EC2::VPCEndpoint")
+    }
+    assert sorted(endpoints) == ["dynamodb", "s3"] and all(endpoint["VpcEndpointType"] == "Gateway" for endpoint in endpoints.values())
+    policies = {}
+    for service, endpoint in endpoints.items():
+        condition, restricted, unrestricted = endpoint["PolicyDocument"]["Fn::If"]
+        assert condition == "RestrictEndpoints" and unrestricted == {"Ref": "AWS::NoValue"}  # the default policy allows everything
+        policies[service] = {statement["Sid"]: statement for statement in restricted["Statement"]}
+    assert template()["Parameters"]["RestrictGatewayEndpoints"]["Default"] == "true"
+    buckets = json.dumps(policies["s3"]["ThisDeploymentsBuckets"]["Resource"])
+    assert "-BucketName" in buckets and "-CodeBucketName" in buckets
+    assert policies["s3"]["EcrImageLayers"]["Resource"] == {"Fn::Sub": "arn:${AWS::Partition}:s3:::prod-${AWS::Region}-starport-layer-bucket/*"}
+    assert len(policies["dynamodb"]["ThisDeploymentsTables"]["Resource"]) == 2 * len(declared_tables())  # a table and what is under it
 
 
 def _instance_variables() -> set[str]:
