@@ -27,6 +27,8 @@ TESTS_DIR = Path(__file__).resolve().parent
 DAGSTER_AWS_DIR = Path(dagster_aws.__file__).parent
 CAPTURE_LAMBDA, DAGSTER_RUNS, SPARK_JOB, OPERATOR = "capture_lambda", "dagster_runs", "spark_job", "operator"
 PLATFORM = "dagster_platform"
+# The sensors' calls on one host (DagsterPrincipal ec2-instance), where the runs' role is Dagster's own.
+DAGSTER_ON_ONE_HOST = "dagster_on_one_host"
 ALERTS_DIR = PACKAGE_DIR / "alerts"
 # Sensors, evaluated by the daemon: the platform's role on ECS.
 SENSOR_CODE = (ALERTS_DIR, PACKAGE_DIR / "cleanup" / "sensors.py")
@@ -89,7 +91,7 @@ def _principals(package_frames: list[Path]) -> list[str]:
     if any(frame in PLATFORM_CODE for frame in package_frames):
         return [PLATFORM]
     if any(frame.is_relative_to(code) for frame in package_frames for code in SENSOR_CODE):
-        return [PLATFORM, DAGSTER_RUNS]
+        return [PLATFORM, DAGSTER_ON_ONE_HOST]
     return [OPERATOR if package_frames[0] in OPERATOR_MODULES else DAGSTER_RUNS]
 
 
