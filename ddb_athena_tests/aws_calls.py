@@ -27,6 +27,9 @@ TESTS_DIR = Path(__file__).resolve().parent
 DAGSTER_AWS_DIR = Path(dagster_aws.__file__).parent
 CAPTURE_LAMBDA, DAGSTER_RUNS, SPARK_JOB, OPERATOR = "capture_lambda", "dagster_runs", "spark_job", "operator"
 PLATFORM = "dagster_platform"
+# The cleanup runs on ECS, under a role of their own (deploy/ddb_athena.yaml's DagsterCleanupRole); the runs' on one host.
+DAGSTER_CLEANUP = "dagster_cleanup"
+CLEANUP_JOBS = PACKAGE_DIR / "cleanup" / "jobs.py"
 # The sensors' calls on one host (DagsterPrincipal ec2-instance), where the runs' role is Dagster's own.
 DAGSTER_ON_ONE_HOST = "dagster_on_one_host"
 ALERTS_DIR = PACKAGE_DIR / "alerts"
@@ -90,6 +93,8 @@ def _principals(package_frames: list[Path]) -> list[str]:
         return [CAPTURE_LAMBDA]
     if any(frame in PLATFORM_CODE for frame in package_frames):
         return [PLATFORM]
+    if CLEANUP_JOBS in package_frames:
+        return [DAGSTER_CLEANUP, DAGSTER_RUNS]
     if any(frame.is_relative_to(code) for frame in package_frames for code in SENSOR_CODE):
         return [PLATFORM, DAGSTER_ON_ONE_HOST]
     return [OPERATOR if package_frames[0] in OPERATOR_MODULES else DAGSTER_RUNS]

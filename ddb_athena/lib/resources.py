@@ -228,6 +228,12 @@ class SyncSettings(ConfigurableResource):
         "a handover brought forward and a gap of about two minutes, streamed/handover.py) or FARGATE; a task Spot cannot place goes "
         "on FARGATE, saying so (lib/ecs_launcher.py)",
     )
+    cleanup_role_arn: str | None = Field(
+        default=None,
+        pattern=r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]{1,512}$",
+        description="on ECS, the role of the cleanup runs' tasks (the data stack's DagsterCleanupRole: it deletes source files, never a "
+        "warehouse file); unset: they take the runs' role",
+    )
     backlog_limit_minutes: float = Field(default=2.0, ge=0, description="oldest unmerged change file allowed, in minutes")
     run_retention_days: int = Field(
         default=30,

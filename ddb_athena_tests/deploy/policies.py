@@ -18,7 +18,7 @@ from cfnlint.decode import decode_str
 
 from ddb_athena.lib.declarations import declared_tables
 from ddb_athena_build.templates import camel, render
-from ddb_athena_tests.aws_calls import PLATFORM, AwsCall
+from ddb_athena_tests.aws_calls import DAGSTER_CLEANUP, PLATFORM, AwsCall
 
 
 def rendered(name: str, tables=None) -> Path:
@@ -202,6 +202,7 @@ class Resolver:
         self.conditions = {
             "CreateBucket": parameters["ExistingBucketName"] == "",
             "DagsterOnEc2": parameters["DagsterPrincipal"] == "ec2-instance",
+            "DagsterOnEcs": parameters["DagsterPrincipal"] != "ec2-instance",
             "WithEmrServerless": parameters["EnableEmrServerless"] == "true",
             "WithCaptureLambda": parameters["BooksCapture"] == "lambda",
             "WithAlertEmail": parameters["AlertEmail"] != "",
@@ -282,6 +283,7 @@ ROLES = {
     "capture_lambda": ["CaptureFunctionRole"],
     "dagster_runs": ["DagsterRunRole", "DagsterEmrServerlessPolicy", "DagsterStreamCapturePolicy", "DagsterCaptureFailuresPolicy"],
     "spark_job": ["SparkJobRole"],
+    DAGSTER_CLEANUP: ["DagsterCleanupRole"],
     PLATFORM: ["PlatformRole"],
 }
 # The platform stack's parameters, and the data stack's exports it imports, in one deployment.
@@ -294,6 +296,8 @@ def platform_imports(bucket: str, region: str) -> dict[str, str]:
         f"{STACK}-DagsterRunRoleArn": f"arn:aws:iam::{ACCOUNT}:role/{STACK}-DagsterRunRole",
         f"{STACK}-DagsterRunRoleName": f"{STACK}-DagsterRunRole",
         f"{STACK}-CodeBucketName": "code-bucket",
+        f"{STACK}-DagsterCleanupRoleArn": f"arn:aws:iam::{ACCOUNT}:role/{STACK}-DagsterCleanupRole",
+        f"{STACK}-DagsterCleanupRoleName": f"{STACK}-DagsterCleanupRole",
         f"{STACK}-AlertTopicArn": f"arn:aws:sns:{region}:{ACCOUNT}:{STACK}-AlertTopic",
     }
 

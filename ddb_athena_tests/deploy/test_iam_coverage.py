@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ddb_athena_tests import aws_calls
-from ddb_athena_tests.aws_calls import CAPTURE_LAMBDA, DAGSTER_ON_ONE_HOST, DAGSTER_RUNS, PLATFORM, SPARK_JOB, AwsCall, recorded
+from ddb_athena_tests.aws_calls import CAPTURE_LAMBDA, DAGSTER_CLEANUP, DAGSTER_ON_ONE_HOST, DAGSTER_RUNS, PLATFORM, SPARK_JOB, AwsCall, recorded
 from ddb_athena_tests.deploy.policies import ROLES, Deployment, allows, granted_actions, iam_requests, statements
 
 LAMBDA_SERVICE = "made by AWS Lambda with the function's role, not by the handler"
@@ -37,6 +37,12 @@ UNSEEN_BY_BOTOCORE = {
         "glue:UpdateTable": GLUE_CATALOG,
         "s3:AbortMultipartUpload": S3_FILE_IO,
         "s3:PutObjectAcl": "DynamoDB's export writes the export's files with the caller's permissions, this one among them",
+    },
+    # The cleanup runs on ECS: the job's code deletes; the run process around it reads the settings and writes its logs.
+    DAGSTER_CLEANUP: {
+        "ssm:GetParameter": "the data stack's settings, read as the run's process starts (lib/settings.py, before the job's code)",
+        "s3:PutObject": "the run's stdout and stderr, uploaded by dagster-aws's compute log manager",
+        "s3:ListBucket": "the run's log uploads (dagster-aws's compute log manager)",
     },
     # Dagster's own processes on ECS (deploy/dagster_ecs.yaml): the launcher, the UI's run logs, the sensors (alerts, cleanup).
     PLATFORM: {

@@ -293,6 +293,24 @@ def test_the_ecs_run_launcher_starts_a_runs_task_checks_its_health_and_terminate
         assert instance.run_launcher.check_run_worker_health(run).status != WorkerStatus.RUNNING
 
 
+def test_a_cleanup_runs_task_takes_the_cleanups_role_the_others_the_runs(deployed_home, daemon_task, settings):
+    """The cleanup sensor tags its runs with the cleanups' role (lib/resources.py's cleanup_role_arn, from the data
+    stack's settings): the launcher starts their tasks under it, not under the runs' role, which may rewrite the
+    warehouse."""
+    from ddb_athena.cleanup.sensors import cleanup_role_tags
+
+    cleanup_role = "arn:aws:iam::123456789012:role/ddb-athena-DagsterCleanupRole"
+    ecs = settings.client("ecs")
+    with DagsterInstance.get() as instance:
+        cleanup = instance.get_run_by_id(launched(instance, "books_source_cleanup", cleanup_role_tags(cleanup_role)))
+        sync = instance.get_run_by_id(launched(instance, "books_maintenance"))
+    (cleanup_task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[cleanup.tags["ecs/task_arn"]])["tasks"]
+    (sync_task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[sync.tags["ecs/task_arn"]])["tasks"]
+    assert cleanup_task["overrides"]["taskRoleArn"] == cleanup_role
+    assert "taskRoleArn" not in sync_task["overrides"]  # its task definition's: the runs' role
+    assert cleanup_role_tags(None) == {}
+
+
 def test_a_runs_task_that_dies_fails_its_run_with_the_containers_last_log_lines(deployed_home, daemon_task, settings):
     """Run monitoring asks ECS for a run's task; a task stopped under a running run fails it, and the failure carries
     what the container last logged (CloudWatch, logs:GetLogEvents on the platform's role)."""
