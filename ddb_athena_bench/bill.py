@@ -11,7 +11,6 @@ commits counted, two each (GetTable, UpdateTable), plus a table load per table e
 from dataclasses import dataclass, field
 
 from ddb_athena.cleanup.jobs import SMALL_TASK_TAGS
-from ddb_athena.lib.declarations import declared_tables
 from ddb_athena.lib.resources import SyncSettings
 from ddb_athena.lib.settings import DEFAULT_CLEANUP_INTERVAL_SECONDS
 from ddb_athena_bench.prices import FIREHOSE_QUOTE_USD_A_MONTH, FREE_TIERS, HOURS_A_MONTH, SECONDS_A_MONTH, SPOT_SHARE_WORSE, price
@@ -388,12 +387,17 @@ IMAGE_GB = 0.91
 PLATFORM_LOG_BYTES_A_MINUTE = 4_160
 
 
+# The platform stack's CloudWatch alarms (deploy/dagster_ecs.yaml): no platform task, the database's storage and credits.
+PLATFORM_ALARMS = 3
+# The platform task's starts a month the bill allows for (deployments, a replaced task): ECS reads the master
+# password into its database-setup container at each; the runs read none (they log in with IAM tokens).
+PLATFORM_STARTS_A_MONTH = 30
+
+
 def platform_bill() -> list[Line]:
     """Dagster's part of the bill, shared by every table: its task, its database and the database's secret, its
-    logs, the image every task pulls."""
-    # ECS reads the secret into each task it starts: the sync's hourly run, and each table's daily run (a streamed
-    # table's key parity check, an exported table's load).
-    secret_reads = HOURS_A_MONTH + len(declared_tables()) * DAYS_A_MONTH
+    logs and alarms, the image every task pulls."""
+    secret_reads = PLATFORM_STARTS_A_MONTH
     logs_gb = PLATFORM_LOG_BYTES_A_MINUTE * 60 * HOURS_A_MONTH / 1e9
     return [
         Line(f"Dagster webserver, daemon and code server, {PLATFORM_TASK.label} Graviton task", PLATFORM_TASK.usd("arm"), "730 hours, on demand"),
@@ -407,9 +411,15 @@ def platform_bill() -> list[Line]:
         Line("PostgreSQL: RDS db.t4g.micro, single-AZ", price("rds_postgres_t4g_micro_hour") * HOURS_A_MONTH, "730 hours"),
         Line(f"its storage, {PLATFORM_DATABASE_GB} GB gp3", PLATFORM_DATABASE_GB * price("rds_gp3_gb_month"), "7 days of backups: free up to the storage"),
         Line(
-            "its password: an RDS-managed secret",
+            "its master password: an RDS-managed secret",
             price("secrets_manager_secret_month") + secret_reads * price("secrets_manager_call"),
-            f"one secret; {secret_reads:,.0f} reads a month, one a task started",
+            f"one secret; read at each platform start ({secret_reads} allowed for a month); the instance logs in with IAM tokens",
+        ),
+        Line(
+            "alarms on the platform task and the database",
+            PLATFORM_ALARMS * price("cloudwatch_alarm_month"),
+            f"{PLATFORM_ALARMS} alarms; the stopped-task rule (EventBridge, AWS events) and Session Manager are free",
+            (("cloudwatch_alarm_month", PLATFORM_ALARMS),),
         ),
         Line("the image in ECR", IMAGE_GB * price("ecr_storage_gb_month"), f"{IMAGE_GB:.2f} GB compressed, one version kept; pulls in the region are free"),
     ]

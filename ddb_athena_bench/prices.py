@@ -51,6 +51,7 @@ PRICES: dict[str, Price] = {
     "lambda_arm_gb_second": Price(0.0000133334, "GB-second, arm64", "https://aws.amazon.com/lambda/pricing/", "2026-03-01"),
     "cloudwatch_logs_ingest_gb": Price(0.50, "GB of logs ingested", "https://aws.amazon.com/cloudwatch/pricing/", "2026-03-01"),
     "cloudwatch_logs_storage_gb_month": Price(0.03, "GB-month of logs stored (compressed)", "https://aws.amazon.com/cloudwatch/pricing/", "2026-03-01"),
+    "cloudwatch_alarm_month": Price(0.10, "standard-resolution alarm-month (one metric)", "https://aws.amazon.com/cloudwatch/pricing/", "2026-03-01"),
     "rds_postgres_t4g_micro_hour": Price(
         0.016, "db.t4g.micro instance-hour, PostgreSQL, single-AZ", "https://aws.amazon.com/rds/postgresql/pricing/", "2026-03-01"
     ),
@@ -74,6 +75,7 @@ FREE_TIERS: dict[str, tuple[float, str]] = {
     "lambda_request": (1_000_000, "Lambda: a million invocations a month"),
     "lambda_arm_gb_second": (400_000, "Lambda: 400,000 GB-seconds a month"),
     "cloudwatch_logs_ingest_gb": (5, "CloudWatch Logs: 5 GB of ingestion a month (and 5 GB stored)"),
+    "cloudwatch_alarm_month": (10, "CloudWatch: 10 standard-resolution alarms"),
 }
 
 # The yardstick: the original author's Firehose quote for 20 GB a day, without transformation.

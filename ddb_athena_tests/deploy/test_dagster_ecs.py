@@ -281,6 +281,8 @@ ALERT_TOPIC = {"Fn::ImportValue": {"Fn::Sub": "${DataStackName}-AlertTopicArn"}}
 
 
 def test_aws_itself_alerts_when_the_platform_task_or_its_database_fails_and_a_bad_deployment_rolls_back():
+    from ddb_athena_bench.bill import PLATFORM_ALARMS
+
     resources = template()["Resources"]
     alarms = {name: resource["Properties"] for name, resource in resources.items() if resource["Type"] == "AWS::CloudWatch::Alarm"}
     assert {(alarm["Namespace"], alarm["MetricName"]) for alarm in alarms.values()} == {
@@ -289,6 +291,7 @@ def test_aws_itself_alerts_when_the_platform_task_or_its_database_fails_and_a_ba
         ("AWS/RDS", "CPUCreditBalance"),
     }
     assert all(alarm["AlarmActions"] == [ALERT_TOPIC] for alarm in alarms.values())
+    assert len(alarms) == PLATFORM_ALARMS  # as many as the bill prices
     # No platform task, no datapoint: the alarm that watches the watcher fires on silence.
     assert (alarms["PlatformDownAlarm"]["TreatMissingData"], alarms["PlatformDownAlarm"]["ComparisonOperator"]) == ("breaching", "LessThanThreshold")
     assert resources["TaskFailedRule"]["Properties"]["Targets"][0]["Arn"] == ALERT_TOPIC
