@@ -55,19 +55,16 @@ class Postgres:
         """What the platform stack's database setup task adds (ECS injects the password from the managed secret)."""
         return {**self.environment(), "DAGSTER_POSTGRES_MASTER_USER": self.master_user, "DAGSTER_POSTGRES_MASTER_PASSWORD": self.password}
 
-    def connect_as_master(self, **options):
+    def connect(self, user: str, password: str, ca_file: Path | None = None):
+        """A connection as a client of the deployment makes one: TLS verified against `ca_file` (the front's CA)."""
         import psycopg2
 
         return psycopg2.connect(
-            host=self.host,
-            port=self.port,
-            dbname=self.database,
-            user=self.master_user,
-            password=self.password,
-            sslmode="verify-full",
-            sslrootcert=str(self.ca_file),
-            **options,
+            host=self.host, port=self.port, dbname=self.database, user=user, password=password, sslmode="verify-full", sslrootcert=str(ca_file or self.ca_file)
         )
+
+    def connect_as_master(self):
+        return self.connect(self.master_user, self.password)
 
 
 def _free_port() -> int:

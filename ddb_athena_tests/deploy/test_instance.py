@@ -104,7 +104,7 @@ def _errors_across_a_rotation(instance: DagsterInstance, postgres, rotated_passw
         while reads["before"] < 20 and time.monotonic() < deadline:
             time.sleep(0.1)
         _master_sql(postgres, f"ALTER ROLE {postgres.master_user} PASSWORD '{rotated_password}'")
-        with psycopg2_connection(postgres, rotated_password) as connection, connection.cursor() as cursor:
+        with postgres.connect(postgres.master_user, rotated_password) as connection, connection.cursor() as cursor:
             cursor.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND usename IN (%s, %s)",
                 (postgres.user, postgres.master_user),
@@ -118,20 +118,6 @@ def _errors_across_a_rotation(instance: DagsterInstance, postgres, rotated_passw
         stop.set()
         thread.join()
     return reads["before"], reads["after"], errors
-
-
-def psycopg2_connection(postgres, password: str):
-    import psycopg2
-
-    return psycopg2.connect(
-        host=postgres.host,
-        port=postgres.port,
-        dbname=postgres.database,
-        user=postgres.master_user,
-        password=password,
-        sslmode="verify-full",
-        sslrootcert=str(postgres.ca_file),
-    )
 
 
 @pytest.mark.parametrize("login", ["iam-token", "password-injected-at-start"])
@@ -153,7 +139,7 @@ def test_a_password_rotation_and_dropped_sessions_under_a_running_daemon_leave_t
         with DagsterInstance.get() as instance:
             before, after, errors = _errors_across_a_rotation(instance, postgres, "rotated-by-rds-7-days-later")
     finally:
-        with psycopg2_connection(postgres, "rotated-by-rds-7-days-later") as connection, connection.cursor() as cursor:
+        with postgres.connect(postgres.master_user, "rotated-by-rds-7-days-later") as connection, connection.cursor() as cursor:
             cursor.execute(f"ALTER ROLE {postgres.master_user} PASSWORD '{postgres.password}'")
         connection.close()
     assert before >= 20

@@ -17,18 +17,6 @@ def postgres():
         yield server
 
 
-def _connect_as_role(postgres, password: str):
-    return psycopg2.connect(
-        host=postgres.host,
-        port=postgres.port,
-        dbname=postgres.database,
-        user=postgres.user,
-        password=password,
-        sslmode="verify-full",
-        sslrootcert=str(postgres.ca_file),
-    )
-
-
 def _token(postgres) -> str:
     return boto3.client("rds", region_name="us-east-1").generate_db_auth_token(postgres.host, postgres.port, postgres.user)
 
@@ -42,7 +30,7 @@ def test_the_setup_task_hands_the_role_an_instance_the_master_user_made_and_runs
     assert main(["database-role"]) == 0
     first = capsys.readouterr().out
     assert "handed over 1 tables, views and sequences" in first  # the table, its sequence with it
-    with _connect_as_role(postgres, _token(postgres)) as connection, connection.cursor() as cursor:
+    with postgres.connect(postgres.user, _token(postgres)) as connection, connection.cursor() as cursor:
         cursor.execute("ALTER TABLE runs ADD COLUMN migrated boolean")  # a migration needs the owner
         cursor.execute("INSERT INTO runs (body) VALUES ('x') RETURNING id")
         cursor.execute("CREATE TABLE created_by_the_role (id int)")
@@ -56,10 +44,10 @@ def test_the_setup_task_hands_the_role_an_instance_the_master_user_made_and_runs
 def test_the_role_logs_in_with_a_token_for_it_never_with_a_password_or_in_plain_text(postgres, aws_env):
     refused_before = len(postgres.front.refused)
     with pytest.raises(psycopg2.OperationalError, match="PAM authentication failed"):
-        _connect_as_role(postgres, postgres.password)
+        postgres.connect(postgres.user, postgres.password)
     other = boto3.client("rds", region_name="us-east-1").generate_db_auth_token(postgres.host, postgres.port, postgres.master_user)
     with pytest.raises(psycopg2.OperationalError, match="PAM authentication failed"):
-        _connect_as_role(postgres, other)
+        postgres.connect(postgres.user, other)
     with pytest.raises(psycopg2.OperationalError, match="SSL off"):
         psycopg2.connect(host=postgres.host, port=postgres.port, dbname=postgres.database, user=postgres.user, password=_token(postgres), sslmode="disable")
     assert postgres.front.refused[refused_before:] == [f"{postgres.user}: not a token for this endpoint", f"{postgres.user}: not a token for this user"]
@@ -70,15 +58,7 @@ def test_the_client_refuses_a_server_whose_certificate_its_ca_did_not_sign(postg
 
     stranger = make_authority(tmp_path, common_name="someone else's CA")
     with pytest.raises(psycopg2.OperationalError, match="certificate verify failed"):
-        psycopg2.connect(
-            host=postgres.host,
-            port=postgres.port,
-            dbname=postgres.database,
-            user=postgres.user,
-            password=_token(postgres),
-            sslmode="verify-full",
-            sslrootcert=str(stranger.ca_file),
-        )
+        postgres.connect(postgres.user, _token(postgres), ca_file=stranger.ca_file)
 
 
 def test_names_that_are_not_plain_identifiers_never_reach_sql_and_a_database_without_iam_is_named(postgres):
