@@ -50,7 +50,9 @@ def policy_statements(resources: dict):
             documents.append(properties["PolicyDocument"])
         for document in documents:
             for statement in document["Statement"]:
-                yield name, statement
+                # A statement under a condition: either branch that is one.
+                branches = statement["Fn::If"][1:] if set(statement) == {"Fn::If"} else [statement]
+                yield from ((name, branch) for branch in branches if branch != {"Ref": "AWS::NoValue"})
 
 
 def test_cfn_lint_finds_nothing_not_even_informational():

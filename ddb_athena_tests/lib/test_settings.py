@@ -291,7 +291,7 @@ def test_the_data_stacks_settings_parameter_supplies_its_choices_under_the_proce
 def test_a_missing_or_foreign_stack_settings_parameter_is_refused_naming_it(aws_env, settings, value, problem):
     from ddb_athena.lib.settings import STACK_SETTINGS_VARIABLE, _stack_settings
 
-    name = "/ddb_athena/other/settings"
+    name = "/ddb_athena/ddb-athena/settings"  # the deployment's own name: the runs' role may read it (test_iam_coverage)
     if value is not None:
         settings.client("ssm").put_parameter(Name=name, Type="String", Value=value)
     _stack_settings.cache_clear()
