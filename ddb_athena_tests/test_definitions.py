@@ -134,6 +134,7 @@ def test_the_names_an_existing_instance_keeps_its_history_and_cursors_under_stay
         "alert_on_red_checks",
         "cleanup_after_materialization",
         "freshness_checks_sensor",
+        "runs_past_retention",
         "sync_successor_on_interruption",
     ]
     pools = {pool for job in defs.jobs for pool in pools_of(defs.resolve_job_def(job.name)).values()} | set(

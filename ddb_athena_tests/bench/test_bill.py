@@ -219,9 +219,11 @@ def test_private_subnets_price_a_nat_gateway_and_the_streams_traffic_through_it(
     assert lines["no address for the sync's and the platform's tasks"] == pytest.approx(-0.005 * 1460)
 
 
-def test_the_platform_bill_has_its_database_secret_its_image_and_its_log():
+def test_the_platform_bill_has_its_database_secret_its_alarms_its_image_and_its_log():
     lines = {line.name: line for line in platform_bill()}
-    secret = lines["its password: an RDS-managed secret"]
-    assert 0.40 < secret.usd < 0.41 and "reads a month" in secret.how
+    secret = lines["its master password: an RDS-managed secret"]
+    assert 0.40 < secret.usd < 0.41 and "read at each platform start" in secret.how
+    alarms = lines["alarms on the platform task and the database"]
+    assert alarms.usd == pytest.approx(0.30) and alarms.free_units == (("cloudwatch_alarm_month", 3),)
     assert lines["the image in ECR"].usd > 0 and "GB compressed" in lines["the image in ECR"].how
     assert lines["its log in CloudWatch"].usd > 0

@@ -39,7 +39,15 @@ def test_the_generated_page_bills_everything_the_deployment_runs():
     # Every run a schedule or sensor starts is in the page with where it is priced.
     for ending in billing.PRICED_RUNS:
         assert f"`*{ending}`" in page
-    for line in ("key parity runs' tasks", "compute logs in S3", "freshness checks", "its password: an RDS-managed secret", "the image in ECR"):
+    lines = (
+        "key parity runs' tasks",
+        "compute logs in S3",
+        "freshness checks",
+        "its master password: an RDS-managed secret",
+        "alarms on the platform task and the database",
+        "the image in ECR",
+    )
+    for line in lines:
         assert f"| {line} |" in page, line
     assert "NAT gateway, one Availability Zone" in page
     # The stream's reads at this volume are within the always-free 2.5 million GetRecords: the column says so.

@@ -202,7 +202,6 @@ class Resolver:
         self.conditions = {
             "CreateBucket": parameters["ExistingBucketName"] == "",
             "DagsterOnEc2": parameters["DagsterPrincipal"] == "ec2-instance",
-            "DagsterOnEcs": parameters["DagsterPrincipal"] != "ec2-instance",
             "WithEmrServerless": parameters["EnableEmrServerless"] == "true",
             "WithCaptureLambda": parameters["BooksCapture"] == "lambda",
             "WithAlertEmail": parameters["AlertEmail"] != "",

@@ -76,7 +76,8 @@ def test_no_address_reaches_the_tasks_the_ui_only_through_session_manager_and_th
 def test_an_update_never_runs_two_daemons():
     service = template()["Resources"]["PlatformService"]["Properties"]
     assert service["DesiredCount"] == 1
-    assert service["DeploymentConfiguration"] == {"MinimumHealthyPercent": 0, "MaximumPercent": 100}
+    deployment = service["DeploymentConfiguration"]
+    assert (deployment["MinimumHealthyPercent"], deployment["MaximumPercent"]) == (0, 100)
 
 
 def test_the_runs_capacity_is_the_deployments_choice_spot_by_default_and_a_stopped_task_gets_the_syncs_grace():
@@ -159,7 +160,7 @@ def test_the_instance_logs_in_as_its_own_role_with_iam_tokens_and_only_the_setup
     platform_logins = [statement for name, statement in policy_statements(resources) if statement["Action"] == "rds-db:connect"]
     assert platform_logins and all(statement["Resource"] == login for statement in platform_logins)
     runs = resources["RunsDatabaseLogin"]["Properties"]
-    assert runs["Roles"] == [{"Fn::ImportValue": {"Fn::Sub": "${DataStackName}-DagsterRunRoleName"}}]
+    assert runs["Roles"] == [{"Fn::ImportValue": {"Fn::Sub": "${DataStackName}-" + name}} for name in ("DagsterRunRoleName", "DagsterCleanupRoleName")]
     assert [statement["Resource"] for statement in runs["PolicyDocument"]["Statement"] if statement["Action"] == "rds-db:connect"] == [login]
     assert "DagsterRunRoleName" in data_template()["Outputs"]
 
@@ -305,26 +306,13 @@ def test_aws_itself_alerts_when_the_platform_task_or_its_database_fails_and_a_ba
     assert statement["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
 
 
-def test_the_stopped_task_rule_matches_a_failed_task_of_this_cluster_and_nothing_else(settings):
-    cluster = "arn:aws:ecs:us-east-1:123456789012:cluster/ddb-athena"
-    pattern = json.dumps(template()["Resources"]["TaskFailedRule"]["Properties"]["EventPattern"])
-    pattern = pattern.replace(json.dumps({"Fn::GetAtt": ["Cluster", "Arn"]}), json.dumps(cluster))
-
-    def matches(cluster_arn: str, status: str, exit_codes: list[int]) -> bool:
-        event = {
-            "id": "1",
-            "source": "aws.ecs",
-            "detail-type": "ECS Task State Change",
-            "account": "123456789012",
-            "time": "2026-11-29T12:00:00Z",
-            "region": "us-east-1",
-            "resources": [],
-            "detail": {"clusterArn": cluster_arn, "lastStatus": status, "containers": [{"name": "run", "exitCode": code} for code in exit_codes]},
-        }
-        return settings.client("events").test_event_pattern(EventPattern=pattern, Event=json.dumps(event))["Result"]
-
-    assert matches(cluster, "STOPPED", [137])
-    assert matches(cluster, "STOPPED", [0, 1])  # the database-setup container ended well, the platform did not
-    assert not matches(cluster, "STOPPED", [0])
-    assert not matches(cluster, "RUNNING", [1])
-    assert not matches(cluster.replace("ddb-athena", "another"), "STOPPED", [1])
+def test_the_stopped_task_rule_is_for_this_clusters_tasks_stopped_with_a_non_zero_exit():
+    """Structure only: the emulator's EventBridge neither implements TestEventPattern nor looks inside an event's array
+    of objects (`containers`), which EventBridge's matching does (an array matches when one element does)."""
+    rule = template()["Resources"]["TaskFailedRule"]["Properties"]
+    assert rule["EventPattern"] == {
+        "source": ["aws.ecs"],
+        "detail-type": ["ECS Task State Change"],
+        "detail": {"clusterArn": [{"Fn::GetAtt": ["Cluster", "Arn"]}], "lastStatus": ["STOPPED"], "containers": {"exitCode": [{"anything-but": 0}]}},
+    }
+    assert set(rule["Targets"][0]["InputTransformer"]["InputPathsMap"].values()) == {"$.detail.taskArn", "$.detail.group", "$.detail.stoppedReason"}

@@ -187,7 +187,8 @@ def daemon_task(settings, monkeypatch):
         memory="2048",
         containerDefinitions=[
             # As deploy/dagster_ecs.yaml: the container that alone holds the master password runs first.
-            {"name": "database-setup", "image": IMAGE, "essential": False, "command": ["ddb-athena", "database-role"], "secrets": SETUP_SECRETS},
+            # (The emulator's RunTask wants each container's memory; Fargate takes the task's.)
+            {"name": "database-setup", "image": IMAGE, "memory": 512, "essential": False, "command": ["ddb-athena", "database-role"], "secrets": SETUP_SECRETS},
             {
                 "name": "platform",
                 "image": IMAGE,
@@ -311,6 +312,14 @@ def test_a_runs_task_that_dies_fails_its_run_with_the_containers_last_log_lines(
         now = int(time.time() * 1000)
         logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=[{"timestamp": now + n, "message": line} for n, line in enumerate(lines)])
         ecs.stop_task(cluster=CLUSTER, task=run.tags["ecs/task_arn"], reason="OutOfMemoryError: Container killed due to memory usage")
+
+        def killed_at_its_memory_limit(parsed, **_):
+            # The emulator's stopped containers all exit 0: ECS reports a container killed at its limit with 137.
+            for task in parsed.get("tasks", []):
+                if task["taskArn"] == run.tags["ecs/task_arn"]:
+                    task["containers"] = [{"name": "run", "lastStatus": "STOPPED", "exitCode": 137}]
+
+        instance.run_launcher.ecs.meta.events.register("after-call.ecs.DescribeTasks", killed_at_its_memory_limit)
         health = instance.run_launcher.check_run_worker_health(run)
     assert health.status == WorkerStatus.FAILED
     assert "Run worker logs:" in health.msg and all(line in health.msg for line in lines)

@@ -94,6 +94,7 @@ def test_policies_name_their_actions_and_scope_their_resources():
         "DagsterEmrServerlessPolicy",
         "DagsterStreamCapturePolicy",
         "DagsterCaptureFailuresPolicy",
+        "DagsterCleanupRole",
         "SparkJobRole",
     }
     assert_named_and_scoped(statements, UNSCOPABLE_ACTIONS)

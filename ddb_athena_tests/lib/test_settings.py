@@ -92,6 +92,7 @@ def test_every_sync_setting_comes_from_its_variable_for_the_runs_schedules_and_s
             "alert_topic_arn": "arn:aws:sns:us-east-1:123456789012:alerts",
             "dagster_url": "https://dagster.example.com",
             "run_capacity": "FARGATE",
+            "cleanup_role_arn": "arn:aws:iam::123456789012:role/ddb-athena-DagsterCleanupRole",
         }
         if name in examples:
             value = examples[name]
