@@ -35,8 +35,9 @@ _WAITING = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunSta
 _RUNNING = [DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 _ENDED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
 # A sync that keeps failing (an image that cannot start, a permission it lacks) is started again less and less often,
-# each start a fresh task and image pull: after n failed runs in a row, the next waits a minute doubled n-1 times, at
-# most half an hour, from the last one's end. One failure costs no more than before; the first alerts (alerts/).
+# each start a fresh task and image pull: after n >= 2 failed runs in a row, the next waits a minute doubled n-2 times,
+# at most half an hour, from the last one's end. A single failure (a crash) is replaced at the next tick, as before;
+# the first failure alerts (alerts/).
 FAILURE_BACKOFF_FIRST_SECONDS = 60
 FAILURE_BACKOFF_MAX_SECONDS = 1800
 
@@ -46,9 +47,9 @@ def failure_backoff(instance, job_name: str, now: float) -> tuple[int, float] | 
     run someone terminated ends the streak."""
     records = instance.get_run_records(filters=RunsFilter(job_name=job_name, statuses=_ENDED), limit=12)
     failures = list(takewhile(lambda record: record.dagster_run.status == DagsterRunStatus.FAILURE, records))
-    if not failures:
+    if len(failures) < 2:
         return None
-    wait = min(FAILURE_BACKOFF_FIRST_SECONDS * 2 ** (len(failures) - 1), FAILURE_BACKOFF_MAX_SECONDS)
+    wait = min(FAILURE_BACKOFF_FIRST_SECONDS * 2 ** (len(failures) - 2), FAILURE_BACKOFF_MAX_SECONDS)
     newest = failures[0]
     ready_at = (newest.end_time or newest.update_timestamp.timestamp()) + wait
     return (len(failures), ready_at) if now < ready_at else None

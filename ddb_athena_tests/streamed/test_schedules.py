@@ -74,14 +74,13 @@ def test_a_sync_that_keeps_failing_is_started_less_and_less_often_until_one_succ
         return int(found[1]), float(found[2])
 
     with instance_for_test() as instance:
-        failed(instance, seconds_ago=50)
-        assert backing_off(instance) == (1, pytest.approx(10, abs=3))
-        instance.wipe()
-        failed(instance, seconds_ago=61)
-        assert isinstance(tick(instance), RunRequest)  # one failure: the minute it always was
-        for seconds_ago in (400, 300, 200):  # four in a row, the newest 200 s ago: 8 minutes from it
+        failed(instance, seconds_ago=5)
+        assert isinstance(tick(instance), RunRequest)  # one failure (a crash): replaced at the next tick, as always
+        failed(instance, seconds_ago=4)
+        assert backing_off(instance) == (2, pytest.approx(56, abs=3))  # two in a row: a minute from the newest's end
+        for seconds_ago in (400, 300, 200):  # five in a row, the newest 200 s ago: 8 minutes from it
             failed(instance, seconds_ago)
-        assert backing_off(instance) == (4, pytest.approx(280, abs=3))
+        assert backing_off(instance) == (5, pytest.approx(280, abs=3))
         for seconds_ago in range(300, 120, -10):  # however many, half an hour at most
             failed(instance, seconds_ago)
         assert backing_off(instance) == (12, pytest.approx(1670, abs=3))  # the twelve it reads
