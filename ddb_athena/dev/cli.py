@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     role = commands.add_parser(
         "database-role",
         help="as the database's master user (DAGSTER_POSTGRES_MASTER_USER and _PASSWORD), make DAGSTER_POSTGRES_USER the instance's "
-        "own login, with IAM database authentication, owning its tables; once, from the platform stack's setup task",
+        "own login, with IAM database authentication, owning its tables (the platform task's database-setup container, at each start)",
     )
     role.set_defaults(handler=_database_role)
 

@@ -1,21 +1,15 @@
 """The Dagster instance's own role in its RDS PostgreSQL database. It logs in with IAM database authentication (each
 connection presents a 15-minute token signed with the task's role: no password to rotate, inject or leak) and owns
-the instance's tables. The master user, whose password RDS keeps and rotates in Secrets Manager, only creates it,
-once, from a one-off task (`ddb-athena database-role`)."""
+the instance's tables. The master user, whose password RDS keeps and rotates in Secrets Manager, only makes it: the
+platform task's `database-setup` container runs `ddb-athena database-role` at every start (nothing to change after the
+first)."""
 
 import os
-import re
 
-# PostgreSQL's unquoted identifiers, lower case: what reaches SQL here is checked against it first.
-IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+from ddb_athena.lake.identifiers import validate_identifier
+
 # The role RDS grants to use IAM database authentication (it exists only on RDS).
 RDS_IAM = "rds_iam"
-
-
-def checked_identifier(kind: str, name: str) -> str:
-    if not IDENTIFIER.fullmatch(name or ""):
-        raise ValueError(f"{kind} {name!r} is not a plain PostgreSQL identifier (lower-case letters, digits, _; 63 at most)")
-    return name
 
 
 def ensure_database_role(connection, role: str, iam_group: str = RDS_IAM) -> list[str]:
@@ -25,7 +19,7 @@ def ensure_database_role(connection, role: str, iam_group: str = RDS_IAM) -> lis
     it changed."""
     from psycopg2 import sql
 
-    role_name = sql.Identifier(checked_identifier("role", role))
+    role_name = sql.Identifier(validate_identifier(role, "role"))
     changed = []
     with connection.cursor() as cursor:
         cursor.execute("SELECT rolname FROM pg_roles WHERE rolname IN (%s, %s)", (role, iam_group))
@@ -61,8 +55,8 @@ def ensure_database_role(connection, role: str, iam_group: str = RDS_IAM) -> lis
 
 
 def connect_as_master():
-    """The instance's database as its master user, from the one-off task's environment (ECS injects the password
-    from the database's managed secret), verifying the server's certificate (PGSSLROOTCERT: the RDS CA bundle)."""
+    """The instance's database as its master user, from the database-setup container's environment (ECS injects the
+    password from the database's managed secret), verifying the server's certificate (PGSSLROOTCERT: the RDS CA bundle)."""
     import psycopg2
 
     return psycopg2.connect(
