@@ -145,20 +145,29 @@ def fetch_aws_bundle(repository: str, jar_dir: Path | None = None, timeout: floa
     if target.is_file():
         return target
     url = f"{repository.rstrip('/')}/{ICEBERG_AWS_BUNDLE_PATH}"
-    target.parent.mkdir(parents=True, exist_ok=True)
     try:
         with urllib.request.urlopen(f"{url}.sha1", timeout=timeout) as response:
             expected = response.read().decode().split()[0].lower()
+    except (urllib.error.URLError, OSError) as error:
+        raise FetchError(f"{ICEBERG_AWS_BUNDLE_JAR} could not be fetched from {url}: {error}") from None
+    return download_checked(url, target, "sha1", expected, "the repository says", timeout)
+
+
+def download_checked(url: str, target: Path, algorithm: str, expected: str, expected_from: str, timeout: float = 60.0) -> Path:
+    """`url` into `target`, moved into place only if its `algorithm` digest is `expected` (which `expected_from` gave);
+    FetchError otherwise, leaving nothing behind."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
         with urllib.request.urlopen(url, timeout=timeout) as response, atomic_output(target) as partial:
-            digest = hashlib.sha1(usedforsecurity=False)
+            digest = hashlib.new(algorithm, usedforsecurity=False)
             with partial.open("wb") as destination:
                 while chunk := response.read(1 << 20):
                     digest.update(chunk)
                     destination.write(chunk)
             if digest.hexdigest() != expected:
-                raise FetchError(f"{ICEBERG_AWS_BUNDLE_JAR} from {url}: SHA-1 {digest.hexdigest()}, the repository says {expected}")
+                raise FetchError(f"{target.name} from {url}: {algorithm.upper().replace('SHA', 'SHA-')} {digest.hexdigest()}, {expected_from} {expected}")
     except (urllib.error.URLError, OSError) as error:
-        raise FetchError(f"{ICEBERG_AWS_BUNDLE_JAR} could not be fetched from {url}: {error}") from None
+        raise FetchError(f"{target.name} could not be fetched from {url}: {error}") from None
     return target
 
 

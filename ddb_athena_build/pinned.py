@@ -7,12 +7,10 @@ before it lands (written beside its target and moved into place only once it mat
 import argparse
 import hashlib
 import sys
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddb_athena_build.jars import FetchError, atomic_output
+from ddb_athena_build.jars import FetchError, download_checked
 
 LOCK = Path(__file__).resolve().parents[1] / "deploy" / "artifacts.lock"
 
@@ -39,19 +37,7 @@ def fetch_pinned(artifact: Pinned, directory: Path, timeout: float = 60.0) -> Pa
     target = directory / artifact.name
     if target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == artifact.sha256:
         return target
-    directory.mkdir(parents=True, exist_ok=True)
-    try:
-        with urllib.request.urlopen(artifact.url, timeout=timeout) as response, atomic_output(target) as partial:
-            digest = hashlib.sha256()
-            with partial.open("wb") as destination:
-                while chunk := response.read(1 << 20):
-                    digest.update(chunk)
-                    destination.write(chunk)
-            if digest.hexdigest() != artifact.sha256:
-                raise FetchError(f"{artifact.name} from {artifact.url}: SHA-256 {digest.hexdigest()}, deploy/artifacts.lock pins {artifact.sha256}")
-    except (urllib.error.URLError, OSError) as error:
-        raise FetchError(f"{artifact.name} could not be fetched from {artifact.url}: {error}") from None
-    return target
+    return download_checked(artifact.url, target, "sha256", artifact.sha256, "deploy/artifacts.lock pins", timeout)
 
 
 def main(argv: list[str] | None = None) -> int:
