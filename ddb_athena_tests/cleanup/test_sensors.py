@@ -27,8 +27,11 @@ def instance():
         yield instance
 
 
-def evaluate(instance, cursor=None):
-    resources = local_resources()
+CLEANUP_ROLE = "arn:aws:iam::123456789012:role/ddb-athena-DagsterCleanupRole"
+
+
+def evaluate(instance, cursor=None, **sync_options):
+    resources = local_resources(**sync_options)
     context = build_sensor_context(instance=instance, cursor=cursor, resources={"sync": resources["sync"], "aws": resources["aws"]})
     result = cleanup_after_materialization.evaluate_tick(context)
     return result.run_requests or [], result.cursor
@@ -47,7 +50,7 @@ def test_each_materialization_gets_one_cleanup_that_deletes_only_what_it_committ
     late = ChangeFiles(spark, settings).write(change(10**30, "late", "INSERT"))
 
     # One run for everything committed since the last tick (a run per 10-second cycle would cost more than the merges).
-    (request,), cursor = evaluate(instance)
+    (request,), cursor = evaluate(instance, cleanup_role_arn=CLEANUP_ROLE)
     assert request.job_name == "books_source_cleanup"
     assert request.run_config["ops"]["delete_committed_change_files"]["config"]["manifest_keys"] == [
         first["commit_manifest"],
@@ -56,6 +59,8 @@ def test_each_materialization_gets_one_cleanup_that_deletes_only_what_it_committ
     assert request.tags["ddb_athena/cleanup"] == "books_iceberg"
     # On ECS in the deployment's capacity (Spot by default), as the sync's runs are.
     assert request.tags[RUN_TASK_KWARGS_TAG] == capacity_tags("FARGATE_SPOT")[RUN_TASK_KWARGS_TAG]
+    # Under the cleanups' own role, which cannot delete a table file (the launcher passes it as RunTask's override).
+    assert json.loads(request.tags["ecs/task_overrides"]) == {"taskRoleArn": CLEANUP_ROLE}
     assert evaluate(instance, cursor)[0] == []  # evaluated again: nothing new, nothing twice
 
     assert books_source_cleanup.execute_in_process(run_config=request.run_config, resources=local_resources()).success
