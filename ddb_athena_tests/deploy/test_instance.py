@@ -19,6 +19,7 @@ from dagster._core.storage.compute_log_manager import ComputeIOType
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import WorkspaceFileTarget
 
+from ddb_athena.lib.database_role import ensure_database_role
 from ddb_athena.lib.run_capacity import ON_DEMAND, SPOT, capacity_strategy, capacity_tags
 from ddb_athena_bench.postgres_server import postgres_server
 
@@ -56,6 +57,11 @@ def deployed_home(tmp_path, postgres, monkeypatch, aws_env):
     }
     for name, value in {**postgres.environment(), **environment}.items():
         monkeypatch.setenv(name, value)
+    # The platform task's database-setup container, at every start: it hands the instance's role what an older
+    # configuration made as the master user (this module's tests share one server, in any order).
+    with postgres.connect_as_master() as connection:
+        ensure_database_role(connection, postgres.user)
+    connection.close()
     return home
 
 
