@@ -9,10 +9,11 @@ Maven Central is not assumed to be reachable, so every JAR comes from PyPI:
   ``sagemaker-pyspark`` sdist, which is only downloaded and unpacked, never
   installed (it pins an old pyspark);
 - the local warehouse's file system (``LocalWarehouseFileSystem.java``) is
-  compiled here against pyspark's own Hadoop client, where a JDK is at hand;
-- with ``--aws-bundle-from REPOSITORY`` (the image's build), Iceberg's AWS
-  bundle, which only Maven has, is fetched too and checked against the
-  repository's SHA-1.
+  compiled here against pyspark's own Hadoop client, where a JDK is at hand.
+
+The deployment's image bakes the official Maven artifacts instead, pinned by
+SHA-256 (``ddb_athena_build.pinned``, ``deploy/artifacts.lock``); an offline
+build of it falls back to this set.
 
 Everything lands in one cached directory; provisioning is idempotent and each
 file is written atomically so an interrupted run never leaves a broken JAR.
@@ -43,8 +44,6 @@ from ddb_athena.lake.local_jars import (
     AWS_SDK_BUNDLE_JAR,
     DEFAULT_JAR_DIR,
     HADOOP_AWS_JAR,
-    ICEBERG_AWS_BUNDLE_JAR,
-    ICEBERG_AWS_BUNDLE_PATH,
     ICEBERG_RUNTIME_JAR,
     LOCAL_FILE_SYSTEM_SOURCE,
     RELOCATED_JACKSON_JAR,
@@ -105,8 +104,6 @@ FIXED_CONSTANT_SIZES = {
 
 
 JAVA_RELEASE = "8"
-# Beside the JARs, what an offline build could not fetch, and why.
-NOT_FETCHED_FILE = "not-fetched.txt"
 
 
 def ensure_local_jars(jar_dir: Path | None = None) -> list[Path]:
@@ -136,21 +133,11 @@ def ensure_local_jars(jar_dir: Path | None = None) -> list[Path]:
 
 
 class FetchError(RuntimeError):
-    """A JAR could not be fetched from a Maven repository, or did not match the repository's checksum."""
+    """An artifact could not be fetched, or did not match the digest it was checked against."""
 
 
-def fetch_aws_bundle(repository: str, jar_dir: Path | None = None, timeout: float = 60.0) -> Path:
-    """Iceberg's AWS bundle from the Maven repository at `repository` into `jar_dir`, unless there already."""
-    target = (jar_dir or DEFAULT_JAR_DIR) / ICEBERG_AWS_BUNDLE_JAR
-    if target.is_file():
-        return target
-    url = f"{repository.rstrip('/')}/{ICEBERG_AWS_BUNDLE_PATH}"
-    try:
-        with urllib.request.urlopen(f"{url}.sha1", timeout=timeout) as response:
-            expected = response.read().decode().split()[0].lower()
-    except (urllib.error.URLError, OSError) as error:
-        raise FetchError(f"{ICEBERG_AWS_BUNDLE_JAR} could not be fetched from {url}: {error}") from None
-    return download_checked(url, target, "sha1", expected, "the repository says", timeout)
+class DigestMismatchError(FetchError):
+    """What arrived is not what the digest it was checked against describes: never to be used."""
 
 
 def download_checked(url: str, target: Path, algorithm: str, expected: str, expected_from: str, timeout: float = 60.0) -> Path:
@@ -165,7 +152,7 @@ def download_checked(url: str, target: Path, algorithm: str, expected: str, expe
                     digest.update(chunk)
                     destination.write(chunk)
             if digest.hexdigest() != expected:
-                raise FetchError(f"{target.name} from {url}: {algorithm.upper().replace('SHA', 'SHA-')} {digest.hexdigest()}, {expected_from} {expected}")
+                raise DigestMismatchError(f"{target.name} from {url}: {algorithm.upper().replace('SHA', 'SHA-')} {digest.hexdigest()}, {expected_from} {expected}")
     except (urllib.error.URLError, OSError) as error:
         raise FetchError(f"{target.name} could not be fetched from {url}: {error}") from None
     return target
@@ -355,29 +342,12 @@ def atomic_output(target: Path) -> Iterator[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Provision the JARs of the project's Spark (the local set; with --aws-bundle-from, the aws profile's too).")
-    parser.add_argument("--aws-bundle-from", metavar="REPOSITORY", help="a Maven repository's URL to fetch Iceberg's AWS bundle from")
-    parser.add_argument(
-        "--aws-bundle-optional", choices=("0", "1"), default="0", help="1: a bundle that cannot be fetched is reported, not fatal (an offline build)"
-    )
-    args = parser.parse_args(argv)
+    argparse.ArgumentParser(description="Provision the JARs of the project's local Spark.").parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for jar_path in ensure_local_jars():
         print(jar_path)
     if file_system_jar := local_file_system_jar():
         print(file_system_jar)
-    if args.aws_bundle_from:
-        not_fetched = DEFAULT_JAR_DIR / NOT_FETCHED_FILE
-        try:
-            print(fetch_aws_bundle(args.aws_bundle_from))
-            not_fetched.unlink(missing_ok=True)
-        except FetchError as error:
-            if args.aws_bundle_optional != "1":
-                print(f"error: {error}", file=sys.stderr)
-                return 1
-            print(f"warning: {error}; the aws profile cannot start Spark from this directory's JARs", file=sys.stderr)
-            # Said where the JARs are too: an image built from cache shows no build output.
-            not_fetched.write_text(f"{error}\n")
     return 0
 
 

@@ -1,18 +1,30 @@
 """Downloads the image needs beyond Python packages, each checked against its SHA-256 pinned in deploy/artifacts.lock
 before it lands (written beside its target and moved into place only once it matches).
 
-    python -m ddb_athena_build.pinned rds-ca-bundle.pem --into /opt/ddb_athena/certs [--optional 1]
+    python -m ddb_athena_build.pinned NAME... --into DIRECTORY [--maven-repository URL] [--optional 1]
+    python -m ddb_athena_build.pinned --pin NAME...
+
+`--pin` records an artifact's digest: it downloads it from its source, refuses it if the source's own `.sha1` (Maven
+repositories publish one) disagrees, and writes its SHA-256 into the lock. Run it where the source is reachable, check
+the release's signature (docs/operations.md), and commit the line: the pin is what every later build trusts.
 """
 
 import argparse
 import hashlib
 import sys
-from dataclasses import dataclass
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ddb_athena_build.jars import FetchError, download_checked
+from ddb_athena_build.jars import DigestMismatchError, FetchError, download_checked
 
 LOCK = Path(__file__).resolve().parents[1] / "deploy" / "artifacts.lock"
+# The lock's digest column before anyone has pinned the artifact: a build refuses it.
+UNPINNED = "unpinned"
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
+# Beside what an offline build fetched, what it could not, and why.
+NOT_FETCHED_FILE = "not-fetched.txt"
 
 
 @dataclass(frozen=True)
@@ -20,6 +32,12 @@ class Pinned:
     name: str
     sha256: str
     url: str
+
+    def from_repository(self, maven_repository: str | None) -> "Pinned":
+        """The same artifact from a mirror of Maven Central (the pin, not the server, is what is trusted)."""
+        if not maven_repository or not self.url.startswith(MAVEN_CENTRAL):
+            return self
+        return replace(self, url=maven_repository.rstrip("/") + "/" + self.url.removeprefix(MAVEN_CENTRAL))
 
 
 def pinned_artifacts(lock: Path | None = None) -> dict[str, Pinned]:
@@ -32,33 +50,89 @@ def pinned_artifacts(lock: Path | None = None) -> dict[str, Pinned]:
 
 
 def fetch_pinned(artifact: Pinned, directory: Path, timeout: float = 60.0) -> Path:
-    """`artifact` into `directory`, unless there already with its pinned digest; FetchError if it cannot be fetched or
-    its digest is not the pinned one (nothing is left behind then)."""
+    """`artifact` into `directory`, unless there already with its pinned digest; FetchError if it is not pinned yet,
+    cannot be fetched, or its digest is not the pinned one (nothing is left behind then)."""
+    if artifact.sha256 == UNPINNED:
+        raise FetchError(
+            f"{artifact.name}: deploy/artifacts.lock pins no SHA-256 for it yet; where {artifact.url} is reachable, run "
+            f"`python -m ddb_athena_build.pinned --pin {artifact.name}`, check the release's signature and commit the line"
+        )
     target = directory / artifact.name
     if target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == artifact.sha256:
         return target
     return download_checked(artifact.url, target, "sha256", artifact.sha256, "deploy/artifacts.lock pins", timeout)
 
 
+def pin(artifact: Pinned, lock: Path | None = None, timeout: float = 60.0) -> str:
+    """Download `artifact` from its source and write its SHA-256 into the lock; FetchError, leaving the lock as it
+    was, if it cannot be fetched or the source's published SHA-1 disagrees with what arrived."""
+    lock = lock or LOCK
+    published_sha1 = None
+    try:
+        with urllib.request.urlopen(f"{artifact.url}.sha1", timeout=timeout) as response:
+            published_sha1 = response.read().decode().split()[0].lower()
+    except urllib.error.HTTPError as error:
+        if error.code != 404:  # a source without checksums (not a Maven repository) publishes none
+            raise FetchError(f"{artifact.name}: {artifact.url}.sha1: {error}") from None
+    except (urllib.error.URLError, OSError) as error:
+        raise FetchError(f"{artifact.name} could not be fetched from {artifact.url}: {error}") from None
+    try:
+        with urllib.request.urlopen(artifact.url, timeout=timeout) as response:
+            content = response.read()
+    except (urllib.error.URLError, OSError) as error:
+        raise FetchError(f"{artifact.name} could not be fetched from {artifact.url}: {error}") from None
+    arrived_sha1 = hashlib.sha1(content, usedforsecurity=False).hexdigest()
+    if published_sha1 and arrived_sha1 != published_sha1:
+        raise DigestMismatchError(f"{artifact.name} from {artifact.url}: SHA-1 {arrived_sha1}, {artifact.url}.sha1 says {published_sha1}")
+    sha256 = hashlib.sha256(content).hexdigest()
+    lines = lock.read_text().splitlines(keepends=True)
+    for index, line in enumerate(lines):
+        fields = line.split()
+        if fields and not line.lstrip().startswith("#") and fields[0] == artifact.name:
+            lines[index] = line.replace(fields[1], sha256, 1)
+    lock.write_text("".join(lines))
+    return sha256
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="+", help="artifacts of deploy/artifacts.lock")
-    parser.add_argument("--into", type=Path, required=True)
+    parser.add_argument("--into", type=Path, help="where the artifacts land")
+    parser.add_argument("--pin", action="store_true", help="record the artifacts' digests in the lock instead")
+    parser.add_argument("--maven-repository", help="a mirror of Maven Central to fetch the Maven artifacts from")
     parser.add_argument("--optional", choices=("0", "1"), default="0", help="1: one that cannot be fetched is reported, not fatal (an offline build)")
     args = parser.parse_args(argv)
+    if bool(args.pin) == bool(args.into):
+        parser.error("either --into DIRECTORY or --pin")
     artifacts = pinned_artifacts()
     unknown = sorted(set(args.names) - set(artifacts))
     if unknown:
         parser.error(f"not in deploy/artifacts.lock: {', '.join(unknown)}")
+    if args.pin:
+        for name in args.names:
+            try:
+                print(f"{name} {pin(artifacts[name].from_repository(args.maven_repository))}")
+            except FetchError as error:
+                print(f"error: {error}", file=sys.stderr)
+                return 1
+        return 0
+    args.into.mkdir(parents=True, exist_ok=True)
+    not_fetched = []
     for name in args.names:
         try:
-            print(fetch_pinned(artifacts[name], args.into))
+            print(fetch_pinned(artifacts[name].from_repository(args.maven_repository), args.into))
         except FetchError as error:
             # A digest that differs is never optional: that is what the pin is for.
-            if args.optional != "1" or "SHA-256" in str(error):
+            if args.optional != "1" or isinstance(error, DigestMismatchError):
                 print(f"error: {error}", file=sys.stderr)
                 return 1
             print(f"warning: {error}; left out of this build", file=sys.stderr)
+            not_fetched.append(f"{error}\n")
+    # Said where the artifacts are too: an image built from cache shows no build output.
+    if not_fetched:
+        (args.into / NOT_FETCHED_FILE).write_text("".join(not_fetched))
+    else:
+        (args.into / NOT_FETCHED_FILE).unlink(missing_ok=True)
     return 0
 
 

@@ -21,10 +21,16 @@ LOCAL_JAR_NAMES = (
     HADOOP_AWS_JAR,
     AWS_SDK_BUNDLE_JAR,
 )
-# The Glue catalog's and S3FileIO's AWS SDK, on Maven Central only: an image bakes it (deploy/Dockerfile) beside the
-# local set, so that the aws profile's Spark in a run worker loads everything from disk.
-ICEBERG_AWS_BUNDLE_JAR = f"iceberg-aws-bundle-{ICEBERG_VERSION}.jar"
-ICEBERG_AWS_BUNDLE_PATH = f"org/apache/iceberg/iceberg-aws-bundle/{ICEBERG_VERSION}/{ICEBERG_AWS_BUNDLE_JAR}"
+# The aws profile's JARs in the deployment's image: the official Maven artifacts (deploy/artifacts.lock pins their
+# SHA-256), the same as session_config.RUN_WORKER_AWS_PACKAGES resolves. They differ from the local set above, which
+# PyPI alone provides: Iceberg's runtime there lacks its shaded Jackson (rebuilt from pyspark's), and S3A is hadoop-aws
+# 3.3.1 with the AWS SDK 1.11.901 where pyspark's Hadoop 3.3.4 pairs with hadoop-aws 3.3.4 and the SDK 1.12.262.
+IMAGE_JAR_NAMES = (
+    ICEBERG_RUNTIME_JAR,
+    f"iceberg-aws-bundle-{ICEBERG_VERSION}.jar",
+    "hadoop-aws-3.3.4.jar",
+    "aws-java-sdk-bundle-1.12.262.jar",
+)
 
 # Hadoop's local file system without a chmod process for every file it writes; optional: without a JDK to compile it,
 # the local warehouse keeps Hadoop's own.
@@ -48,10 +54,10 @@ def local_jar_paths(jar_dir: Path | None = None) -> list[Path]:
 
 
 def aws_profile_jar_paths(jar_dir: Path | None = None) -> list[Path] | None:
-    """The JARs of the aws profile's Spark in a run worker where they were baked into `jar_dir` (the image's), None
-    where any is missing (Maven then provides them: `spark.jars.packages`)."""
+    """The JARs of the aws profile's Spark in a run worker where the image baked them into `jar_dir`, None where any
+    is missing (Maven then provides them: `spark.jars.packages`)."""
     jar_dir = jar_dir or DEFAULT_JAR_DIR
-    paths = [jar_dir / name for name in (*LOCAL_JAR_NAMES, ICEBERG_AWS_BUNDLE_JAR)]
+    paths = [jar_dir / name for name in IMAGE_JAR_NAMES]
     return paths if all(path.is_file() for path in paths) else None
 
 

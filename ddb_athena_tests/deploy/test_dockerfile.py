@@ -41,3 +41,20 @@ def test_the_deployment_keeps_the_same_pools_as_make_dev():
     local = yaml.safe_load((REPO_ROOT / "dagster.yaml").read_text())
     assert deployed["concurrency"] == local["concurrency"]
     assert deployed["run_monitoring"]["free_slots_after_run_end_seconds"] == local["run_monitoring"]["free_slots_after_run_end_seconds"]
+
+
+def test_the_image_bakes_the_aws_profiles_jars_each_from_the_lock_at_the_versions_maven_would_resolve():
+    from ddb_athena.lake.local_jars import IMAGE_JAR_NAMES
+    from ddb_athena.lake.session_config import RUN_WORKER_AWS_PACKAGES
+    from ddb_athena_build.pinned import MAVEN_CENTRAL, pinned_artifacts
+
+    (command,) = [line for line in DOCKERFILE.read_text().replace("\\\n", " ").splitlines() if "ddb_athena_build.pinned --into /opt/ddb_athena/jars" in line]
+    baked = [word for word in command.split("ddb_athena_build.pinned --into /opt/ddb_athena/jars")[1].split("&&")[0].split() if word.endswith(".jar")]
+    assert baked == list(IMAGE_JAR_NAMES)
+    lock = pinned_artifacts()
+    for name in IMAGE_JAR_NAMES:
+        group, artifact, version = lock[name].url.removeprefix(MAVEN_CENTRAL).rsplit("/", 3)[0], *lock[name].url.rsplit("/", 3)[1:3]
+        assert name == f"{artifact}-{version}.jar"
+        coordinate = f"{group.replace('/', '.')}:{artifact}:{version}"
+        # What Maven resolves for a run worker without the image: the same artifacts (the SDK bundle is hadoop-aws's).
+        assert coordinate in RUN_WORKER_AWS_PACKAGES or artifact == "aws-java-sdk-bundle", coordinate

@@ -249,9 +249,12 @@ def test_an_images_baked_jars_start_the_aws_profiles_spark_with_nothing_to_downl
     monkeypatch.setattr(local_jars, "DEFAULT_JAR_DIR", tmp_path)
     resource = IcebergSparkResource(profile="aws", warehouse="s3://b/w", master="local[1]")
     assert resource.spark_config()["spark.jars.packages"] == RUN_WORKER_AWS_PACKAGES  # nothing baked: Maven's
-    for name in (*local_jars.LOCAL_JAR_NAMES, local_jars.ICEBERG_AWS_BUNDLE_JAR):
+    for name in local_jars.LOCAL_JAR_NAMES:  # an offline build's: the local set alone is not the aws profile's
+        (tmp_path / name).write_bytes(b"PK")
+    assert resource.spark_config()["spark.jars.packages"] == RUN_WORKER_AWS_PACKAGES
+    for name in local_jars.IMAGE_JAR_NAMES:
         (tmp_path / name).write_bytes(b"PK")
     config = resource.spark_config()
     assert "spark.jars.packages" not in config
-    assert config["spark.jars"].split(",") == [str(tmp_path / name) for name in (*local_jars.LOCAL_JAR_NAMES, local_jars.ICEBERG_AWS_BUNDLE_JAR)]
+    assert config["spark.jars"].split(",") == [str(tmp_path / name) for name in local_jars.IMAGE_JAR_NAMES]
     assert "spark.jars" not in IcebergSparkResource(profile="aws", warehouse="s3://b/w", master=None).spark_config()  # a cluster's own
