@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test test-image test-fast dev templates bench bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-interruption bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity faults lambda emr-job lint clean
+.PHONY: install test test-image test-image-arm64 test-fast dev templates bench bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-interruption bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity faults lambda emr-job lint clean
 
 install: $(INSTALLED)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing.
@@ -32,6 +32,10 @@ test: install lint
 # The deployment image built and run (deploy/Dockerfile): Docker from Debian's packages where this runs as root.
 test-image: install
 	bash scripts/test_image.sh
+
+# The same for the Graviton image (linux/arm64), through QEMU on an x86 machine: slow, so not part of CI.
+test-image-arm64: install
+	ARCH=arm64 bash scripts/test_image.sh
 
 # The inner loop: all but the stack tests (the real webserver and daemon, several minutes each).
 test-fast: install lint

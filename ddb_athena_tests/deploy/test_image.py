@@ -14,18 +14,23 @@ from pathlib import Path
 
 import pytest
 
-from ddb_athena.lake.local_jars import ICEBERG_AWS_BUNDLE_JAR, LOCAL_JAR_NAMES
-from ddb_athena_build.jars import NOT_FETCHED_FILE
+from ddb_athena.lake.local_jars import IMAGE_JAR_NAMES, LOCAL_JAR_NAMES
+from ddb_athena_build.pinned import NOT_FETCHED_FILE
 from ddb_athena_tests.stack.test_one_writer import iceberg_rows
 
 pytestmark = pytest.mark.image
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BASE_IMAGE = os.environ.get("DDB_ATHENA_TEST_BASE_IMAGE", "")
+# The image's platform (scripts/test_image.sh: linux/amd64, or linux/arm64 through QEMU on an x86 machine).
+PLATFORM = os.environ.get("DDB_ATHENA_TEST_IMAGE_PLATFORM", "linux/amd64")
+MACHINE = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}[PLATFORM]
+# Waits stretch where the image's binaries run through QEMU (several times slower than natively).
+PATIENCE = 1 if os.uname().machine == MACHINE else 6
 IMAGE_USER_ID = "10001"
 
 
 def _docker(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout * PATIENCE)
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +45,8 @@ def image() -> tuple[str, str]:
         [
             "docker",
             "build",
+            "--platform",
+            PLATFORM,
             "-f",
             "deploy/Dockerfile",
             "--build-arg",
@@ -53,7 +60,7 @@ def image() -> tuple[str, str]:
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        timeout=1800,
+        timeout=1800 * PATIENCE,
     )
     output = build.stdout + build.stderr
     assert build.returncode == 0, output[-5000:]
@@ -62,7 +69,7 @@ def image() -> tuple[str, str]:
 
 
 def _run(tag: str, *command: str, env: dict[str, str] | None = None, volumes: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    options = ["--rm", "--network", "host"]
+    options = ["--rm", "--network", "host", "--platform", PLATFORM]
     for name, value in (env or {}).items():
         options += ["-e", f"{name}={value}"]
     for host, container in (volumes or {}).items():
@@ -70,17 +77,18 @@ def _run(tag: str, *command: str, env: dict[str, str] | None = None, volumes: di
     return _docker("run", *options, tag, *command, timeout=900)
 
 
-def test_the_image_runs_as_a_user_with_python_3_11_and_java_17(image):
+def test_the_image_runs_as_a_user_with_python_3_11_and_java_17_on_its_platform(image):
     tag, _ = image
-    result = _run(tag, "sh", "-c", "id -u; python --version; java -version 2>&1 | head -1")
+    result = _run(tag, "sh", "-c", "uname -m; id -u; python --version; java -version 2>&1 | head -1")
     assert result.returncode == 0, result.stderr
-    user, python, java = result.stdout.splitlines()[:3]
+    machine, user, python, java = result.stdout.splitlines()[:4]
+    assert machine == MACHINE
     assert user == IMAGE_USER_ID
     assert python.startswith("Python 3.11.")
     assert '"17.' in java
 
 
-def test_the_local_jars_are_baked_and_the_aws_profile_loads_its_jars_from_disk_or_the_build_named_the_missing_one(image):
+def test_the_aws_profiles_jars_are_baked_from_the_lock_or_the_offline_build_named_them_and_baked_the_local_set(image):
     tag, _ = image
     probe = (
         "import json; from ddb_athena.lib.resources import IcebergSparkResource; "
@@ -90,16 +98,17 @@ def test_the_local_jars_are_baked_and_the_aws_profile_loads_its_jars_from_disk_o
     result = _run(tag, "sh", "-c", f'ls "$DDB_ATHENA_JAR_DIR"; cat "$DDB_ATHENA_JAR_DIR/{NOT_FETCHED_FILE}" 2>/dev/null; python -c "{probe}"')
     assert result.returncode == 0, result.stderr
     *listing, config_line = result.stdout.splitlines()
-    assert set(LOCAL_JAR_NAMES) <= set(listing)
     config = json.loads(config_line)
-    if ICEBERG_AWS_BUNDLE_JAR in listing:
+    if NOT_FETCHED_FILE not in listing:
+        assert set(IMAGE_JAR_NAMES) <= set(listing) and not set(LOCAL_JAR_NAMES) - set(IMAGE_JAR_NAMES) & set(listing)
         assert config["spark.jars.packages"] is None
-        assert all(name in config["spark.jars"] for name in (*LOCAL_JAR_NAMES, ICEBERG_AWS_BUNDLE_JAR))
-        assert NOT_FETCHED_FILE not in listing
+        assert config["spark.jars"].split(",") == [f"/opt/ddb_athena/jars/{name}" for name in IMAGE_JAR_NAMES]
     else:
-        # Offline (this machine): the image says which JAR its build could not fetch, and from where; the aws profile
-        # then names Maven's packages instead.
-        assert any(line.startswith(f"{ICEBERG_AWS_BUNDLE_JAR} could not be fetched from https://repo1.maven.org/maven2/") for line in listing)
+        # Offline (this machine): the image says which JARs its build went without (not pinned yet, or Maven Central
+        # unreachable), runs the local profile on the local set, and its aws profile names Maven's packages instead.
+        for name in IMAGE_JAR_NAMES:
+            assert any(line.startswith(name) for line in listing if line not in IMAGE_JAR_NAMES), (name, listing)
+        assert set(LOCAL_JAR_NAMES) <= set(listing)
         assert "iceberg-aws-bundle:1.10.2" in config["spark.jars.packages"]
 
 
@@ -169,7 +178,7 @@ def test_the_platform_container_serves_the_ui_from_its_code_server_and_its_daemo
         options = [option for name, value in environment.items() for option in ("-e", f"{name}={value}")]
         # The front's CA in place of the image's RDS bundle (PGSSLROOTCERT), at the same path.
         ca_file = f"{postgres.ca_file}:{postgres.ca_file}:ro"
-        started = _docker("run", "-d", "--rm", "--network", "host", "-v", ca_file, *options, tag, timeout=120)
+        started = _docker("run", "-d", "--rm", "--network", "host", "--platform", PLATFORM, "-v", ca_file, *options, tag, timeout=120)
         assert started.returncode == 0, started.stderr
         container = started.stdout.strip()
         try:
@@ -182,14 +191,14 @@ def test_the_platform_container_serves_the_ui_from_its_code_server_and_its_daemo
                     return None
                 return {"/".join(node["assetKey"]["path"]) for node in result["assetNodes"]}
 
-            served = wait_for("the webserver to serve the code location", assets_served, timeout=300, poll=3)
+            served = wait_for("the webserver to serve the code location", assets_served, timeout=300 * PATIENCE, poll=3)
             assert {"books_source", "books_iceberg", "orders_export", "orders_athena"} <= served
             for name, value in environment.items():
                 monkeypatch.setenv(name, value)  # this process reads the same instance
             instance_home = Path(tempfile.mkdtemp())
             shutil.copy(REPO_ROOT / "deploy" / "dagster.yaml", instance_home / "dagster.yaml")
             with DagsterInstance.from_config(str(instance_home)) as instance:
-                wait_for("the daemon's heartbeats in PostgreSQL", lambda: instance.get_daemon_heartbeats(), timeout=120, poll=3)
+                wait_for("the daemon's heartbeats in PostgreSQL", lambda: instance.get_daemon_heartbeats(), timeout=120 * PATIENCE, poll=3)
                 assert "SCHEDULER" in instance.get_daemon_heartbeats()
 
             # ECS's health check, in the container, against its own webserver and daemon.
@@ -197,7 +206,7 @@ def test_the_platform_container_serves_the_ui_from_its_code_server_and_its_daemo
                 checked = _docker("exec", container, "python", "/opt/ddb_athena/healthcheck.py", timeout=60)
                 return checked if checked.returncode == 0 else None
 
-            health = wait_for("the health check to pass", healthy, timeout=180, poll=5)
+            health = wait_for("the health check to pass", healthy, timeout=180 * PATIENCE, poll=5)
             assert health.stdout.strip() == "healthy"
         finally:
             logs = _docker("logs", container, timeout=60)
@@ -221,13 +230,13 @@ print("spark answers after SIGTERM:", spark.range(10).count(), flush=True)
 
 def test_in_a_run_task_ecss_sigterm_reaches_the_runs_python_and_not_its_jvm(image):
     tag, _ = image
-    started = _docker("run", "-d", tag, "python", "-c", SPARK_AFTER_SIGTERM, timeout=120)
+    started = _docker("run", "-d", "--platform", PLATFORM, tag, "python", "-c", SPARK_AFTER_SIGTERM, timeout=120)
     assert started.returncode == 0, started.stderr
     container = started.stdout.strip()
     try:
         from ddb_athena_tests.stack.test_one_writer import wait_for
 
-        wait_for("Spark to start in the container", lambda: "ready" in _docker("logs", container, timeout=30).stdout, timeout=300, poll=2)
+        wait_for("Spark to start in the container", lambda: "ready" in _docker("logs", container, timeout=30).stdout, timeout=300 * PATIENCE, poll=2)
         assert _docker("kill", "--signal", "TERM", container, timeout=30).returncode == 0
         waited = _docker("wait", container, timeout=180)
         logs = _docker("logs", container, timeout=30)
