@@ -152,7 +152,8 @@ def download_checked(url: str, target: Path, algorithm: str, expected: str, expe
                     digest.update(chunk)
                     destination.write(chunk)
             if digest.hexdigest() != expected:
-                raise DigestMismatchError(f"{target.name} from {url}: {algorithm.upper().replace('SHA', 'SHA-')} {digest.hexdigest()}, {expected_from} {expected}")
+                name = algorithm.upper().replace("SHA", "SHA-")
+                raise DigestMismatchError(f"{target.name} from {url}: {name} {digest.hexdigest()}, {expected_from} {expected}")
     except (urllib.error.URLError, OSError) as error:
         raise FetchError(f"{target.name} could not be fetched from {url}: {error}") from None
     return target
