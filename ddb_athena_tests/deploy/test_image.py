@@ -21,7 +21,10 @@ from ddb_athena_tests.stack.test_one_writer import iceberg_rows
 pytestmark = pytest.mark.image
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BASE_IMAGE = os.environ.get("DDB_ATHENA_TEST_BASE_IMAGE", "")
-# The image's platform (scripts/test_image.sh: linux/amd64, or linux/arm64 through QEMU on an x86 machine).
+# The image's platform (scripts/test_image.sh: linux/amd64, or linux/arm64 through QEMU on an x86 machine), which the
+# base image's architecture decides: Docker's classic builder, the only one here (no buildx), fails a multi-stage build
+# given `--platform` (it labels each stage with the daemon's own platform), so none is given, and the image's
+# machine, as its binaries report it, is checked instead.
 PLATFORM = os.environ.get("DDB_ATHENA_TEST_IMAGE_PLATFORM", "linux/amd64")
 MACHINE = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}[PLATFORM]
 # Waits stretch where the image's binaries run through QEMU (several times slower than natively).
@@ -45,8 +48,6 @@ def image() -> tuple[str, str]:
         [
             "docker",
             "build",
-            "--platform",
-            PLATFORM,
             "-f",
             "deploy/Dockerfile",
             "--build-arg",
@@ -69,7 +70,7 @@ def image() -> tuple[str, str]:
 
 
 def _run(tag: str, *command: str, env: dict[str, str] | None = None, volumes: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    options = ["--rm", "--network", "host", "--platform", PLATFORM]
+    options = ["--rm", "--network", "host"]
     for name, value in (env or {}).items():
         options += ["-e", f"{name}={value}"]
     for host, container in (volumes or {}).items():
@@ -178,7 +179,7 @@ def test_the_platform_container_serves_the_ui_from_its_code_server_and_its_daemo
         options = [option for name, value in environment.items() for option in ("-e", f"{name}={value}")]
         # The front's CA in place of the image's RDS bundle (PGSSLROOTCERT), at the same path.
         ca_file = f"{postgres.ca_file}:{postgres.ca_file}:ro"
-        started = _docker("run", "-d", "--rm", "--network", "host", "--platform", PLATFORM, "-v", ca_file, *options, tag, timeout=120)
+        started = _docker("run", "-d", "--rm", "--network", "host", "-v", ca_file, *options, tag, timeout=120)
         assert started.returncode == 0, started.stderr
         container = started.stdout.strip()
         try:
@@ -230,7 +231,7 @@ print("spark answers after SIGTERM:", spark.range(10).count(), flush=True)
 
 def test_in_a_run_task_ecss_sigterm_reaches_the_runs_python_and_not_its_jvm(image):
     tag, _ = image
-    started = _docker("run", "-d", "--platform", PLATFORM, tag, "python", "-c", SPARK_AFTER_SIGTERM, timeout=120)
+    started = _docker("run", "-d", tag, "python", "-c", SPARK_AFTER_SIGTERM, timeout=120)
     assert started.returncode == 0, started.stderr
     container = started.stdout.strip()
     try:
