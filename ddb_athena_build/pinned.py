@@ -4,14 +4,15 @@ before it lands (written beside its target and moved into place only once it mat
     python -m ddb_athena_build.pinned NAME... --into DIRECTORY [--maven-repository URL] [--optional 1]
     python -m ddb_athena_build.pinned --pin NAME...
 
-`--pin` records an artifact's digest: it downloads it from its source, refuses it if the source's own `.sha1` (Maven
-repositories publish one) disagrees, and writes its SHA-256 into the lock. Run it where the source is reachable, check
+`--pin` records a Maven artifact's digest: it downloads it, refuses it if the `.sha1` its repository publishes beside
+it disagrees, and writes its SHA-256 into the lock. Run it where the source is reachable, check
 the release's signature (docs/operations.md), and commit the line: the pin is what every later build trusts.
 """
 
 import argparse
 import hashlib
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, replace
@@ -64,27 +65,17 @@ def fetch_pinned(artifact: Pinned, directory: Path, timeout: float = 60.0) -> Pa
 
 
 def pin(artifact: Pinned, lock: Path | None = None, timeout: float = 60.0) -> str:
-    """Download `artifact` from its source and write its SHA-256 into the lock; FetchError, leaving the lock as it
-    was, if it cannot be fetched or the source's published SHA-1 disagrees with what arrived."""
+    """Download `artifact` from its Maven repository and write its SHA-256 into the lock; FetchError, leaving the lock
+    as it was, if it cannot be fetched or disagrees with the SHA-1 the repository publishes beside it."""
     lock = lock or LOCK
-    published_sha1 = None
     try:
         with urllib.request.urlopen(f"{artifact.url}.sha1", timeout=timeout) as response:
             published_sha1 = response.read().decode().split()[0].lower()
-    except urllib.error.HTTPError as error:
-        if error.code != 404:  # a source without checksums (not a Maven repository) publishes none
-            raise FetchError(f"{artifact.name}: {artifact.url}.sha1: {error}") from None
     except (urllib.error.URLError, OSError) as error:
-        raise FetchError(f"{artifact.name} could not be fetched from {artifact.url}: {error}") from None
-    try:
-        with urllib.request.urlopen(artifact.url, timeout=timeout) as response:
-            content = response.read()
-    except (urllib.error.URLError, OSError) as error:
-        raise FetchError(f"{artifact.name} could not be fetched from {artifact.url}: {error}") from None
-    arrived_sha1 = hashlib.sha1(content, usedforsecurity=False).hexdigest()
-    if published_sha1 and arrived_sha1 != published_sha1:
-        raise DigestMismatchError(f"{artifact.name} from {artifact.url}: SHA-1 {arrived_sha1}, {artifact.url}.sha1 says {published_sha1}")
-    sha256 = hashlib.sha256(content).hexdigest()
+        raise FetchError(f"{artifact.name}: no SHA-1 beside it at {artifact.url}.sha1 (a Maven repository publishes one): {error}") from None
+    with tempfile.TemporaryDirectory() as scratch:
+        downloaded = download_checked(artifact.url, Path(scratch) / artifact.name, "sha1", published_sha1, f"{artifact.url}.sha1 says", timeout)
+        sha256 = hashlib.sha256(downloaded.read_bytes()).hexdigest()
     lines = lock.read_text().splitlines(keepends=True)
     for index, line in enumerate(lines):
         fields = line.split()
