@@ -10,6 +10,7 @@ from dagster import AssetCheckResult, AssetCheckSeverity
 from ddb_athena.lake.change_merge import tombstone_versions
 from ddb_athena.lake.maintenance import TableFiles
 from ddb_athena.lake.table_keys import item_key
+from ddb_athena.lake.table_spec import tombstone_table
 from ddb_athena.lib.declarations import TableDeclaration
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, setting_variable
 from ddb_athena.lib.table_checks import unique_check_name, unique_key_result
@@ -18,7 +19,7 @@ from ddb_athena.streamed.capture.commit_manifests import committed_files
 from ddb_athena.streamed.capture.failed_batches import keep_failed_batches, kept_batch_keys
 from ddb_athena.streamed.capture.quarantine import quarantined_reasons
 from ddb_athena.streamed.key_parity import KeyParity, KeyScan, ParityReaders, ParityTracker, ScanPlan, paced_item_digests, scan_plan
-from ddb_athena.streamed.parity_look import iceberg_rows, whole_look
+from ddb_athena.streamed.parity_look import iceberg_rows, refreshed, whole_look
 
 # Compaction keeps the average data file at least this big, or the table in at most this many files.
 MIN_AVERAGE_DATA_FILE_BYTES = 1024 * 1024
@@ -148,9 +149,9 @@ def key_parity_readers(
         scans.append(paced_item_digests(dynamodb, source, partial(item_key, spec), rate, sink, sync.parity_scan_segments))
 
     return ParityReaders(
-        look=lambda: whole_look(spark.spark_session, spec, target, scan_into, sync.parity_max_tracked_keys),
-        rows=lambda keys: iceberg_rows(spark.spark_session, spec, target, keys),
-        tombstones=lambda keys: tombstone_versions(spark.spark_session, spec, target, keys),
+        look=lambda: whole_look(refreshed(spark.spark_session, target), spec, target, scan_into, sync.parity_max_tracked_keys),
+        rows=lambda keys: iceberg_rows(refreshed(spark.spark_session, target), spec, target, keys),
+        tombstones=lambda keys: tombstone_versions(refreshed(spark.spark_session, tombstone_table(target)), spec, target, keys),
     )
 
 

@@ -31,6 +31,14 @@ ROW_VERSION, ROW_DIGEST, ITEM_DIGEST = "_parity_row_version", "_parity_row_diges
 IN_TABLE, IN_DYNAMODB = "_parity_in_table", "_parity_in_dynamodb"
 
 
+def refreshed(spark: SparkSession, table: str) -> SparkSession:
+    """`spark`, its catalog's copy of `table` dropped: the check runs apart from the sync, whose commits reach it only
+    through the catalog, and Iceberg's CachingCatalog keeps a table for as long as it is read at least every 30 s (it
+    expires entries after access), so looks a few seconds apart would all see the table the first one loaded."""
+    spark.sql(f"REFRESH TABLE {dotted_name(table)}")
+    return spark
+
+
 def table_digests(spark: SparkSession, spec: TableSpec, target: str, keys: set[Key] | None = None) -> DataFrame:
     """The rows of `target` (all, or those of `keys`): the key columns, the sequence number of the change each was
     written from, and its item's digest, computed by the executors (items never leave them)."""

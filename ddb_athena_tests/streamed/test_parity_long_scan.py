@@ -2,12 +2,15 @@
 extra or with another value) and that no change will repair turns it red; a key whose change is merged between the
 scan and the second look does not."""
 
+from types import SimpleNamespace
+
 import pytest
 from dagster import DagsterInstance
 
+from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.lib.declarations import declared
 from ddb_athena.streamed.check_results import key_parity_readers
-from ddb_athena.streamed.key_parity import DIFFERENT, ParityTracker
+from ddb_athena.streamed.key_parity import DIFFERENT, EXTRA, MISSING, ParityTracker
 from ddb_athena_tests.books_and_orders import books_row_count_parity
 from ddb_athena_tests.dagster_helpers import books_synced, local_resources, sync_books
 
@@ -86,3 +89,30 @@ def test_a_value_merged_or_changed_again_after_the_scan_is_in_flight_and_one_the
     assert tracker.observe(readers).in_flight == {("book-a",): DIFFERENT}
     stuck = tracker.recheck(readers)
     assert not stuck.passed and stuck.unexplained == {("book-a",): DIFFERENT}
+
+
+def test_changes_the_sync_merges_in_its_own_process_reach_the_checks_second_look(spark, settings, instance):
+    """The check runs apart from the sync (its own run, books_key_parity): the sync's commits reach it only through the
+    catalog. Its Spark keeps the copy of the table it loaded for as long as it reads it every 30 s (Iceberg's
+    CachingCatalog expires entries after access), and the second looks come every few seconds: unless they refresh it,
+    they see the table of the whole look, and every change in flight at the scan turns red. The check's Spark here is a
+    session of its own, with its own catalog and cache, as another process's would be."""
+    dynamodb, table = settings.client("dynamodb"), settings.dynamodb_tables["books"]
+    books_synced(settings, instance, "book-a", "book-b")
+    resources = local_resources()
+    check_run = SimpleNamespace(spark_session=spark.newSession())
+    readers = key_parity_readers(resources["aws"], check_run, resources["sync"], BOOKS, [])
+    tracker = ParityTracker(settle_seconds=0)  # a key the table still holds as before the scan is divergence
+
+    # In flight at the scan: an update, a delete and an insert.
+    update_name(dynamodb, table, "book-a", "Second Title")
+    dynamodb.delete_item(TableName=table, Key={"id": {"S": "book-b"}})
+    for book_id in ("book-c", "book-d"):
+        BookSimulator(dynamodb, table).insert(book_id)
+    first = tracker.observe(readers)
+    assert first.in_flight == {("book-a",): DIFFERENT, ("book-b",): EXTRA, ("book-c",): MISSING, ("book-d",): MISSING}
+    # Deleted after the scan: the sync merges its insert and delete, so the table holds a newer tombstone (its own table).
+    dynamodb.delete_item(TableName=table, Key={"id": {"S": "book-d"}})
+    sync_books(instance)  # the sync's session: its own catalog
+    second = tracker.recheck(readers)
+    assert second.passed and second.in_flight == {("book-d",): MISSING} and second.unexplained == {}
