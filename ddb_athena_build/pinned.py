@@ -50,6 +50,12 @@ def pinned_artifacts(lock: Path | None = None) -> dict[str, Pinned]:
     return entries
 
 
+def file_sha256(path: Path) -> str:
+    """A file's SHA-256, read in chunks: the AWS SDK bundle is about 280 MB."""
+    with path.open("rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
 def fetch_pinned(artifact: Pinned, directory: Path, timeout: float = 60.0) -> Path:
     """`artifact` into `directory`, unless there already with its pinned digest; FetchError if it is not pinned yet,
     cannot be fetched, or its digest is not the pinned one (nothing is left behind then)."""
@@ -59,7 +65,7 @@ def fetch_pinned(artifact: Pinned, directory: Path, timeout: float = 60.0) -> Pa
             f"`python -m ddb_athena_build.pinned --pin {artifact.name}`, check the release's signature and commit the line"
         )
     target = directory / artifact.name
-    if target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == artifact.sha256:
+    if target.is_file() and file_sha256(target) == artifact.sha256:
         return target
     return download_checked(artifact.url, target, "sha256", artifact.sha256, "deploy/artifacts.lock pins", timeout)
 
@@ -75,7 +81,7 @@ def pin(artifact: Pinned, lock: Path | None = None, timeout: float = 60.0) -> st
         raise FetchError(f"{artifact.name}: no SHA-1 beside it at {artifact.url}.sha1 (a Maven repository publishes one): {error}") from None
     with tempfile.TemporaryDirectory() as scratch:
         downloaded = download_checked(artifact.url, Path(scratch) / artifact.name, "sha1", published_sha1, f"{artifact.url}.sha1 says", timeout)
-        sha256 = hashlib.sha256(downloaded.read_bytes()).hexdigest()
+        sha256 = file_sha256(downloaded)
     lines = lock.read_text().splitlines(keepends=True)
     for index, line in enumerate(lines):
         fields = line.split()
