@@ -4,6 +4,7 @@ database authentication for the instance's role). The server itself, from the `p
 on its Unix socket only; its master user logs in with a password, the instance's role is created and handed the
 database by the same code a deployment's setup task runs (`ensure_database_role`)."""
 
+import importlib.metadata
 import os
 import shutil
 import socket
@@ -20,7 +21,7 @@ from pgserver.utils import ensure_user_exists
 from ddb_athena.lib.database_role import RDS_IAM, ensure_database_role
 from ddb_athena_bench.rds_front import RdsFront, make_authority
 
-BIN = Path(pgserver.__file__).parent / "pginstall" / "bin"
+PACKAGED = Path(pgserver.__file__).parent / "pginstall"
 # PostgreSQL refuses to run as root: the tests' root runs it as pgserver's own system user.
 SYSTEM_USER = "pgserver"
 
@@ -77,6 +78,28 @@ def _as_server_user(command: list[str]) -> list[str]:
     return ["runuser", "-u", SYSTEM_USER, "--", *command] if os.geteuid() == 0 else command
 
 
+def server_binaries() -> Path:
+    """The `bin` folder of PostgreSQL's binaries, where the server's user can run them. As root that user is not the
+    checkout's owner, and a checkout under a private folder (`mktemp -d`, /root: 0700) keeps it out of the virtualenv:
+    root then runs a copy in the temporary directory, made once per pgserver version (renamed into place, so workers
+    that race make it once), owned by root and readable by all. The binaries find their libraries by a path relative
+    to their own (RPATH `$ORIGIN/../../../pgserver.libs`): the copy keeps the wheel's layout."""
+    if os.geteuid() != 0:
+        return PACKAGED / "bin"
+    copy = Path(tempfile.gettempdir()) / f"ddb_athena_pgserver-{importlib.metadata.version('pgserver')}"
+    if not copy.exists():
+        staging = Path(tempfile.mkdtemp(prefix=f"{copy.name}-", dir=copy.parent))
+        shutil.copytree(PACKAGED, staging / "pgserver" / "pginstall", symlinks=True)
+        shutil.copytree(PACKAGED.parent.parent / "pgserver.libs", staging / "pgserver.libs", symlinks=True)
+        for folder in [staging, *(path for path in staging.rglob("*") if path.is_dir())]:
+            folder.chmod(0o755)
+        try:
+            staging.rename(copy)
+        except OSError:  # another worker's copy won the rename
+            shutil.rmtree(staging, ignore_errors=True)
+    return copy / "pgserver" / "pginstall" / "bin"
+
+
 @contextmanager
 def postgres_server(
     user: str = "dagster_app", master_user: str = "dagster", password: str = "a-test-password-42", database: str = "dagster", credentials: dict | None = None
@@ -85,6 +108,7 @@ def postgres_server(
     instance's role (IAM tokens signed by `credentials`, default TEST_CREDENTIALS); stopped and removed after. Its
     directory is directly under the temporary directory: the server's user cannot enter a pytest one (0700, root's)."""
     directory = Path(tempfile.mkdtemp(prefix="ddb_athena_postgres_"))
+    binaries = server_binaries()
     data = directory / "data"
     password_file = directory / "password"
     password_file.write_text(password)
@@ -92,7 +116,7 @@ def postgres_server(
         ensure_user_exists(SYSTEM_USER)
         subprocess.run(["chown", "-R", SYSTEM_USER, str(directory)], check=True)
     subprocess.run(
-        _as_server_user([str(BIN / "initdb"), "-D", str(data), "-U", master_user, f"--pwfile={password_file}", "--auth=scram-sha-256", "-E", "UTF8"]),
+        _as_server_user([str(binaries / "initdb"), "-D", str(data), "-U", master_user, f"--pwfile={password_file}", "--auth=scram-sha-256", "-E", "UTF8"]),
         check=True,
         capture_output=True,
     )
@@ -102,15 +126,15 @@ def postgres_server(
     port = _free_port()  # names the socket
     options = f"-h '' -p {port} -k {directory}"
     subprocess.run(
-        _as_server_user([str(BIN / "pg_ctl"), "-D", str(data), "-w", "-l", str(directory / "log"), "-o", options, "start"]), check=True, capture_output=True
+        _as_server_user([str(binaries / "pg_ctl"), "-D", str(data), "-w", "-l", str(directory / "log"), "-o", options, "start"]), check=True, capture_output=True
     )
     front = None
     try:
         master = {**os.environ, "PGPASSWORD": password}
-        subprocess.run([str(BIN / "createdb"), "-h", str(directory), "-p", str(port), "-U", master_user, database], check=True, capture_output=True, env=master)
+        subprocess.run([str(binaries / "createdb"), "-h", str(directory), "-p", str(port), "-U", master_user, database], check=True, capture_output=True, env=master)
         # RDS's own role for IAM authentication, which only RDS has.
         subprocess.run(
-            [str(BIN / "psql"), "-h", str(directory), "-p", str(port), "-U", master_user, "-d", database, "-c", f"CREATE ROLE {RDS_IAM} NOLOGIN"],
+            [str(binaries / "psql"), "-h", str(directory), "-p", str(port), "-U", master_user, "-d", database, "-c", f"CREATE ROLE {RDS_IAM} NOLOGIN"],
             check=True,
             capture_output=True,
             env=master,
@@ -125,5 +149,5 @@ def postgres_server(
     finally:
         if front:
             front.close()
-        subprocess.run(_as_server_user([str(BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]), capture_output=True)
+        subprocess.run(_as_server_user([str(binaries / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]), capture_output=True)
         shutil.rmtree(directory, ignore_errors=True)
