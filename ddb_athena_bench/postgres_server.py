@@ -108,7 +108,7 @@ def postgres_server(
     instance's role (IAM tokens signed by `credentials`, default TEST_CREDENTIALS); stopped and removed after. Its
     directory is directly under the temporary directory: the server's user cannot enter a pytest one (0700, root's)."""
     directory = Path(tempfile.mkdtemp(prefix="ddb_athena_postgres_"))
-    binaries = server_binaries()
+    pg = server_binaries()
     data = directory / "data"
     password_file = directory / "password"
     password_file.write_text(password)
@@ -116,7 +116,7 @@ def postgres_server(
         ensure_user_exists(SYSTEM_USER)
         subprocess.run(["chown", "-R", SYSTEM_USER, str(directory)], check=True)
     subprocess.run(
-        _as_server_user([str(binaries / "initdb"), "-D", str(data), "-U", master_user, f"--pwfile={password_file}", "--auth=scram-sha-256", "-E", "UTF8"]),
+        _as_server_user([str(pg / "initdb"), "-D", str(data), "-U", master_user, f"--pwfile={password_file}", "--auth=scram-sha-256", "-E", "UTF8"]),
         check=True,
         capture_output=True,
     )
@@ -126,15 +126,15 @@ def postgres_server(
     port = _free_port()  # names the socket
     options = f"-h '' -p {port} -k {directory}"
     subprocess.run(
-        _as_server_user([str(binaries / "pg_ctl"), "-D", str(data), "-w", "-l", str(directory / "log"), "-o", options, "start"]), check=True, capture_output=True
+        _as_server_user([str(pg / "pg_ctl"), "-D", str(data), "-w", "-l", str(directory / "log"), "-o", options, "start"]), check=True, capture_output=True
     )
     front = None
     try:
         master = {**os.environ, "PGPASSWORD": password}
-        subprocess.run([str(binaries / "createdb"), "-h", str(directory), "-p", str(port), "-U", master_user, database], check=True, capture_output=True, env=master)
+        subprocess.run([str(pg / "createdb"), "-h", str(directory), "-p", str(port), "-U", master_user, database], check=True, capture_output=True, env=master)
         # RDS's own role for IAM authentication, which only RDS has.
         subprocess.run(
-            [str(binaries / "psql"), "-h", str(directory), "-p", str(port), "-U", master_user, "-d", database, "-c", f"CREATE ROLE {RDS_IAM} NOLOGIN"],
+            [str(pg / "psql"), "-h", str(directory), "-p", str(port), "-U", master_user, "-d", database, "-c", f"CREATE ROLE {RDS_IAM} NOLOGIN"],
             check=True,
             capture_output=True,
             env=master,
@@ -149,5 +149,5 @@ def postgres_server(
     finally:
         if front:
             front.close()
-        subprocess.run(_as_server_user([str(binaries / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]), capture_output=True)
+        subprocess.run(_as_server_user([str(pg / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]), capture_output=True)
         shutil.rmtree(directory, ignore_errors=True)
