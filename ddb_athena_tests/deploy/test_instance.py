@@ -47,14 +47,7 @@ def deployed_home(tmp_path, postgres, monkeypatch, aws_env):
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(REPO_ROOT / "deploy" / "dagster.yaml", home / "dagster.yaml")
-    environment = {
-        "DAGSTER_HOME": str(home),
-        "DAGSTER_RUN_FAMILY_PREFIX": RUN_FAMILY_PREFIX,
-        # The code location's image and container context (deploy/dagster_ecs.yaml sets them): the runs' role.
-        "DAGSTER_CURRENT_IMAGE": IMAGE,
-        "DAGSTER_CONTAINER_CONTEXT": json.dumps({"ecs": {"task_role_arn": RUN_ROLE_ARN}}),
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
+    environment = {"DAGSTER_HOME": str(home), "DAGSTER_RUN_FAMILY_PREFIX": RUN_FAMILY_PREFIX, "AWS_DEFAULT_REGION": "us-east-1"}
     for name, value in {**postgres.environment(), **environment}.items():
         monkeypatch.setenv(name, value)
     # The platform task's database-setup container, at every start: it hands the instance's role what an older
@@ -216,9 +209,22 @@ def daemon_task(settings, monkeypatch):
     server.shutdown()
 
 
-def launched(instance, job_name: str, tags: dict[str, str] | None = None) -> str:
+@pytest.fixture(scope="module")
+def code_location(tmp_path_factory):
+    """The code location's server as the daemon starts it (workspace.yaml), one for the module's launches (one each took
+    about 6 s): each test launches through a copy of this workspace for its own instance. The server is given the
+    code location's image and container context (deploy/dagster_ecs.yaml sets them): the runs' role."""
+    environment = {"DAGSTER_CURRENT_IMAGE": IMAGE, "DAGSTER_CONTAINER_CONTEXT": json.dumps({"ecs": {"task_role_arn": RUN_ROLE_ARN}})}
+    with pytest.MonkeyPatch.context() as patch, DagsterInstance.local_temp(str(tmp_path_factory.mktemp("code_location"))) as instance:
+        for name, value in environment.items():
+            patch.setenv(name, value)
+        with WorkspaceProcessContext(instance, WorkspaceFileTarget([str(REPO_ROOT / "workspace.yaml")])) as workspace:
+            yield workspace
+
+
+def launched(code_location: WorkspaceProcessContext, instance, job_name: str, tags: dict[str, str] | None = None) -> str:
     """A run of `job_name` created and launched as the daemon does; its id."""
-    with WorkspaceProcessContext(instance, WorkspaceFileTarget([str(REPO_ROOT / "workspace.yaml")])) as process_context:
+    with code_location.copy_for_test_instance(instance) as process_context:
         context = process_context.create_request_context()
         (location_name,) = context.code_location_names
         repository = next(iter(context.get_code_location(location_name).get_repositories().values()))
@@ -247,10 +253,10 @@ def launched(instance, job_name: str, tags: dict[str, str] | None = None) -> str
         return run.run_id
 
 
-def test_the_ecs_run_launcher_starts_a_runs_task_checks_its_health_and_terminates_it(deployed_home, daemon_task, settings):
+def test_the_ecs_run_launcher_starts_a_runs_task_checks_its_health_and_terminates_it(deployed_home, daemon_task, settings, code_location):
     ecs = settings.client("ecs")
     with DagsterInstance.get() as instance:
-        run_id = launched(instance, "books_maintenance")
+        run_id = launched(code_location, instance, "books_maintenance")
 
     run = instance_run = DagsterInstance.get().get_run_by_id(run_id)
     task_arn = instance_run.tags["ecs/task_arn"]
@@ -286,7 +292,7 @@ def test_the_ecs_run_launcher_starts_a_runs_task_checks_its_health_and_terminate
         assert instance.run_launcher.check_run_worker_health(run).status != WorkerStatus.RUNNING
 
 
-def test_a_cleanup_runs_task_takes_the_cleanups_role_the_others_the_runs(deployed_home, daemon_task, settings):
+def test_a_cleanup_runs_task_takes_the_cleanups_role_the_others_the_runs(deployed_home, daemon_task, settings, code_location):
     """The cleanup sensor tags its runs with the cleanups' role (lib/resources.py's cleanup_role_arn, from the data
     stack's settings): the launcher starts their tasks under it, not under the runs' role, which may rewrite the
     warehouse."""
@@ -295,8 +301,8 @@ def test_a_cleanup_runs_task_takes_the_cleanups_role_the_others_the_runs(deploye
     cleanup_role = "arn:aws:iam::123456789012:role/ddb-athena-DagsterCleanupRole"
     ecs = settings.client("ecs")
     with DagsterInstance.get() as instance:
-        cleanup = instance.get_run_by_id(launched(instance, "books_source_cleanup", cleanup_role_tags(cleanup_role)))
-        sync = instance.get_run_by_id(launched(instance, "books_maintenance"))
+        cleanup = instance.get_run_by_id(launched(code_location, instance, "books_source_cleanup", cleanup_role_tags(cleanup_role)))
+        sync = instance.get_run_by_id(launched(code_location, instance, "books_maintenance"))
     (cleanup_task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[cleanup.tags["ecs/task_arn"]])["tasks"]
     (sync_task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[sync.tags["ecs/task_arn"]])["tasks"]
     assert cleanup_task["overrides"]["taskRoleArn"] == cleanup_role
@@ -304,12 +310,12 @@ def test_a_cleanup_runs_task_takes_the_cleanups_role_the_others_the_runs(deploye
     assert cleanup_role_tags(None) == {}
 
 
-def test_a_runs_task_that_dies_fails_its_run_with_the_containers_last_log_lines(deployed_home, daemon_task, settings):
+def test_a_runs_task_that_dies_fails_its_run_with_the_containers_last_log_lines(deployed_home, daemon_task, settings, code_location):
     """Run monitoring asks ECS for a run's task; a task stopped under a running run fails it, and the failure carries
     what the container last logged (CloudWatch, logs:GetLogEvents on the platform's role)."""
     ecs, logs = settings.client("ecs"), settings.client("logs")
     with DagsterInstance.get() as instance:
-        run = instance.get_run_by_id(launched(instance, "books_maintenance"))
+        run = instance.get_run_by_id(launched(code_location, instance, "books_maintenance"))
         task_id = run.tags["ecs/task_arn"].rsplit("/", 1)[1]
         logs.create_log_group(logGroupName=LOG_GROUP)
         stream = f"dagster/run/{task_id}"  # the awslogs driver's name for the run container's stream
@@ -331,7 +337,9 @@ def test_a_runs_task_that_dies_fails_its_run_with_the_containers_last_log_lines(
     assert "Run worker logs:" in health.msg and all(line in health.msg for line in lines)
 
 
-def test_a_task_spot_cannot_place_is_launched_on_regular_fargate_saying_so_in_the_runs_log_and_an_alert(deployed_home, daemon_task, settings, monkeypatch):
+def test_a_task_spot_cannot_place_is_launched_on_regular_fargate_saying_so_in_the_runs_log_and_an_alert(
+    deployed_home, daemon_task, settings, monkeypatch, code_location
+):
     """ECS answers RunTask with a failure, not an error, when Fargate Spot has no capacity, and never falls back by itself.
     The emulator's ECS has no capacity to run out of: botocore's before-call hook answers the Spot call as ECS does."""
     sns, sqs = settings.client("sns"), settings.client("sqs")
@@ -351,7 +359,7 @@ def test_a_task_spot_cannot_place_is_launched_on_regular_fargate_saying_so_in_th
 
     with DagsterInstance.get() as instance:
         instance.run_launcher.ecs.meta.events.register("before-call.ecs.RunTask", no_spot_capacity)
-        run_id = launched(instance, "books_source_cleanup", capacity_tags(SPOT))
+        run_id = launched(code_location, instance, "books_source_cleanup", capacity_tags(SPOT))
         run = instance.get_run_by_id(run_id)
         messages = [entry.message for entry in instance.all_logs(run_id)]
     assert strategies == [capacity_strategy(SPOT), capacity_strategy(ON_DEMAND)]  # at once, not after the launcher's retries
