@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,12 +19,37 @@ def lease(settings, holder: str, ttl: float = 3.0, **kwargs) -> WriterLease:
     return WriterLease(settings.client("s3"), settings.bucket, "library.books", holder, ttl_seconds=ttl, **kwargs)
 
 
+def wait_for(condition: Callable[[], bool], what: str, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {seconds:g} s for {what}"
+        time.sleep(0.02)
+
+
+class CountedProbe:
+    """A writer's progress probe (answering `answer()`) that counts the looks of its lease's renewer: one a renewal
+    period while it renews. A test moves the writer's clock, then waits for the renewer to have looked."""
+
+    def __init__(self, answer: Callable[[], object] = lambda: None):
+        self.looks, self._answer = 0, answer
+
+    def __call__(self) -> object:
+        self.looks += 1
+        return self._answer()
+
+    def wait(self, looks: int = 1) -> None:
+        """Until `looks` more looks: each one's renewal is done by the next."""
+        wanted = self.looks + looks
+        wait_for(lambda: self.looks >= wanted, f"{looks} more looks of the lease's renewer")
+
+
 def test_a_second_writer_stops_with_a_message_naming_the_holder(settings):
     first = lease(settings, "dagster run aaaa (books_sync)")
     first.acquire()
     try:
+        second = FakeClock()  # its wait passes at once
         with pytest.raises(LeaseHeldError, match=r"library\.books has another writer: dagster run aaaa \(books_sync\)"):
-            lease(settings, "dagster run bbbb (__ASSET_JOB)").acquire(wait_seconds=0.5)
+            lease(settings, "dagster run bbbb (__ASSET_JOB)", clock=second, sleep=second.sleep).acquire(wait_seconds=0.5)
     finally:
         first.release()
     assert lease(settings, "dagster run bbbb").read().released
@@ -79,6 +105,7 @@ HOLDER_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.subprocess
 def test_a_killed_holder_does_not_block_the_next_writer_past_the_lease_time(settings):
     ttl = 3.0
     holder = subprocess.Popen([sys.executable, "-c", HOLDER_SCRIPT, settings.bucket, str(ttl)], stdout=subprocess.PIPE, text=True, env=os.environ.copy())
@@ -95,7 +122,7 @@ def test_a_killed_holder_does_not_block_the_next_writer_past_the_lease_time(sett
     successor.acquire(wait_seconds=4 * ttl)
     waited = time.monotonic() - killed_at
     try:
-        # Expired by the successor's own clock: a time to live of watching an unchanged lease, plus a poll.
+        # Expired by S3's clock: a time to live after the holder's last renewal, plus a poll.
         assert ttl <= waited <= ttl + 3.0, waited
         assert successor.read().body["holder"] == "next writer"
     finally:
@@ -132,9 +159,13 @@ def test_expiry_is_judged_by_s3s_clock_not_by_hosts_whose_clocks_disagree(settin
     holder.acquire()
     try:
         # Its record says it renewed a minute ago and the contender's clock runs a minute ahead: a contender that
-        # judged by the hosts' clocks would take this live lease at once (it used to, with ~50 s of skew).
+        # judged by the hosts' clocks would take this live lease at once (it used to, with ~50 s of skew). Its own
+        # clock only times its tries (three, its waits skipped).
+        contender = FakeClock()
         with pytest.raises(LeaseHeldError):
-            lease(settings, "a contender a minute ahead", ttl=2.0, wall_clock=lambda: datetime.now(UTC) + minute).acquire(wait_seconds=4.0)
+            lease(
+                settings, "a contender a minute ahead", ttl=2.0, wall_clock=lambda: datetime.now(UTC) + minute, clock=contender, sleep=contender.sleep
+            ).acquire(wait_seconds=4.0)
         # It holds the lease, but may not commit with its clock a minute off (see the clock skew test).
         with pytest.raises(ClockSkewError):
             holder.check()
@@ -190,14 +221,17 @@ def test_a_write_whose_response_was_lost_is_not_mistaken_for_a_takeover(settings
 def test_a_writer_that_makes_no_progress_lets_its_lease_expire(settings):
     """A sync whose main thread hangs used to keep its lease forever (the renewer thread renewed regardless)."""
     steps = {"completed_tasks": 0}
-    working = lease(settings, "a writer whose Spark tasks complete", ttl=3.0, stall_seconds=4.0, progress=lambda: steps["completed_tasks"])
-    hung = WriterLease(settings.client("s3"), settings.bucket, "library.orders", "a hung writer", ttl_seconds=3.0, stall_seconds=4.0)
+    clock, tasks = FakeClock(), CountedProbe(lambda: steps["completed_tasks"])
+    working = lease(settings, "a writer whose Spark tasks complete", ttl=3.0, stall_seconds=4.0, clock=clock, progress=tasks)
+    hung = WriterLease(settings.client("s3"), settings.bucket, "library.orders", "a hung writer", ttl_seconds=3.0, stall_seconds=4.0, clock=clock)
     working.acquire()
     hung.acquire()
     try:
-        for _ in range(16):  # 8 s: twice the stall limit
+        for _ in range(4):  # 8 s by their clock: twice the stall limit
+            clock.sleep(2.0)
             steps["completed_tasks"] += 1
-            time.sleep(0.5)
+            tasks.wait()  # seen by the working one's renewer
+        hung._renewer.join(timeout=10.0)  # it lets the lease lapse, and stops renewing
         working.check()  # its progress (a changing probe, no step of its own) kept it renewed
         with pytest.raises(LeaseLostError, match="made no progress for"):
             hung.check()
@@ -263,11 +297,13 @@ def test_a_job_commits_only_while_its_launching_run_holds_the_lease(spark, setti
 
 def test_a_writer_waiting_for_a_job_it_launched_keeps_its_lease_though_it_makes_no_progress_itself(settings):
     """The orders load on EMR Serverless or by spark-submit: the job's platform bounds it, with its own timeout."""
-    waiting = lease(settings, "a run waiting for its EMR Serverless job", ttl=3.0, stall_seconds=4.0)
+    clock, nothing = FakeClock(), CountedProbe()
+    waiting = lease(settings, "a run waiting for its EMR Serverless job", ttl=3.0, stall_seconds=4.0, clock=clock, progress=nothing)
     waiting.acquire()
     try:
         with waiting.progress_elsewhere():
-            time.sleep(8.0)  # twice the stall limit
+            clock.sleep(8.0)  # twice the stall limit, by its clock
+            nothing.wait(2)  # its renewer has judged it since, and renewed
         waiting.check()
     finally:
         waiting.release()
@@ -277,14 +313,17 @@ def test_a_progress_probe_that_fails_neither_stops_the_renewals_nor_counts_as_pr
     def stopped_session():
         raise RuntimeError("the SparkSession is stopping")
 
-    # A time to live of 3 s: renewed every second, judged late after 2, so a renewal slowed by a busy machine passes.
-    holder = lease(settings, "a writer whose Spark is stopping", ttl=3.0, stall_seconds=4.0, progress=stopped_session)
+    # A time to live of 3 s: renewed every second, judged late after 2 by its clock.
+    clock, failing = FakeClock(), CountedProbe(stopped_session)
+    holder = lease(settings, "a writer whose Spark is stopping", ttl=3.0, stall_seconds=4.0, clock=clock, progress=failing)
     holder.acquire()
     try:
-        for _ in range(5):  # 5 s of steps of its own, past the stall limit: renewed all along, whatever the probe says
-            time.sleep(1.0)
+        for _ in range(3):  # 4.5 s of steps of its own, past the stall limit: renewed all along, whatever the probe says
+            clock.sleep(1.5)
+            failing.wait()
             holder.check()
-        time.sleep(6.0)  # then none: stalled, though the probe only ever failed
+        clock.sleep(6.0)  # then none: stalled, though the probe only ever failed
+        holder._renewer.join(timeout=10.0)  # it lets the lease lapse, and stops renewing
         with pytest.raises(LeaseLostError, match="made no progress"):
             holder.check()
     finally:
@@ -295,10 +334,11 @@ class RenewalsFailing:
     """An S3 client whose writes fail once the lease is taken (an endpoint that stopped answering)."""
 
     def __init__(self, s3):
-        self._s3, self.failing = s3, False
+        self._s3, self.failing, self.failures = s3, False, 0
 
     def put_object(self, **kwargs):
         if self.failing:
+            self.failures += 1
             raise ConnectionError("S3 did not answer within the read timeout")
         return self._s3.put_object(**kwargs)
 
@@ -307,12 +347,13 @@ class RenewalsFailing:
 
 
 def test_a_lease_left_unrenewed_says_why_its_last_renewal_failed(settings):
-    s3 = RenewalsFailing(settings.client("s3"))
-    holder = WriterLease(s3, settings.bucket, "library.books", "a writer cut off from S3", ttl_seconds=1.5)
+    s3, clock = RenewalsFailing(settings.client("s3")), FakeClock()
+    holder = WriterLease(s3, settings.bucket, "library.books", "a writer cut off from S3", ttl_seconds=1.5, clock=clock)
     holder.acquire()
     s3.failing = True
     try:
-        time.sleep(1.5)  # renewals every 0.5 s, all failing
+        wait_for(lambda: s3.failures >= 2, "two failed renewals")  # every 0.5 s; the first one's error is kept by the second
+        clock.sleep(1.5)  # unrenewed for more than two thirds of the time to live, by its clock
         with pytest.raises(LeaseLostError, match="last renewal: ConnectionError: S3 did not answer within the read timeout"):
             holder.check()
     finally:
