@@ -65,8 +65,10 @@ def test_where_nothing_answers_the_command_ends_in_one_line_within_its_ready_tim
     assert bad.returncode == 2 and "is not a Dagster webserver's URL" in bad.stderr
 
 
-def test_the_launcher_waits_for_the_webserver_and_its_run_is_queued_in_that_instance(tmp_path):
-    # A fresh DAGSTER_HOME, as on a first `make dev`: only the webserver creates its storage.
+def test_the_commands_wait_for_the_webserver_and_queue_their_runs_in_its_instance(tmp_path):
+    """One webserver for both commands (one each took about 10 s): `launch`, started before it in a fresh DAGSTER_HOME
+    as on a first `make dev`, waits for it; `bootstrap books` then finds it at DAGSTER_PORT, as `make dev` sets it."""
+    # Only the webserver creates the home's storage.
     (tmp_path / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -97,42 +99,21 @@ def test_the_launcher_waits_for_the_webserver_and_its_run_is_queued_in_that_inst
         output, _ = launcher.communicate(timeout=300)
         assert launcher.returncode == 0, output
         assert f"launched orders_daily for partition {partition}" in output
+        bootstrap_env = {**env, "DAGSTER_PORT": str(port)}
+        bootstrap_env.pop(URL_VARIABLE, None)
+        bootstrap = [sys.executable, "-m", "ddb_athena.dev.cli", "bootstrap", "books", "--ready-timeout", "240"]
+        completed = subprocess.run(bootstrap, capture_output=True, text=True, env=bootstrap_env, cwd=REPO, timeout=300)
     finally:
         launcher.kill()
         if webserver:
             webserver.terminate()
             webserver.wait(timeout=60)
-    with DagsterInstance.from_config(str(tmp_path)) as instance:
-        (run,) = instance.get_runs(RunsFilter(job_name="orders_daily"))
-    assert run.tags["dagster/partition"] == partition
-    assert run.status == DagsterRunStatus.QUEUED  # the daemon of `dagster dev` would start it; none runs here
-
-
-def test_the_bootstrap_command_queues_a_books_bootstrap_run_ahead_of_a_waiting_sync(tmp_path):
-    (tmp_path / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
-    DagsterInstance.from_config(str(tmp_path)).dispose()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    # The port from DAGSTER_PORT, as `make dev` sets it.
-    env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "DAGSTER_PORT": str(port)}
-    env.pop(URL_VARIABLE, None)
-    webserver = subprocess.Popen(
-        [str(Path(sys.executable).parent / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        cwd=REPO,
-    )
-    try:
-        command = [sys.executable, "-m", "ddb_athena.dev.cli", "bootstrap", "books", "--ready-timeout", "240"]
-        completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
-    finally:
-        webserver.terminate()
-        webserver.wait(timeout=60)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "launched books_bootstrap for books" in completed.stdout
     with DagsterInstance.from_config(str(tmp_path)) as instance:
-        (run,) = instance.get_runs(RunsFilter(job_name="books_bootstrap"))
-    assert run.status == DagsterRunStatus.QUEUED and int(run.tags["dagster/priority"]) > 0  # ahead of a sync's successor
-    assert "books_writer" in run.run_op_concurrency.all_pools  # so the running sync gives way to it
+        (run,) = instance.get_runs(RunsFilter(job_name="orders_daily"))
+        (bootstrap_run,) = instance.get_runs(RunsFilter(job_name="books_bootstrap"))
+    assert run.tags["dagster/partition"] == partition
+    assert run.status == DagsterRunStatus.QUEUED  # the daemon of `dagster dev` would start it; none runs here
+    assert bootstrap_run.status == DagsterRunStatus.QUEUED and int(bootstrap_run.tags["dagster/priority"]) > 0  # ahead of a sync's successor
+    assert "books_writer" in bootstrap_run.run_op_concurrency.all_pools  # so the running sync gives way to it
