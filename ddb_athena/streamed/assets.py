@@ -209,6 +209,21 @@ def evaluation(result: AssetCheckResult, check_name: str, assets: StreamedAssets
     )
 
 
+class RunClock:
+    """The time a sync run goes by: `clock()` (monotonic seconds) paces its cycles and each table's interval,
+    `clock.sleep(seconds)` waits for its next cycle."""
+
+    def __call__(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+# The clock of a sync run started here (Materialize, a bootstrap), read as it starts: a test puts in one that skips the waits.
+RUN_CLOCK = RunClock()
+
+
 class RunProgress:
     """Steps of a run's work on any of its tables. Each table's lease watches them (with Spark's tasks) for progress:
     a bootstrap scanning one table for an hour keeps every lease of the run alive, and a run that hangs lets them all
@@ -227,9 +242,11 @@ class RunProgress:
 class TableInRun:
     """One streamed table in a sync run: its lease, writer branch, cycle state and asset events."""
 
-    def __init__(self, context, assets: StreamedAssets, aws, spark, sync: SyncSettings, leases: WriterLeases, run_interval: float, progress: RunProgress):
+    def __init__(
+        self, context, assets: StreamedAssets, aws, spark, sync: SyncSettings, leases: WriterLeases, run_interval: float, progress: RunProgress, clock: RunClock
+    ):
         self.context, self.assets, self.table = context, assets, assets.table
-        self._aws, self._spark, self._sync, self._leases, self._progress = aws, spark, sync, leases, progress
+        self._aws, self._spark, self._sync, self._leases, self._progress, self._clock = aws, spark, sync, leases, progress, clock
         # Its own interval where its declaration sets one, else the run's.
         self.interval = self.table.merge_interval_seconds or run_interval
         self.target = sync.iceberg_table_of(self.table)
@@ -241,7 +258,7 @@ class TableInRun:
         """Whether the table's own interval has gone by since its last cycle, to within half the run's interval (the
         run cycles at its shortest table interval: a table of a longer one sits out the cycles in between); every
         cycle `at_once` (a run riding out ECS's stop: its last commits as late as they can be)."""
-        return at_once or self._cycle_started is None or time.monotonic() - self._cycle_started >= self.interval - run_interval / 2
+        return at_once or self._cycle_started is None or self._clock() - self._cycle_started >= self.interval - run_interval / 2
 
     @property
     def held(self) -> bool:
@@ -274,6 +291,7 @@ class TableInRun:
             sync_cadence(self._sync, self.interval),
             checks=lambda *when: cycle_check_results(self._aws, self._spark, self._sync, self.table, *when),
             upkeep=StreamedUpkeep(self._spark, self._sync, self.table, before_write=before_write, writer=self._writer),
+            clock=self._clock,
         )
 
     def give_up(self, reason: str) -> None:
@@ -289,7 +307,7 @@ class TableInRun:
 
     def cycle(self, number: int, bootstrap: bool) -> bool:
         """One cycle of the table, its events logged; whether it found work."""
-        self._cycle_started = time.monotonic()
+        self._cycle_started = self._clock()
         report = self.run.cycle(f"{self.context.run.run_id}-{number}", bootstrap=bootstrap)
         for message in report.messages:
             self.context.log.info(message)
@@ -319,10 +337,11 @@ def sync_cycles(
     lease_wait_seconds: float | None = None,
     gives_way: bool = True,
     stop: StopRequest | None = None,
+    clock: RunClock | None = None,
 ) -> None:
-    """Takes the leases of `tables`, then cycles every interval for up to `run_seconds` (0: one cycle), each cycle
-    merging every table it holds, logging their materializations and checks; ends after a cycle for which
-    `end_reason()` gave a reason, or a stop signal (`stop` says which signals the run rides out).
+    """Takes the leases of `tables`, then cycles every interval for up to `run_seconds` (0: one cycle) by `clock`
+    (default RUN_CLOCK), each cycle merging every table it holds, logging their materializations and checks; ends after
+    a cycle for which `end_reason()` gave a reason, or a stop signal (`stop` says which signals the run rides out).
 
     With `gives_way` (the sync, which is in no pool), a table another writer waits for (its pool) is given up after its
     cycle and taken again once that writer is done; a run of the table's pool (Materialize, a bootstrap) is ahead of
@@ -330,8 +349,8 @@ def sync_cycles(
     logged and tried again at the next cycle while the others go on. Alone in the run, such a failure fails the run, as
     it always did (Materialize, a bootstrap, a one-table sync: the schedule starts the next)."""
     run_interval = sync.merge_interval_seconds if config.merge_interval_seconds is None else config.merge_interval_seconds
-    progress = RunProgress(spark)
-    in_run = [TableInRun(context, assets, aws, spark, sync, leases, run_interval, progress) for assets in tables]
+    progress, clock = RunProgress(spark), clock or RUN_CLOCK
+    in_run = [TableInRun(context, assets, aws, spark, sync, leases, run_interval, progress, clock) for assets in tables]
     # The run cycles at its tables' shortest interval; each table merges at its own.
     interval = min(table.interval for table in in_run)
     alone = len(in_run) == 1
@@ -396,7 +415,7 @@ def sync_cycles(
             return False
 
     try:
-        cycles = run_cycles(cycle, interval, run_seconds, stop=stop, idle_interval_seconds=sync.longest_merge_interval_seconds)
+        cycles = run_cycles(cycle, interval, run_seconds, stop=stop, clock=clock, sleep=clock.sleep, idle_interval_seconds=sync.longest_merge_interval_seconds)
     finally:
         for table in in_run:
             if table.held:

@@ -14,7 +14,7 @@ from ddb_athena.lake.writer_branch import retried_when_main_moved
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.upkeep import maintain
 from ddb_athena.lib.writer_pools import warn_unless_writers_queue
-from ddb_athena.streamed.assets import STREAMED, SYNC_ASSETS, StreamedAssets, SyncConfig, maintenance_observation, sync_cycles, writer_branch_of
+from ddb_athena.streamed.assets import STREAMED, SYNC_ASSETS, RunClock, StreamedAssets, SyncConfig, maintenance_observation, sync_cycles, writer_branch_of
 from ddb_athena.streamed.checks import CHECKS
 from ddb_athena.streamed.handover import (
     EXIT_SECONDS,
@@ -26,6 +26,9 @@ from ddb_athena.streamed.handover import (
     planned_end,
 )
 from ddb_athena.streamed.run_loop import StopRequest
+
+# The clock of a sync job's run, read as it starts: a test puts in one that skips the waits.
+RUN_CLOCK = RunClock()
 
 
 @op(
@@ -53,6 +56,9 @@ def keep_books_in_sync(
     )
     run_minutes = sync.sync_run_minutes if config.run_minutes is None else config.run_minutes
     ends_at = planned_end(context.instance.get_run_record_by_id(context.run_id), run_minutes)
+    # The planned end (a wall time: from the run record's start) on the run's clock, which paces its cycles.
+    clock = RUN_CLOCK
+    started, until_planned_end = clock(), max(0.0, ends_at - time.time())
 
     def rides_out(number: int) -> bool:
         if not handover.rides_out(number):
@@ -71,11 +77,12 @@ def keep_books_in_sync(
         sync,
         leases,
         tables,
-        run_seconds=max(0.0, ends_at - time.time()) + HANDOVER_GRACE_SECONDS,
-        end_reason=lambda: handover.end_reason(time_is_up=time.time() >= ends_at),
+        run_seconds=until_planned_end + HANDOVER_GRACE_SECONDS,
+        end_reason=lambda: handover.end_reason(time_is_up=clock() - started >= until_planned_end),
         # The running sync gives the leases up after its cycle; a hung one is ended by run monitoring within its slack.
         lease_wait_seconds=SYNC_RUN_SLACK_MINUTES * 60 + 2 * leases.ttl_seconds,
         stop=StopRequest(rides_out, grace_seconds=STOP_TIMEOUT_SECONDS - EXIT_SECONDS),
+        clock=clock,
     )
 
 

@@ -13,6 +13,7 @@ from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.streamed.handover import INTERRUPTED_TAG, READY_TAG, SyncHandover, waiting_writers
 from ddb_athena_tests.books_and_orders import books_sync_job
 from ddb_athena_tests.dagster_helpers import add_run, local_resources, start
+from ddb_athena_tests.fake_clock import SkippingClock
 
 
 def test_alone_a_sync_run_keeps_the_table_until_its_time_is_up():
@@ -74,6 +75,14 @@ def instance():
         yield instance
 
 
+@pytest.fixture
+def run_clock(monkeypatch) -> SkippingClock:
+    """The sync job's runs go by a clock that skips their waits: minutes of a run pass in the time of its cycles."""
+    clock = SkippingClock()
+    monkeypatch.setattr("ddb_athena.streamed.jobs.RUN_CLOCK", clock)
+    return clock
+
+
 def sync_job_run(instance, **config):
     return books_sync_job.execute_in_process(
         instance=instance,
@@ -82,7 +91,7 @@ def sync_job_run(instance, **config):
     )
 
 
-def test_a_sync_job_run_warms_up_says_it_is_ready_syncs_and_hands_over_to_a_ready_successor(spark, settings, instance):
+def test_a_sync_job_run_warms_up_says_it_is_ready_syncs_and_hands_over_to_a_ready_successor(spark, settings, instance, run_clock):
     BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"]).insert()
     # A successor that is ready: the run ends after its first cycle, not after its two minutes.
     successor = add_run(instance, status=DagsterRunStatus.STARTED, tags={READY_TAG: "true"})
@@ -101,7 +110,7 @@ def test_a_sync_job_run_warms_up_says_it_is_ready_syncs_and_hands_over_to_a_read
     assert result.get_asset_check_evaluations()
 
 
-def test_a_sync_job_run_does_not_start_beside_a_books_writer_of_the_pool(spark, settings, instance):
+def test_a_sync_job_run_does_not_start_beside_a_books_writer_of_the_pool(spark, settings, instance, run_clock):
     bootstrap = add_run(instance, "books_bootstrap", DagsterRunStatus.STARTED, pools={"books_writer"})
     result = sync_job_run(instance, run_minutes=2)
     assert result.success
@@ -112,7 +121,7 @@ def test_a_sync_job_run_does_not_start_beside_a_books_writer_of_the_pool(spark, 
     assert instance.fetch_materializations(AssetKey("books_iceberg"), limit=1).records == []
 
 
-def test_a_sync_job_run_rides_out_ecs_stopping_its_task_and_ends_by_itself_within_the_grace(spark, settings, instance, monkeypatch):
+def test_a_sync_job_run_rides_out_ecs_stopping_its_task_and_ends_by_itself_within_the_grace(spark, settings, instance, monkeypatch, run_clock):
     """SIGTERM with the run not canceling, as ECS stops a Spot task: the run tags itself, syncs on with its cycles back
     to back (its successor takes over from its freshest commit), and ends successfully in time to give its leases up
     before the kill (here a 60-s stop timeout, 40 s of it left for the cycles; a 10-s interval)."""
@@ -124,7 +133,7 @@ def test_a_sync_job_run_rides_out_ecs_stopping_its_task_and_ends_by_itself_withi
     def stop_the_task_after_the_first_cycle():
         while not instance.fetch_materializations(AssetKey("books_iceberg"), limit=1).records:
             time.sleep(0.2)
-        signalled.append(time.time())
+        signalled.append((time.time(), run_clock()))
         os.kill(os.getpid(), signal.SIGTERM)
         while not run_over.wait(0.3):
             simulator.insert()  # changes after the signal, synced by the run it interrupted
@@ -136,10 +145,11 @@ def test_a_sync_job_run_rides_out_ecs_stopping_its_task_and_ends_by_itself_withi
         run_over.set()
     assert result.success and signalled
     assert INTERRUPTED_TAG in instance.get_run_by_id(result.run_id).tags
-    assert time.time() - signalled[0] < 60 - 5  # done, leases given up, well before the kill
+    signalled_at, signalled_on_run_clock = signalled[0]
+    assert run_clock() - signalled_on_run_clock < 60 - 5  # done, leases given up, well before the kill
     records = instance.fetch_materializations(AssetKey("books_iceberg"), limit=100).records
-    after = sorted(record.timestamp for record in records if record.timestamp > signalled[0])
+    after = sorted(record.timestamp for record in records if record.timestamp > signalled_at)
     # Back to back, not one cycle every 10 s: at most 4 in the 40 s of the grace at the interval.
-    assert len(after) >= 6, [round(moment - signalled[0], 1) for moment in after]
+    assert len(after) >= 6, [round(moment - signalled_at, 1) for moment in after]
     messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
     assert any(message.startswith("SIGTERM with no Terminate") for message in messages)
