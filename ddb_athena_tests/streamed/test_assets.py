@@ -25,6 +25,7 @@ from ddb_athena.streamed.capture.commit_manifests import committed_files
 from ddb_athena.streamed.capture.lambda_handler import handle_stream_event
 from ddb_athena_tests import aws_calls
 from ddb_athena_tests.dagster_helpers import check_results, materialization_metadata, materializations_metadata, sync_books
+from ddb_athena_tests.fake_clock import SkippingClock
 from ddb_athena_tests.lake.helpers import plant_file
 from ddb_athena_tests.streamed.test_cycle import stream_records
 
@@ -33,6 +34,14 @@ from ddb_athena_tests.streamed.test_cycle import stream_records
 def instance():
     with DagsterInstance.ephemeral() as instance:
         yield instance
+
+
+@pytest.fixture
+def run_clock(monkeypatch) -> SkippingClock:
+    """The asset's sync runs go by a clock that skips their waits: a run's minutes pass in the time of its cycles."""
+    clock = SkippingClock()
+    monkeypatch.setattr("ddb_athena.streamed.assets.RUN_CLOCK", clock)
+    return clock
 
 
 @contextmanager
@@ -103,7 +112,7 @@ def snapshot_count(spark, settings) -> int:
     return spark.table(f"{settings.namespace}.books.snapshots").count()
 
 
-def test_one_run_cycles_with_its_warm_session_and_records_every_cycle_with_its_checks(spark, settings, instance):
+def test_one_run_cycles_with_its_warm_session_and_records_every_cycle_with_its_checks(spark, settings, instance, run_clock):
     dynamodb = settings.client("dynamodb")
     simulator = BookSimulator(dynamodb, settings.dynamodb_tables["books"])
     for _ in range(5):
@@ -112,8 +121,9 @@ def test_one_run_cycles_with_its_warm_session_and_records_every_cycle_with_its_c
 
     calls_before = len(aws_calls.recorded)
     with simulator_writing(simulator, every_seconds=0.7):
-        # Long enough for three cycles even on a loaded machine, where one may take several seconds.
-        result = sync_books(instance, config={"run_minutes": 0.5, "merge_interval_seconds": 2})
+        # Long enough for three cycles even on a loaded machine, where one may take several seconds; the waits between
+        # them are skipped (`run_clock`), so a cycle every 4 s costs only the cycles: seven or so, the checks on two.
+        result = sync_books(instance, config={"run_minutes": 0.5, "merge_interval_seconds": 4})
     cycles = materializations_metadata(result, "books_iceberg")
     assert len(cycles) >= 3 and [cycle["cycle"] for cycle in cycles] == sorted(cycle["cycle"] for cycle in cycles)
     assert len(materializations_metadata(result, "books_source")) == len(cycles)
@@ -132,7 +142,7 @@ def test_one_run_cycles_with_its_warm_session_and_records_every_cycle_with_its_c
     assert_same_keys(spark, settings, dynamodb)
 
 
-def test_the_runs_own_capture_writes_nothing_to_s3_but_its_lease_and_lists_the_change_prefix_once_a_run(spark, settings, instance):
+def test_the_runs_own_capture_writes_nothing_to_s3_but_its_lease_and_lists_the_change_prefix_once_a_run(spark, settings, instance, run_clock):
     """Its change files on local disk, its positions in the commit: no change file, checkpoint or manifest in S3."""
     dynamodb = settings.client("dynamodb")
     simulator = BookSimulator(dynamodb, settings.dynamodb_tables["books"])
@@ -157,7 +167,7 @@ def test_the_runs_own_capture_writes_nothing_to_s3_but_its_lease_and_lists_the_c
     assert_same_keys(spark, settings, dynamodb)
 
 
-def test_a_quiet_table_backs_off_to_the_longest_interval_and_a_busy_one_keeps_the_interval(spark, settings, instance):
+def test_a_quiet_table_backs_off_to_the_longest_interval_and_a_busy_one_keeps_the_interval(spark, settings, instance, run_clock):
     dynamodb = settings.client("dynamodb")
     simulator = BookSimulator(dynamodb, settings.dynamodb_tables["books"])
     simulator.insert()
@@ -183,7 +193,7 @@ def spark_job_ids(spark) -> set[int]:
     return set(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
 
 
-def test_an_idle_cycle_runs_no_spark_job_commits_no_snapshot_and_is_recorded_once_a_minute(spark, settings, instance):
+def test_an_idle_cycle_runs_no_spark_job_commits_no_snapshot_and_is_recorded_once_a_minute(spark, settings, instance, run_clock):
     BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"]).insert()
     sync_books(instance)
     snapshots, jobs = snapshot_count(spark, settings), spark_job_ids(spark)
@@ -616,7 +626,7 @@ def queued_run(instance, job_name: str, pools: set[str]):
     return instance.add_run(DagsterRun(job_name=job_name, status=DagsterRunStatus.QUEUED, remote_job_origin=origin, run_op_concurrency=concurrency))
 
 
-def test_a_sync_run_gives_way_after_its_cycle_to_a_books_writer_waiting_in_the_queue(spark, settings, instance):
+def test_a_sync_run_gives_way_after_its_cycle_to_a_books_writer_waiting_in_the_queue(spark, settings, instance, run_clock):
     from ddb_athena.streamed.handover import waiting_writers
 
     BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"]).insert()
