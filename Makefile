@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test test-image test-image-arm64 test-fast dev templates bench bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-interruption bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity faults lambda emr-job lint clean
+.PHONY: install test test-image test-image-arm64 test-fast test-soak dev templates bench bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-interruption bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity faults lambda emr-job lint clean
 
 install: $(INSTALLED)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing.
@@ -17,17 +17,28 @@ $(INSTALLED): setup.py
 	touch $@
 
 # The suite on TEST_WORKERS processes, each with its own emulator and Spark session (the stack tests on one of them,
-# in turn), listing its 25 slowest tests; then the IAM coverage tests, on the AWS calls every worker saved.
+# first), listing its 25 slowest tests; then the IAM coverage tests, on the AWS calls every worker saved ($(2): which).
+# The tiers are markers (setup.cfg): `make test` is what CI runs; `make test-fast`, the inner loop, leaves out every
+# test that needs a JVM or a process of its own; `make test-soak` runs what needs minutes of real time.
 TEST_WORKERS ?= 2
 AWS_CALLS := .ddb_athena/test-aws-calls
 define run_suite
 	rm -rf $(AWS_CALLS)
 	$(BIN)/python -m pytest ddb_athena_tests -n $(TEST_WORKERS) --dist loadgroup --durations 25 --aws-calls-dir $(AWS_CALLS) $(1)
-	$(BIN)/python -m pytest ddb_athena_tests/deploy/test_iam_coverage.py -m suite_calls --aws-calls-dir $(AWS_CALLS)
+	$(BIN)/python -m pytest ddb_athena_tests/deploy/test_iam_coverage.py -m suite_calls --aws-calls-dir $(AWS_CALLS) $(2)
 endef
 
 test: install lint
-	$(call run_suite,-m "not image")
+	$(call run_suite,-m "not soak and not image")
+
+# Without every test's calls, only that each call is allowed (not that each grant is called).
+test-fast: install lint
+	$(call run_suite,-m "not jvm and not subprocess and not stack and not soak and not image",-k every_call_is_allowed)
+
+# Minutes of real time each (the fault harness's short run, the sync's handovers with runs starting 90 s late), one after
+# the other: run it whenever a change touches the handover, the leases, the run loop or the harness.
+test-soak: install
+	$(BIN)/python -m pytest ddb_athena_tests -m soak --durations 0
 
 # The deployment image built and run (deploy/Dockerfile): Docker from Debian's packages where this runs as root.
 test-image: install
@@ -36,10 +47,6 @@ test-image: install
 # The same for the Graviton image (linux/arm64), through QEMU on an x86 machine: slow, so not part of CI.
 test-image-arm64: install
 	ARCH=arm64 bash scripts/test_image.sh
-
-# The inner loop: all but the stack tests (the real webserver and daemon, several minutes each).
-test-fast: install lint
-	$(call run_suite,-m "not stack and not image")
 
 lint: install
 	$(BIN)/ruff check ddb_athena ddb_athena_build ddb_athena_tests ddb_athena_bench ddb_athena_faults

@@ -1,8 +1,9 @@
-"""Shared fixtures: one moto server and one SparkSession for the whole run, fresh AWS state per test."""
+"""Shared fixtures: one moto server and one SparkSession for the whole run, fresh AWS state per test; the tiers."""
 
 import logging
 import os
 import socket
+import subprocess
 import time as clock
 import urllib.request
 import uuid
@@ -11,6 +12,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from ddb_athena.dev.local_stack import create_demo_resources, start_moto_server
 from ddb_athena.lib.settings import Settings
@@ -35,7 +37,18 @@ def pytest_configure(config):
     os.environ.setdefault("DDB_ATHENA_ORDERS_START_DATE", start)
 
 
+# The tiers (markers registered in setup.cfg): `make test-fast` leaves out every test with one of these, `make test`
+# the soak and image tests only. A test that starts a process or uses the JVM without its marker fails (guarded below).
+NEEDS_A_PROCESS = ("jvm", "subprocess", "stack", "soak", "image")
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "spark" in item.fixturenames:
+            item.add_marker(pytest.mark.jvm)
+        if item.get_closest_marker("stack") or item.get_closest_marker("soak"):
+            item.add_marker(pytest.mark.xdist_group("stack"))  # one at a time: two stacks at once on two cores time each other out
+
     # The stack tests first (on one worker, `xdist_group`), the rest around them; the IAM coverage tests check the
     # calls of every test before them: they run last, or, on several workers, each of which sees only its own
     # tests' calls, after the run (`--aws-calls-dir`).
@@ -46,6 +59,57 @@ def pytest_collection_modifyitems(config, items):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         config.hook.pytest_deselected(items=[item for item in items if checks_suite_calls(item)])
         items[:] = [item for item in items if not checks_suite_calls(item)]
+
+
+class UnmarkedProcess(AssertionError):
+    """A test started a process or used the JVM without the marker that keeps it out of `make test-fast`."""
+
+
+_running: list[pytest.Item] = []  # the test this process runs (its fixtures' setup included)
+_unmarked: list[str] = []
+
+
+def _allowed(needs: tuple[str, ...], what: str) -> None:
+    item = _running[-1] if _running else None
+    if item is not None and not any(item.get_closest_marker(marker) for marker in needs):
+        _unmarked.append(f"{item.nodeid} {what}: mark it `{needs[0]}`, so that `make test-fast` leaves it out")
+        raise UnmarkedProcess(_unmarked[-1])
+
+
+_popen_init, _get_or_create = subprocess.Popen.__init__, SparkSession.Builder.getOrCreate
+
+
+def _guarded_popen_init(self, args, *rest, **kwargs):
+    _allowed(("subprocess", *NEEDS_A_PROCESS), f"starts a process ({args if isinstance(args, str) else ' '.join(map(str, args))[:120]})")
+    _popen_init(self, args, *rest, **kwargs)
+
+
+def _guarded_get_or_create(self):
+    _allowed(("jvm",), "uses a SparkSession")
+    return _get_or_create(self)
+
+
+subprocess.Popen.__init__, SparkSession.Builder.getOrCreate = _guarded_popen_init, _guarded_get_or_create
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _running.append(item)
+    _unmarked.clear()
+    try:
+        return (yield)
+    finally:
+        _running.pop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    result = yield
+    # Also when the code under test caught the guard's error.
+    unmarked, _unmarked[:] = list(_unmarked), []
+    if unmarked:
+        raise UnmarkedProcess("; ".join(unmarked))
+    return result
 
 
 def pytest_sessionfinish(session):
@@ -82,16 +146,21 @@ class Days:
         return self.midnight + timedelta(days=number, hours=2)
 
 
+def away_from_midnight(margin: timedelta = DAY_TURN_MARGIN) -> Days:
+    """Today, taken away from midnight UTC: closer to it than `margin`, it waits for the new day."""
+    now = datetime.now(UTC)
+    next_midnight = datetime.combine(now.date() + timedelta(days=1), time(), tzinfo=UTC)
+    if next_midnight - now < margin:
+        clock.sleep((next_midnight - now).total_seconds() + 1)
+    return Days(datetime.now(UTC).date())
+
+
 @pytest.fixture
 def days() -> Days:
     """Taken when the test starts (not when its module is collected, minutes earlier), and away from midnight: a
     test close to it waits for the new day. Modules that use it list it in `pytestmark` so that it comes before the
     emulator's state (point-in-time recovery is turned on "today")."""
-    now = datetime.now(UTC)
-    next_midnight = datetime.combine(now.date() + timedelta(days=1), time(), tzinfo=UTC)
-    if next_midnight - now < DAY_TURN_MARGIN:
-        clock.sleep((next_midnight - now).total_seconds() + 1)
-    return Days(datetime.now(UTC).date())
+    return away_from_midnight()
 
 
 def _free_port() -> int:
@@ -114,9 +183,8 @@ def warehouse(tmp_path_factory) -> str:
     return (tmp_path_factory.mktemp("warehouse")).as_uri()
 
 
-@pytest.fixture
-def aws_env(moto_endpoint, warehouse, monkeypatch):
-    """A clean emulator and an environment that points everything at it (unique Iceberg namespace)."""
+def point_at_emulator(patch: pytest.MonkeyPatch, moto_endpoint: str, warehouse: str) -> None:
+    """Everything pointed at a clean emulator (a unique Iceberg namespace)."""
     urllib.request.urlopen(urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST")).read()
     for name, value in {
         "DDB_ATHENA_PROFILE": "local",
@@ -128,9 +196,15 @@ def aws_env(moto_endpoint, warehouse, monkeypatch):
         "DDB_ATHENA_WAREHOUSE": warehouse,
         "DDB_ATHENA_NAMESPACE": f"t_{uuid.uuid4().hex[:10]}",
     }.items():
-        monkeypatch.setenv(name, value)
+        patch.setenv(name, value)
     for name in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "DDB_ATHENA_SPARK_PACKAGES", "DDB_ATHENA_BOOKS_TABLE"):
-        monkeypatch.delenv(name, raising=False)
+        patch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def aws_env(moto_endpoint, warehouse, monkeypatch):
+    """A clean emulator and an environment that points everything at it, for one test."""
+    point_at_emulator(monkeypatch, moto_endpoint, warehouse)
 
 
 @pytest.fixture

@@ -173,6 +173,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("kinds", ["streamed and exported", "exported only"])
 def test_a_code_location_of_other_tables_than_books_and_orders_loads_and_names_everything_after_them(tmp_path, kinds):
     """Neither books nor orders is needed: a copy of the package whose tables.toml declares a composite-key streamed

@@ -46,6 +46,7 @@ def freshness_passes(instance, asset, checks) -> bool:
     return evaluation.passed
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     "asset, checks, bound, partition",
     [(books_iceberg, books_freshness_checks, 120, None), (orders_athena, orders_freshness_checks, 26 * 3600, os.environ["DDB_ATHENA_ORDERS_START_DATE"])],

@@ -4,6 +4,8 @@ each cell was measured on."""
 
 import subprocess
 
+import pytest
+
 from ddb_athena_bench import bill as billing
 from ddb_athena_bench import cost
 from ddb_athena_tests.bench.test_bill import _measurement
@@ -58,6 +60,7 @@ def test_the_generated_page_bills_everything_the_deployment_runs():
     assert "30 USD on Spot at p95 <= 30 s" in page
 
 
+@pytest.mark.subprocess
 def test_a_cell_is_marked_measured_on_changed_code_by_a_tracked_file_not_by_what_the_bench_itself_writes(tmp_path, monkeypatch):
     def git(*args: str) -> str:
         command = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.invalid", *args]

@@ -13,6 +13,9 @@ from ddb_athena_bench.counting_emulator import PROBE_ACCESS_KEY
 from ddb_athena_bench.freshness import request_counts
 from ddb_athena_tests.conftest import _free_port
 
+# Each test starts a process of its own (out of `make test-fast`).
+pytestmark = pytest.mark.subprocess
+
 
 @pytest.fixture(scope="module")
 def counting_endpoint():

@@ -135,6 +135,7 @@ def test_ensure_local_jars_does_nothing_when_all_jars_are_present(tmp_path: Path
     assert ensure_local_jars(tmp_path) == [tmp_path / name for name in LOCAL_JAR_NAMES]
 
 
+@pytest.mark.subprocess
 def test_the_local_file_system_is_compiled_once_with_the_other_jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     for name in LOCAL_JAR_NAMES:
         (tmp_path / name).write_bytes(b"jar")

@@ -88,6 +88,9 @@ IMPORT_FROM_ARCHIVE = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import dagster_pipes, ddb_athena.exported.orders_load_job as job
+
+# Each test starts a process of its own (out of `make test-fast`).
+pytestmark = pytest.mark.subprocess
 print(job.__file__, dagster_pipes.__file__, "dagster" in sys.modules, "boto3" in sys.modules)
 """
 

@@ -6,6 +6,7 @@ data stack, of every resource type moto can create."""
 import json
 import re
 
+import pytest
 import yaml
 from cfnlint.api import ManualArgs, lint_file
 
@@ -213,6 +214,7 @@ def emulated_platform(secret_arn: str, database: str) -> dict:
     return json.loads(text)
 
 
+@pytest.mark.subprocess
 def test_the_platform_deploys_into_the_emulator_beside_a_data_stack(settings, tmp_path):
     cloudformation, ec2 = settings.client("cloudformation"), settings.client("ec2")
     data_outputs = {output["OutputKey"]: output["OutputValue"] for output in data_stack(settings, tmp_path)["Outputs"]}

@@ -6,12 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO_ROOT / "deploy" / "Dockerfile"
 
 
+@pytest.mark.subprocess
 def test_the_dockerfile_is_hadolint_clean():
     hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
     result = subprocess.run([hadolint, str(DOCKERFILE)], capture_output=True, text=True)

@@ -23,6 +23,9 @@ from ddb_athena.lib.database_role import ensure_database_role
 from ddb_athena.lib.run_capacity import ON_DEMAND, SPOT, capacity_strategy, capacity_tags
 from ddb_athena_bench.postgres_server import postgres_server
 
+# Each test starts PostgreSQL, a daemon or a code server (out of `make test-fast`).
+pytestmark = pytest.mark.subprocess
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = "ddb-athena"
 RUN_FAMILY_PREFIX = "ddb_athena"

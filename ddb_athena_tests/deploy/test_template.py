@@ -171,6 +171,7 @@ def data_stack(settings, tmp_path, **parameters) -> dict:
     return created_stack(settings.client("cloudformation"), "ddb-athena", emulated(template()), parameters)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("principal, books_capture", [("ecs-task", "lambda"), ("ec2-instance", "run")])
 def test_the_stack_deploys_into_the_emulator(settings, tmp_path, principal, books_capture):
     s3 = settings.client("s3")

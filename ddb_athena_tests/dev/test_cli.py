@@ -68,6 +68,7 @@ def signal_a_thread_other_than_the_main_one(pid: int, number: int) -> None:
     assert ctypes.CDLL(None, use_errno=True).tgkill(pid, thread, number) == 0
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("received_by", ["process", "server thread"])
 def test_local_stack_serves_on_loopback_until_stopped(received_by):
     import signal
@@ -91,6 +92,7 @@ def test_local_stack_serves_on_loopback_until_stopped(received_by):
         process.kill()
 
 
+@pytest.mark.subprocess
 def test_a_date_range_backfill_from_the_cli_queues_one_orders_run_per_day(tmp_path):
     from datetime import date, timedelta
     from pathlib import Path

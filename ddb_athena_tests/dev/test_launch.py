@@ -51,6 +51,7 @@ def test_the_webserver_is_the_url_given_else_the_variables_else_make_devs_port()
             Webserver.at(wrong, {})
 
 
+@pytest.mark.subprocess
 def test_where_nothing_answers_the_command_ends_in_one_line_within_its_ready_timeout():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -65,6 +66,7 @@ def test_where_nothing_answers_the_command_ends_in_one_line_within_its_ready_tim
     assert bad.returncode == 2 and "is not a Dagster webserver's URL" in bad.stderr
 
 
+@pytest.mark.subprocess
 def test_the_commands_wait_for_the_webserver_and_queue_their_runs_in_its_instance(tmp_path):
     """One webserver for both commands (one each took about 10 s): `launch`, started before it in a fresh DAGSTER_HOME
     as on a first `make dev`, waits for it; `bootstrap books` then finds it at DAGSTER_PORT, as `make dev` sets it."""

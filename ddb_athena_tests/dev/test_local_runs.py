@@ -5,6 +5,7 @@ import subprocess
 import sys
 import threading
 
+import pytest
 from dagster import DagsterEvent, DagsterInstance, DagsterRunStatus, RunRequest, SkipReason, instance_for_test
 from dagster._core.storage.dagster_run import DagsterRun
 
@@ -44,6 +45,7 @@ def test_runs_left_in_progress_are_ended_with_the_reason_and_finished_or_waiting
         assert failure.dagster_event.event_type_value == "PIPELINE_FAILURE" and LEFT_BEHIND in failure.message
 
 
+@pytest.mark.subprocess
 def test_a_run_whose_process_is_alive_is_left_as_it_is_one_whose_process_died_is_ended():
     """Another stack on the same instance keeps its runs; a run whose worker died with its stack is ended."""
     with instance_for_test() as instance:
@@ -55,6 +57,7 @@ def test_a_run_whose_process_is_alive_is_left_as_it_is_one_whose_process_died_is
         assert (status(instance, live), status(instance, dead)) == (DagsterRunStatus.STARTED, DagsterRunStatus.FAILURE)
 
 
+@pytest.mark.subprocess
 def test_the_real_sequence_a_sync_run_left_started_by_a_stopped_stack_holds_the_schedule_until_the_next_start_ends_it(tmp_path, monkeypatch):
     """`make dev` stopped while the sync run's process died mid-cycle; the next `make dev` runs the CLI first."""
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))

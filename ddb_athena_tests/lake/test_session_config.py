@@ -192,6 +192,7 @@ DAEMON_PATH = (
 )
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("site_packages", [True, False])
 def test_the_daemon_keeps_the_archives_only_for_an_interpreter_without_pyspark(site_packages):
     # -S: no site-packages, so pyspark and py4j exist only in Spark's archives.

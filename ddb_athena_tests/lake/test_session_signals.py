@@ -4,6 +4,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 # In a process of its own: one SparkContext per process, and this one must be created inside the hold.
 SCRIPT = textwrap.dedent(
     """
@@ -21,6 +23,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.subprocess
 def test_ctrl_c_after_the_session_is_created_in_a_sync_cycle_is_held_for_the_loop_not_taken_by_pyspark(tmp_path):
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

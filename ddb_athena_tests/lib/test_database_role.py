@@ -10,6 +10,9 @@ from ddb_athena.dev.cli import main
 from ddb_athena.lib.database_role import ensure_database_role
 from ddb_athena_bench.postgres_server import postgres_server
 
+# Each test starts a process of its own (out of `make test-fast`).
+pytestmark = pytest.mark.subprocess
+
 
 @pytest.fixture(scope="module")
 def postgres():

@@ -121,6 +121,7 @@ def test_a_name_that_collides_with_another_tables_tombstones_is_refused():
         parse_declarations("")
 
 
+@pytest.mark.subprocess
 def test_the_declarations_are_read_without_dagster_or_spark():
     probe = (
         "import sys, ddb_athena.lib.declarations as d; d.declared_tables(); print(sorted(m for m in sys.modules if m.split('.')[0] in ('dagster', 'pyspark')))"
