@@ -16,7 +16,7 @@ import pytest
 
 from ddb_athena.lake.local_jars import IMAGE_JAR_NAMES, LOCAL_JAR_NAMES
 from ddb_athena_build.pinned import NOT_FETCHED_FILE
-from ddb_athena_tests.stack.test_one_writer import iceberg_rows
+from ddb_athena_tests.stack.helpers import iceberg_rows
 
 pytestmark = pytest.mark.image
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -157,7 +157,7 @@ def test_the_platform_container_serves_the_ui_from_its_code_server_and_its_daemo
     from dagster_graphql import DagsterGraphQLClient
 
     from ddb_athena_bench.postgres_server import postgres_server
-    from ddb_athena_tests.stack.test_one_writer import free_port, wait_for
+    from ddb_athena_tests.stack.helpers import free_port, wait_for
 
     tag, _ = image
     webserver_port, code_server_port = free_port(), free_port()
@@ -235,7 +235,7 @@ def test_in_a_run_task_ecss_sigterm_reaches_the_runs_python_and_not_its_jvm(imag
     assert started.returncode == 0, started.stderr
     container = started.stdout.strip()
     try:
-        from ddb_athena_tests.stack.test_one_writer import wait_for
+        from ddb_athena_tests.stack.helpers import wait_for
 
         wait_for("Spark to start in the container", lambda: "ready" in _docker("logs", container, timeout=30).stdout, timeout=300 * PATIENCE, poll=2)
         assert _docker("kill", "--signal", "TERM", container, timeout=30).returncode == 0

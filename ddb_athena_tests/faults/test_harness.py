@@ -75,9 +75,11 @@ def test_the_versioned_load_logs_each_keys_versions_with_deletes_taking_one(moto
     assert {(item["book_id"]["S"], item["review_id"]["N"]) for item in stored} == expected
 
 
-# One at a time, on one worker: two stacks at once on two cores would time each other out.
-@pytest.mark.stack
-@pytest.mark.xdist_group("stack")
+# Minutes of real time (`make test-soak`). `make test` keeps each fault's own test: a sync killed, stopped as ECS does
+# (stack/test_one_writer.py), frozen past its lease (lake/test_writer_branch.py, streamed/test_many_tables.py), Terminate
+# beside it (streamed/test_assets.py), endpoint faults and lost responses (faults/test_proxy.py), skewed clocks
+# (lib/test_writer_lease.py).
+@pytest.mark.soak
 def test_a_short_harness_run_injects_faults_of_several_kinds_and_finds_no_anomaly(monkeypatch):
     from ddb_athena_faults.harness import run
 
