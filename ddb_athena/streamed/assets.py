@@ -220,7 +220,8 @@ class RunClock:
         time.sleep(seconds)
 
 
-# The clock of a sync run started here (Materialize, a bootstrap), read as it starts: a test puts in one that skips the waits.
+# The clock of every sync run (the sync job's, Materialize's, a bootstrap's), read as it starts: a test puts in one that
+# skips the waits.
 RUN_CLOCK = RunClock()
 
 

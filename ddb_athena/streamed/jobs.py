@@ -14,7 +14,8 @@ from ddb_athena.lake.writer_branch import retried_when_main_moved
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.upkeep import maintain
 from ddb_athena.lib.writer_pools import warn_unless_writers_queue
-from ddb_athena.streamed.assets import STREAMED, SYNC_ASSETS, RunClock, StreamedAssets, SyncConfig, maintenance_observation, sync_cycles, writer_branch_of
+from ddb_athena.streamed import assets as streamed_assets
+from ddb_athena.streamed.assets import STREAMED, SYNC_ASSETS, StreamedAssets, SyncConfig, maintenance_observation, sync_cycles, writer_branch_of
 from ddb_athena.streamed.checks import CHECKS
 from ddb_athena.streamed.handover import (
     EXIT_SECONDS,
@@ -26,9 +27,6 @@ from ddb_athena.streamed.handover import (
     planned_end,
 )
 from ddb_athena.streamed.run_loop import StopRequest
-
-# The clock of a sync job's run, read as it starts: a test puts in one that skips the waits.
-RUN_CLOCK = RunClock()
 
 
 @op(
@@ -57,7 +55,7 @@ def keep_books_in_sync(
     run_minutes = sync.sync_run_minutes if config.run_minutes is None else config.run_minutes
     ends_at = planned_end(context.instance.get_run_record_by_id(context.run_id), run_minutes)
     # The planned end (a wall time: from the run record's start) on the run's clock, which paces its cycles.
-    clock = RUN_CLOCK
+    clock = streamed_assets.RUN_CLOCK
     started, until_planned_end = clock(), max(0.0, ends_at - time.time())
 
     def rides_out(number: int) -> bool:

@@ -79,7 +79,7 @@ def instance():
 def run_clock(monkeypatch) -> SkippingClock:
     """The sync job's runs go by a clock that skips their waits: minutes of a run pass in the time of its cycles."""
     clock = SkippingClock()
-    monkeypatch.setattr("ddb_athena.streamed.jobs.RUN_CLOCK", clock)
+    monkeypatch.setattr("ddb_athena.streamed.assets.RUN_CLOCK", clock)
     return clock
 
 
