@@ -1,11 +1,15 @@
 """A writer whose lease was taken can no longer change the table: frozen (SIGSTOP, its Python and its JVM) in the middle
 of a merge, past its lease, while another writer takes over and commits; resumed, it publishes nothing."""
 
+import json
 import os
+import queue
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
+from contextlib import contextmanager
 
 import pytest
 
@@ -18,10 +22,12 @@ from ddb_athena_tests.lake.helpers import ChangeFiles, change
 
 TTL = 2.0
 
-# The first writer, in a process of its own: it takes the lease and its branch, and merges the change files it is
-# given, stopping at `pause_at` to print "paused" (the test then freezes it) before it goes on.
+# The first writer, in a process of its own: for each merge it is given (a line of JSON), it takes the lease and its
+# branch, and merges the change files, stopping at `pause_at` to print "paused" (the test then freezes it) before it
+# goes on; then it waits for the next merge.
 FROZEN_WRITER = textwrap.dedent(
     """
+    import json
     import sys
     import boto3
     from ddb_athena.lake import change_merge, writer_branch
@@ -30,32 +36,117 @@ FROZEN_WRITER = textwrap.dedent(
     from ddb_athena.lib.resources import IcebergSparkResource
     from ddb_athena.lib.writer_lease import WriterLease
 
-    warehouse, endpoint, bucket, table, pause_at, quarantine, *uris = sys.argv[1:]
+    warehouse, endpoint = sys.argv[1:]
     spark = IcebergSparkResource(profile="local", warehouse=warehouse, s3_endpoint_url=endpoint, access_key_id="testing",
                                  secret_access_key="testing", extra_config={"spark.ui.enabled": "false"}).spark_session
-    lease = WriterLease(boto3.client("s3"), bucket, table, "the writer that will be frozen", ttl_seconds=float(sys.argv[-1]))
-    uris = uris[:-1]
-    lease.acquire()
-    writer = writer_branch.WriterBranch(lambda: spark, "lake", (table, tombstone_table(table)), lease.token, lease.epoch)
 
-    def pausing(module, name):
-        original = getattr(module, name)
-        def paused(*args, **kwargs):
+    def paused(original):
+        def pausing(*args, **kwargs):
             print("paused", flush=True)
             sys.stdin.readline()  # the test freezes this process now, and later tells it to go on
             return original(*args, **kwargs)
-        setattr(module, name, paused)
+        return pausing
 
-    module = writer_branch.WriterBranch if pause_at == "publish" else change_merge
-    pausing(module, pause_at)
-    try:
-        positions = {STREAM_POSITIONS_PROPERTY: "the frozen writer's positions"}
-        merge_change_files(spark, declared("books").spec, table, uris, quarantine, writer=writer, commit_properties=positions)
-        print("committed", flush=True)
-    except writer_branch.WriterFencedError as error:
-        print(f"fenced: {error}", flush=True)
+    while line := sys.stdin.readline():
+        merge = json.loads(line)
+        table, pause_at = merge["table"], merge["pause_at"]
+        lease = WriterLease(boto3.client("s3"), merge["bucket"], table, "the writer that will be frozen", ttl_seconds=merge["ttl"])
+        lease.acquire()
+        writer = writer_branch.WriterBranch(lambda: spark, "lake", (table, tombstone_table(table)), lease.token, lease.epoch)
+        module = writer_branch.WriterBranch if pause_at == "publish" else change_merge
+        original = getattr(module, pause_at)
+        setattr(module, pause_at, paused(original))
+        try:
+            positions = {STREAM_POSITIONS_PROPERTY: "the frozen writer's positions"}
+            merge_change_files(spark, declared("books").spec, table, merge["uris"], merge["quarantine"], writer=writer, commit_properties=positions)
+            print("committed", flush=True)
+        except writer_branch.WriterFencedError as error:
+            print(f"fenced: {error}", flush=True)
+        finally:
+            setattr(module, pause_at, original)
     """
 )
+# How long the test waits for a line of the frozen writer (its start, its JVM's included, or the end of its merge).
+FROZEN_WRITER_ANSWER_SECONDS = 300
+
+
+class FrozenWriter:
+    """FROZEN_WRITER's process, one for the module's variants (a process and JVM each took about 15 s): started by the
+    first, from its test's environment (the emulator and the warehouse, which every test shares). A variant that fails
+    kills it, whatever state it leaves it in; the next variant starts another."""
+
+    def __init__(self):
+        self.process, self.lines = None, queue.Queue()
+
+    @contextmanager
+    def merging(self, spark, files: ChangeFiles, pause_at: str, keys: list[str]):
+        """The writer given the merge of `keys` (it pauses at `pause_at`) for the block."""
+        try:
+            if self.process is None or self.process.poll() is not None:
+                self._start(spark.conf.get("spark.sql.catalog.lake.warehouse"))
+            merge = {"bucket": files.layout.bucket, "table": files.table, "pause_at": pause_at, "ttl": TTL}
+            merge["uris"] = [files.layout.uri(key, "s3a") for key in keys]
+            merge["quarantine"] = files.layout.uri(files.layout.quarantine_prefix + "frozen", "s3a")
+            self._say(json.dumps(merge))
+            yield self
+        except BaseException:
+            self.kill()
+            raise
+
+    def _start(self, warehouse: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", FROZEN_WRITER, warehouse, os.environ["AWS_ENDPOINT_URL"]],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # its JVM in its process group: one signal freezes both
+        )
+        # Read by a thread, so that a writer that never answers fails its test instead of hanging it.
+        self.lines = queue.Queue()
+        threading.Thread(target=self._forward, args=(self.process.stdout, self.lines), daemon=True).start()
+
+    @staticmethod
+    def _forward(output, lines: queue.Queue) -> None:
+        for line in output:
+            lines.put(line)
+        lines.put("")  # it ended
+
+    def line(self) -> str:
+        return self.lines.get(timeout=FROZEN_WRITER_ANSWER_SECONDS).strip()
+
+    def freeze(self) -> None:
+        os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.killpg(self.process.pid, signal.SIGCONT)
+        self._say("go on")
+
+    def _say(self, line: str) -> None:
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
+    def kill(self) -> None:
+        if self.process is not None:
+            if self.process.poll() is None:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+            self.process = None
+
+    def stop(self) -> None:
+        """Its input closed, it ends after its last merge."""
+        if self.process is not None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=60)
+            finally:
+                self.kill()
+
+
+@pytest.fixture(scope="module")
+def frozen_writer():
+    writer = FrozenWriter()
+    yield writer
+    writer.stop()
 
 
 @pytest.mark.parametrize(
@@ -66,7 +157,7 @@ FROZEN_WRITER = textwrap.dedent(
         "publish",  # both committed to its branch, before main moves
     ],
 )
-def test_a_writer_frozen_mid_merge_past_its_lease_changes_nothing_once_resumed(spark, settings, pause_at):
+def test_a_writer_frozen_mid_merge_past_its_lease_changes_nothing_once_resumed(spark, settings, frozen_writer, pause_at):
     files = ChangeFiles(spark, settings)
     files.write(change(1, "kept"), change(2, "deleted-by-b"), change(3, "updated"))
     files.merge()
@@ -74,28 +165,9 @@ def test_a_writer_frozen_mid_merge_past_its_lease_changes_nothing_once_resumed(s
     files.delete(base)
     # The frozen writer's batch: a delete (tombstone), an update, an insert.
     first_batch = [files.write(change(10, "deleted-by-b", "REMOVE"), change(11, "updated", name="by the frozen writer"), change(12, "only-frozen"))]
-    first = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            FROZEN_WRITER,
-            spark.conf.get("spark.sql.catalog.lake.warehouse"),
-            os.environ["AWS_ENDPOINT_URL"],
-            settings.bucket,
-            files.table,
-            pause_at,
-            files.layout.uri(files.layout.quarantine_prefix + "frozen", "s3a"),
-            *(files.layout.uri(key, "s3a") for key in first_batch),
-            str(TTL),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its JVM in its process group: one signal freezes both
-    )
-    try:
-        assert first.stdout.readline().strip() == "paused"
-        os.killpg(first.pid, signal.SIGSTOP)
+    with frozen_writer.merging(spark, files, pause_at, first_batch) as first:
+        assert first.line() == "paused"
+        first.freeze()
         # The next writer takes the expired lease (S3's clock) and commits newer changes of the same keys.
         second = WriterLease(settings.client("s3"), settings.bucket, files.table, "the next writer", ttl_seconds=TTL)
         second.acquire(wait_seconds=6 * TTL)
@@ -106,22 +178,16 @@ def test_a_writer_frozen_mid_merge_past_its_lease_changes_nothing_once_resumed(s
         expected = files.rows()
         assert files.names() == {"kept": "kept@1", "deleted-by-b": "inserted again by the next writer", "updated": "by the next writer"}
 
-        os.killpg(first.pid, signal.SIGCONT)
-        first.stdin.write("go on\n")
-        first.stdin.flush()
-        out, _ = first.communicate(timeout=180)
-        assert out.startswith("fenced:"), out
-        assert files.rows() == expected  # not one row changed by the resumed writer
-        tombstones = {row["id"]: row["_sequence_number"] for row in spark.table(f"{files.table}_tombstones").collect()}
-        assert "deleted-by-b" not in tombstones  # nor its tombstone
-        # Nor the stream positions it committed with its data: a writer that resumes reads none of them.
-        assert newest_published(spark, files.table, STREAM_POSITIONS_PROPERTY) is None
-        writer.drop()
-        second.release()
-    finally:
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
-            first.wait()
+        first.resume()
+        outcome = first.line()
+        assert outcome.startswith("fenced:"), outcome
+    assert files.rows() == expected  # not one row changed by the resumed writer
+    tombstones = {row["id"]: row["_sequence_number"] for row in spark.table(f"{files.table}_tombstones").collect()}
+    assert "deleted-by-b" not in tombstones  # nor its tombstone
+    # Nor the stream positions it committed with its data: a writer that resumes reads none of them.
+    assert newest_published(spark, files.table, STREAM_POSITIONS_PROPERTY) is None
+    writer.drop()
+    second.release()
 
 
 def test_a_writer_branch_is_invisible_until_published_and_gone_when_dropped(spark, settings):
