@@ -46,8 +46,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "spark" in item.fixturenames:
             item.add_marker(pytest.mark.jvm)
-        if item.get_closest_marker("stack") or item.get_closest_marker("soak"):
-            item.add_marker(pytest.mark.xdist_group("stack"))  # one at a time: two stacks at once on two cores time each other out
 
     # The stack tests first (on one worker, `xdist_group`), the rest around them; the IAM coverage tests check the
     # calls of every test before them: they run last, or, on several workers, each of which sees only its own

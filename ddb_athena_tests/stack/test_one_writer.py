@@ -47,7 +47,8 @@ from ddb_athena_tests.stack.helpers import (
     writer_runs,
 )
 
-pytestmark = pytest.mark.stack
+# On one worker (`xdist_group`): the tests share this module's stack, in order.
+pytestmark = [pytest.mark.stack, pytest.mark.xdist_group("stack")]
 
 INTERVAL_SECONDS = 10
 # Longer than this module takes: the stack's emulator turns point-in-time recovery on "today", and the backfill's
