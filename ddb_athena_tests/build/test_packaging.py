@@ -15,6 +15,9 @@ from ddb_athena.streamed.capture.change_files import list_change_files
 from ddb_athena_build.packaging import CAPTURE_LAMBDA, JOB_ARCHIVE_NAME, SOURCE_ROOT, PackagingError, build_emr_job, build_zip, package_files
 from ddb_athena_tests.streamed.capture.test_lambda_handler import EVENT, unreadable
 
+# Each test starts a process of its own (out of `make test-fast`).
+pytestmark = pytest.mark.subprocess
+
 # Runs in the unpacked zip's directory, as the Lambda runtime would: the handler and nothing from this checkout.
 RUN_HANDLER = """
 import json, sys
@@ -88,9 +91,6 @@ IMPORT_FROM_ARCHIVE = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import dagster_pipes, ddb_athena.exported.orders_load_job as job
-
-# Each test starts a process of its own (out of `make test-fast`).
-pytestmark = pytest.mark.subprocess
 print(job.__file__, dagster_pipes.__file__, "dagster" in sys.modules, "boto3" in sys.modules)
 """
 
