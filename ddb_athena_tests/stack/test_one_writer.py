@@ -25,7 +25,7 @@ from ddb_athena.dev.simulate import BookSimulator, order_item
 from ddb_athena.lib.settings import Settings
 from ddb_athena.streamed.handover import INTERRUPTED_TAG, STOP_TIMEOUT_SECONDS
 from ddb_athena_bench.postgres_server import postgres_server
-from ddb_athena_faults.dagster_api import stop_as_ecs_does
+from ddb_athena_faults.dagster_api import Webserver, stop_as_ecs_does
 from ddb_athena_tests.books_and_orders import BOOKS_WRITER_POOL, ORDERS_WRITER_POOL
 from ddb_athena_tests.conftest import Days, away_from_midnight, point_at_emulator
 from ddb_athena_tests.stack.helpers import (
@@ -134,20 +134,23 @@ def test_a_sync_materialize_and_an_orders_backfill_on_a_new_deployment_keep_one_
             created = datetime.combine(datetime.fromisoformat(partition).date(), day_time(hour), tzinfo=UTC)
             dynamodb.put_item(TableName=settings.dynamodb_tables["orders"], Item=order_item(rng, created))
 
-    def sync_started():
-        return instance.get_runs(RunsFilter(job_name="books_sync", statuses=[DagsterRunStatus.STARTED]))
-
-    wait_for("the minute schedule to start a books_sync run", sync_started, timeout=240)
-    books_written.start()
     client = DagsterGraphQLClient("127.0.0.1", port_number=stack.port)
-    # Materialize on books_iceberg, as the UI's button launches it: the implicit asset job, default config.
-    materialize_run = client.submit_job_execution("__ASSET_JOB", asset_selection=[["books_source"], ["books_iceberg"]])
-    # The UI's backfill of three days of orders, on a table never loaded.
+    Webserver(f"http://127.0.0.1:{stack.port}").wait_until_serving(timeout_seconds=120)
+    # The UI's backfill of three days of orders, on a table never loaded: launched at once, its runs go on while the
+    # minute schedule starts the sync.
     launched = client._execute(
         LAUNCH_BACKFILL,
         {"params": {"assetSelection": [{"path": ["orders_export"]}, {"path": ["orders_athena"]}], "partitionNames": partitions}},
     )["launchPartitionBackfill"]
     assert launched["__typename"] == "LaunchBackfillSuccess", launched
+
+    def sync_started():
+        return instance.get_runs(RunsFilter(job_name="books_sync", statuses=[DagsterRunStatus.STARTED]))
+
+    wait_for("the minute schedule to start a books_sync run", sync_started, timeout=240)
+    books_written.start()
+    # Materialize on books_iceberg beside the sync, as the UI's button launches it: the implicit asset job, default config.
+    materialize_run = client.submit_job_execution("__ASSET_JOB", asset_selection=[["books_source"], ["books_iceberg"]])
 
     def backfill_runs():
         return instance.get_runs(RunsFilter(tags={"dagster/backfill": launched["backfillId"]}))
