@@ -10,18 +10,19 @@ import sys
 import threading
 import time
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 import psutil
 import yaml
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import DagsterInstance, DagsterRunStatus, RunRecord, RunsFilter
 
 from ddb_athena.dev.local_runs import limit_writer_pools
 from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.lib.writer_lease import WRITER_POOLS
-from ddb_athena.streamed.handover import SYNC_JOB_NAME
-from ddb_athena_faults.dagster_api import process_alive, worker_pid
+from ddb_athena.streamed.handover import INTERRUPTED_TAG, STOP_TIMEOUT_SECONDS, SYNC_JOB_NAME
+from ddb_athena_faults.dagster_api import process_alive, stop_as_ecs_does, worker_pid
 from ddb_athena_tests.books_and_orders import BOOKS_WRITER_POOL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -212,3 +213,39 @@ class BookWrites:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+
+
+@dataclass(frozen=True)
+class SpotInterruption:
+    """A sync run stopped as ECS stops a Spot task, and what followed: its record once ended, its successor's."""
+
+    victim: RunRecord
+    successor: RunRecord
+    signalled: float
+    worker_ended_after: float
+    successors_first_commit: float
+    killed: tuple[str, ...]
+
+
+def interrupt_like_spot(instance: DagsterInstance, victim_run_id: str, pid: int) -> SpotInterruption:
+    """SIGTERM to the run's worker, SIGKILL after the grace (ddb_athena_faults.dagster_api.stop_as_ecs_does), then its
+    successor's first commit. The run ended by itself, successfully, and its worker (the task's command) within the
+    grace (a JVM still shutting down after it is taken by the container's end, as on ECS); its successor was launched
+    by the sensor at once (it looks every 10 s), before the stopped run ended, not at a minute tick."""
+    signalled = time.time()
+    stopped = stop_as_ecs_does(pid)
+    ended = time.time()
+
+    def successors_commits():
+        return [commit for commit in commits(instance) if commit.run_id != victim_run_id and commit.timestamp > signalled]
+
+    first = wait_for("the successor's first commit", successors_commits, timeout=300)[0]
+    record = instance.get_run_record_by_id(victim_run_id)
+    assert record.dagster_run.status == DagsterRunStatus.SUCCESS and stopped.worker_ended, stopped
+    assert record.end_time - signalled < STOP_TIMEOUT_SECONDS and INTERRUPTED_TAG in record.dagster_run.tags
+    successor = instance.get_run_record_by_id(first.run_id)
+    assert successor.dagster_run.tags.get("dagster/sensor_name") == "sync_successor_on_interruption"
+    launched_after = successor.create_timestamp.timestamp() - signalled
+    print(f"\nSuccessor launched {launched_after:.0f} s after the SIGTERM; the stopped run ended after {record.end_time - signalled:.0f} s")
+    assert launched_after < 30 and successor.create_timestamp.timestamp() < ended
+    return SpotInterruption(record, successor, signalled, ended - signalled, first.timestamp, stopped.killed)

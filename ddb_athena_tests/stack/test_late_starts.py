@@ -16,9 +16,7 @@ from dagster import DagsterInstance, DagsterRunStatus
 from ddb_athena.dev.local_stack import create_demo_resources
 from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.lib.settings import Settings
-from ddb_athena.streamed.handover import INTERRUPTED_TAG, STOP_TIMEOUT_SECONDS
 from ddb_athena_bench.delayed_location import DELAY_VARIABLE
-from ddb_athena_faults.dagster_api import stop_as_ecs_does
 from ddb_athena_tests.books_and_orders import BOOKS_WRITER_POOL
 from ddb_athena_tests.conftest import point_at_emulator
 from ddb_athena_tests.stack.helpers import (
@@ -29,6 +27,7 @@ from ddb_athena_tests.stack.helpers import (
     dynamodb_items,
     free_port,
     iceberg_rows,
+    interrupt_like_spot,
     merging_sync,
     overlaps,
     wait_for,
@@ -135,28 +134,9 @@ def test_with_runs_starting_90_s_late_ecs_stopping_the_syncs_task_costs_a_handov
         return found if found and time.time() - started < SYNC_RUN_MINUTES * 60 - LAUNCHED_BEFORE_THE_END_SECONDS - 30 else None
 
     victim, pid = wait_for("a sync run merging, no successor on its way", merging_with_time_to_spare, timeout=SYNC_RUN_MINUTES * 60 + 180)
-    signalled = time.time()
-    stopped = stop_as_ecs_does(pid)
-    ended = time.time()
-
-    def successors_commits():
-        return [commit for commit in commits(instance) if commit.run_id != victim.run_id and commit.timestamp > signalled]
-
-    first = wait_for("the successor's first commit", successors_commits, timeout=300)[0]
-    time.sleep(2 * INTERVAL_SECONDS)
-    record = instance.get_run_record_by_id(victim.run_id)
-    # The run ended by itself, successfully, and its worker (the task's command) within the grace: a JVM still
-    # shutting down after it is taken by the container's end, as on ECS.
-    assert record.dagster_run.status == DagsterRunStatus.SUCCESS and stopped.worker_ended, stopped
-    assert record.end_time - signalled < STOP_TIMEOUT_SECONDS and INTERRUPTED_TAG in record.dagster_run.tags
+    stopped = interrupt_like_spot(instance, victim.run_id, pid)
     last = max(commit.timestamp for commit in commits(instance) if commit.run_id == victim.run_id)
-    successor = instance.get_run_record_by_id(first.run_id)
-    assert successor.dagster_run.tags.get("dagster/sensor_name") == "sync_successor_on_interruption"
-    launched_after = successor.create_timestamp.timestamp() - signalled
     print(
-        f"\nSuccessor launched {launched_after:.0f} s after the SIGTERM; the stopped run ended after {record.end_time - signalled:.0f} s, "
-        f"its worker after {ended - signalled:.0f} s (killed at the task's end: {', '.join(stopped.killed) or 'none'}); "
-        f"commits {first.timestamp - last:.1f} s apart; run start delay {RUN_START_DELAY_SECONDS} s"
+        f"Its worker ended after {stopped.worker_ended_after:.0f} s (killed at the task's end: {', '.join(stopped.killed) or 'none'}); "
+        f"commits {stopped.successors_first_commit - last:.1f} s apart; run start delay {RUN_START_DELAY_SECONDS} s"
     )
-    assert launched_after < 30  # at once (the sensor looks every 10 s), before the stopped run ended
-    assert successor.create_timestamp.timestamp() < ended

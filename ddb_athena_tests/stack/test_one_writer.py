@@ -23,9 +23,8 @@ from dagster_graphql import DagsterGraphQLClient
 from ddb_athena.dev.local_stack import create_demo_resources
 from ddb_athena.dev.simulate import BookSimulator, order_item
 from ddb_athena.lib.settings import Settings
-from ddb_athena.streamed.handover import INTERRUPTED_TAG, STOP_TIMEOUT_SECONDS
 from ddb_athena_bench.postgres_server import postgres_server
-from ddb_athena_faults.dagster_api import Webserver, stop_as_ecs_does
+from ddb_athena_faults.dagster_api import Webserver
 from ddb_athena_tests.books_and_orders import BOOKS_WRITER_POOL, ORDERS_WRITER_POOL
 from ddb_athena_tests.conftest import Days, away_from_midnight, point_at_emulator
 from ddb_athena_tests.stack.helpers import (
@@ -39,6 +38,7 @@ from ddb_athena_tests.stack.helpers import (
     failures,
     free_port,
     iceberg_rows,
+    interrupt_like_spot,
     merges_after,
     merging_sync,
     overlaps,
@@ -196,25 +196,8 @@ def test_ecs_stopping_the_syncs_task_costs_a_handover_and_loses_nothing(stack, b
     instance = stack.instance
     books_written.start()
     victim, pid = wait_for("a sync run merging, no successor on its way", lambda: merging_sync(instance, alone=True), timeout=240)
-    signalled = time.time()
-    stopped = stop_as_ecs_does(pid)
-    ended = time.time()
-
-    def successors_commits():
-        return [commit for commit in commits(instance) if commit.run_id != victim.run_id and commit.timestamp > signalled]
-
-    first = wait_for("the successor's first commit", successors_commits, timeout=300)[0]
-    record = instance.get_run_record_by_id(victim.run_id)
-    # The run ended by itself, successfully, and its worker (the task's command) within the grace: a JVM still
-    # shutting down after it is taken by the container's end, as on ECS.
-    assert record.dagster_run.status == DagsterRunStatus.SUCCESS and stopped.worker_ended, stopped
-    assert record.end_time - signalled < STOP_TIMEOUT_SECONDS and INTERRUPTED_TAG in record.dagster_run.tags
-    successor = instance.get_run_record_by_id(first.run_id)
-    launched_after = successor.create_timestamp.timestamp() - signalled
-    print(f"\nSuccessor launched {launched_after:.0f} s after the SIGTERM; the stopped run ended after {record.end_time - signalled:.0f} s")
-    # Launched by the sensor at once (it looks every 10 s), before the stopped run ended; not the minute schedule's.
-    assert successor.dagster_run.tags.get("dagster/sensor_name") == "sync_successor_on_interruption"
-    assert launched_after < 30 and successor.create_timestamp.timestamp() < ended
+    stopped = interrupt_like_spot(instance, victim.run_id, pid)
+    record, successor = stopped.victim, stopped.successor
     # A warm handover: the successor started and said it was ready before the stopped run ended, which named it (on ECS
     # the successor's start delay falls inside that overlap, where the table's commits go on: test_late_starts.py).
     ready_at = next(entry.timestamp for entry in instance.all_logs(successor.dagster_run.run_id) if (entry.user_message or "").startswith("Ready to sync"))
