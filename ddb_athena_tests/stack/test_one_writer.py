@@ -50,9 +50,9 @@ from ddb_athena_tests.stack.helpers import (
 # On one worker (`xdist_group`): the tests share this module's stack, in order.
 pytestmark = [pytest.mark.stack, pytest.mark.xdist_group("stack")]
 
-# Longer than this module takes: the stack's emulator turns point-in-time recovery on "today", and the backfill's
-# partitions are the days before it.
-MODULE_MINUTES = timedelta(minutes=25)
+# Longer than the backfill test (the first) takes: the stack's emulator turns point-in-time recovery on "today", and
+# the backfill's partitions are the days before it. Closer to midnight UTC, the stack waits for the new day.
+DAY_MARGIN = timedelta(minutes=10)
 
 LAUNCH_BACKFILL = """
 mutation ($params: LaunchBackfillParams!) {
@@ -78,7 +78,7 @@ def stack(moto_endpoint, warehouse, tmp_path_factory):
     """One stack for this module's tests, on PostgreSQL, the sync as deployed (its runs an hour long: a Spot
     interruption's successor is launched by the sensor, none being on its way; its default interval: a cycle's CPU is
     the stack's most, taken from the other worker); started when the first test needs it, stopped after the last."""
-    days = away_from_midnight(MODULE_MINUTES)
+    days = away_from_midnight(DAY_MARGIN)
     home = tmp_path_factory.mktemp("dagster_home")
     deployed_storage = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())["storage"]
     with pytest.MonkeyPatch.context() as patch, postgres_server() as postgres:
