@@ -122,8 +122,9 @@ def test_one_run_cycles_with_its_warm_session_and_records_every_cycle_with_its_c
     calls_before = len(aws_calls.recorded)
     with simulator_writing(simulator, every_seconds=0.7):
         # Long enough for three cycles even on a loaded machine, where one may take 15 s; the waits between them are
-        # skipped (`run_clock`), so a cycle every 4 s costs only the cycles: about fifteen on an idle machine.
-        result = sync_books(instance, config={"run_minutes": 1, "merge_interval_seconds": 4})
+        # skipped (`run_clock`), so a cycle every 4 s costs only the cycles: about ten on an idle machine. The back-off
+        # is held to the interval: a cycle that finds nothing would otherwise skip 8, 16, 32 s of the run's minute.
+        result = sync_books(instance, config={"run_minutes": 1, "merge_interval_seconds": 4}, longest_merge_interval_seconds=4)
     cycles = materializations_metadata(result, "books_iceberg")
     assert len(cycles) >= 3 and [cycle["cycle"] for cycle in cycles] == sorted(cycle["cycle"] for cycle in cycles)
     assert len(materializations_metadata(result, "books_source")) == len(cycles)
