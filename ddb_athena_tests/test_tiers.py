@@ -1,0 +1,58 @@
+"""The tier guard (conftest.py): a test that starts a process or a SparkSession without its marker fails, so that
+`make test-fast` never runs one unawares; with the marker it passes."""
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+TESTS = """
+import subprocess
+
+import pytest
+from pyspark.sql import SparkSession
+
+
+def test_starts_a_process_unmarked():
+    subprocess.run(["true"], check=True)
+
+
+@pytest.mark.subprocess
+def test_starts_a_process_marked():
+    subprocess.run(["true"], check=True)
+
+
+def test_catches_the_guard_and_goes_on():
+    try:
+        subprocess.run(["true"], check=True)
+    except AssertionError:
+        pass
+
+
+def test_builds_a_session_unmarked():
+    SparkSession.builder.master("local[1]").getOrCreate()
+
+
+def test_needs_nothing():
+    assert True
+"""
+
+
+@pytest.mark.subprocess
+def test_a_process_or_session_without_its_marker_fails_the_test_and_with_it_passes(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))
+    pytester.makeconftest("from ddb_athena_tests.conftest import *  # noqa: F403  the suite's own hooks\n")
+    pytester.makepyfile(test_guarded=TESTS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", "-W", "ignore::pytest.PytestUnknownMarkWarning")
+    outcomes = {line.split()[1].split("::")[1]: line.split()[0] for line in result.outlines if line.startswith(("PASSED ", "FAILED "))}
+    assert outcomes == {
+        "test_starts_a_process_unmarked": "FAILED",
+        "test_starts_a_process_marked": "PASSED",
+        # The code under test caught the guard's error: the test fails all the same.
+        "test_catches_the_guard_and_goes_on": "FAILED",
+        "test_builds_a_session_unmarked": "FAILED",
+        "test_needs_nothing": "PASSED",
+    }, result.outlines
+    result.stdout.fnmatch_lines(["*UnmarkedProcess*test_starts_a_process_unmarked starts a process (true): mark it `subprocess`*"])
+    result.stdout.fnmatch_lines(["*UnmarkedProcess*test_builds_a_session_unmarked uses a SparkSession: mark it `jvm`*"])
