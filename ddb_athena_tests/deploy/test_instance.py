@@ -2,6 +2,7 @@
 emulator's ECS API: it launches a run's task from inside a (described) daemon task, checks its health, terminates it."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -84,6 +85,10 @@ def _master_sql(postgres, *statements: str) -> None:
     connection.close()
 
 
+# How psycopg2 reports a query whose session the server ended under it (pg_terminate_backend, a restart).
+SESSION_DROPPED = re.compile(r"SSL SYSCALL error: EOF detected|server closed the connection unexpectedly|terminating connection due to administrator command")
+
+
 def _errors_across_a_rotation(instance: DagsterInstance, postgres, rotated_password: str) -> tuple[int, int, list[str]]:
     """What a daemon's loop of reads meets while RDS rotates the master password and a restart drops every session:
     (reads before, reads after, errors)."""
@@ -146,7 +151,11 @@ def test_a_password_rotation_and_dropped_sessions_under_a_running_daemon_leave_t
         connection.close()
     assert before >= 20
     if login == "iam-token":
-        assert (after >= 20, errors, postgres.front.refused) == (True, [], [])
+        # A read in flight when its session is dropped fails once, as it would on RDS (the daemon logs it and reads
+        # again); every read after it, on new connections, succeeds.
+        dropped_in_flight = [error for error in errors if error.startswith("OperationalError") and SESSION_DROPPED.search(error)]
+        assert (after >= 20, [error for error in errors if error not in dropped_in_flight], postgres.front.refused) == (True, [], [])
+        assert len(dropped_in_flight) <= 1, dropped_in_flight
     else:
         # dagster-postgres retries each new connection, logging why, then gives up.
         assert after == 0 and errors and all("too many retries for DB connection" in error for error in errors), errors

@@ -166,9 +166,14 @@ def test_a_sync_materialize_and_an_orders_backfill_on_a_new_deployment_keep_one_
     wait_for("the backfill's three runs", orders_done, timeout=600, poll=5, state=orders_state)
     wait_for("Materialize's run", lambda: instance.get_run_by_id(materialize_run).status in FINISHED, timeout=300)
 
-    time.sleep(20)  # writes beside the sync that resumed after Materialize
-
     assert instance.get_run_by_id(materialize_run).status == DagsterRunStatus.SUCCESS
+    # The sync gave books up to Materialize and took it again after: it merges the writes made since.
+    materialized = instance.get_run_record_by_id(materialize_run)
+
+    def merged_after_materialize():
+        return [commit for commit in commits(instance) if commit.run_id != materialize_run and commit.timestamp > materialized.end_time]
+
+    wait_for("the sync to merge after Materialize's run", merged_after_materialize, timeout=180)
     backfill = backfill_runs()
     assert {run.status for run in backfill} == {DagsterRunStatus.SUCCESS}, described(backfill)
     assert sorted(run.tags["dagster/partition"] for run in backfill) == partitions
@@ -178,9 +183,6 @@ def test_a_sync_materialize_and_an_orders_backfill_on_a_new_deployment_keep_one_
     assert not ended_badly, (failures(instance, ended_badly), described([record.dagster_run for record in orders_runs]))
     assert overlaps(instance, orders_runs, f"{settings.namespace}.orders") == []
     books_equal_dynamodb(stack, books_written)
-    # The sync gave books up to Materialize and took it again after: it merged after Materialize's run ended.
-    materialized = instance.get_run_record_by_id(materialize_run)
-    assert [commit for commit in commits(instance) if commit.run_id != materialize_run and commit.timestamp > materialized.end_time]
     rows = iceberg_rows(settings.warehouse, settings.namespace, "orders")
     order_ids = [row["order_id"] for row in rows]
     assert len(order_ids) == len(set(order_ids)) == len(dynamodb_items(settings, settings.dynamodb_tables["orders"], "order_id")) == 12

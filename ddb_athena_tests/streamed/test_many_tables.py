@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -150,18 +151,28 @@ def test_a_table_whose_lease_is_taken_is_given_up_while_the_other_syncs_and_take
     reviews_table(dynamodb)
     target = f"{settings.namespace}.reviews"
     intruder = {}
+    lost = threading.Event()
+    lose = WriterLease._lose
+
+    def noting_the_loss(lease: WriterLease, reason: str) -> None:
+        lose(lease, reason)
+        if lease.table == target and lease.holder != "another writer":
+            lost.set()
+
+    monkeypatch.setattr(WriterLease, "_lose", noting_the_loss)
 
     def on_cycle(number: int) -> None:
         dynamodb.put_item(TableName=settings.dynamodb_tables["books"], Item={"id": {"S": f"book-{number}"}, "name": {"S": "n"}})
         dynamodb.put_item(TableName="reviews", Item={"book_id": {"S": "b"}, "review_id": {"N": str(number)}, "stars": {"N": "1"}})
         if number == 2:
             # Another writer takes the reviews lease (as one does after an expiry); the run's next renewal (every 2 s)
-            # finds it gone, and its cycle 2 of reviews stops without committing.
+            # finds it gone (waited for: on a busy machine a renewal can come later than 2 s), and its next cycle of
+            # reviews stops without committing.
             lease = WriterLease(s3, settings.bucket, target, "another writer", ttl_seconds=60)
             s3.delete_object(Bucket=settings.bucket, Key=lease.key)
             lease.acquire(wait_seconds=0)
             intruder["lease"] = lease
-            time.sleep(3)
+            assert lost.wait(timeout=60), "the run's renewals never found its reviews lease taken"
         if number == 4:
             intruder["lease"].release()
 
