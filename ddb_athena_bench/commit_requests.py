@@ -53,7 +53,7 @@ def run(cycles: int, interval: float, rate: float) -> dict:
             by_step["capture"].update(request_counts(endpoint, reset=True))
             merged = syncer.merge(f"cycle-{number}")
             by_step["merge"].update(request_counts(endpoint, reset=True))
-            cycle_check_results(aws, spark, sync, declared("books"), number % TABLE_CHECKS_EVERY == 0, list_s3=number % TABLE_CHECKS_EVERY == 0)
+            cycle_check_results(aws, sync, declared("books"), list_s3=number % TABLE_CHECKS_EVERY == 0)
             by_step["checks"].update(request_counts(endpoint, reset=True))
             merged_cycles += merged is not None
             for name, table in tables.items():

@@ -146,7 +146,7 @@ def table_run(stack: CapacityStack, table: TableDeclaration, clients, before_wri
     aws, spark, sync = stack.resources["aws"], stack.resources["spark"], stack.resources["sync"]
     writer = _writer(stack, table)
     syncer = _syncer(stack, instruments.clients(clients) if instruments else clients, before_write, interval, writer, table)
-    checks = lambda *when: cycle_check_results(aws, spark, sync, table, *when)  # noqa: E731
+    checks = lambda *when: cycle_check_results(aws, sync, table, *when)  # noqa: E731
     upkeep = StreamedUpkeep(spark, sync, table, before_write=before_write, writer=writer)
     if instruments:
         syncer.capture, syncer.merge = instruments.step("capture", syncer.capture), instruments.step("merge", syncer.merge)

@@ -264,7 +264,7 @@ class SyncSettings(ConfigurableResource):
     table_checks_every_cycles: int = Field(
         default=6,
         ge=1,
-        description="the checks that read the Iceberg table (unique ids) or list S3 (backlog, quarantine) run on every n-th "
+        description="the checks that list S3 (backlog, quarantine) run on every n-th "
         "recorded cycle (the backlog also whenever the capture is behind the stream, the quarantine whenever a cycle "
         "quarantined something)",
     )

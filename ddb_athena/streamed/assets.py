@@ -290,7 +290,7 @@ class TableInRun:
         self.run = SyncRun(
             syncer,
             sync_cadence(self._sync, self.interval),
-            checks=lambda *when: cycle_check_results(self._aws, self._spark, self._sync, self.table, *when),
+            checks=lambda *when: cycle_check_results(self._aws, self._sync, self.table, *when),
             upkeep=StreamedUpkeep(self._spark, self._sync, self.table, before_write=before_write, writer=self._writer),
             clock=self._clock,
         )

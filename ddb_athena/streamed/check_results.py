@@ -13,7 +13,6 @@ from ddb_athena.lake.table_keys import item_key
 from ddb_athena.lake.table_spec import tombstone_table
 from ddb_athena.lib.declarations import TableDeclaration
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, setting_variable
-from ddb_athena.lib.table_checks import unique_check_name, unique_key_result
 from ddb_athena.streamed.capture.change_files import is_change_file, list_keys
 from ddb_athena.streamed.capture.commit_manifests import committed_files
 from ddb_athena.streamed.capture.failed_batches import keep_failed_batches, kept_batch_keys
@@ -204,18 +203,16 @@ def files_compact_result(files: TableFiles) -> AssetCheckResult:
 
 def cycle_check_results(
     aws: AwsClientsResource,
-    spark: IcebergSparkResource,
     sync: SyncSettings,
     table: TableDeclaration,
-    with_table: bool,
     stream_lag_seconds: float | None = None,
     list_s3: bool = True,
     quarantined: bool = False,
 ) -> dict[str, AssetCheckResult]:
-    """The checks a sync cycle evaluates, by check name. Those that list S3 (backlog, quarantine) when `list_s3`, the
+    """The checks a sync cycle evaluates, by check name: those that list S3 (backlog, quarantine) when `list_s3`, the
     backlog also whenever the capture stopped behind the stream (`stream_lag_seconds`, None when it caught up) and the
-    quarantine whenever the cycle `quarantined` something; the one reading the table (a Spark job) when `with_table`.
-    None reads DynamoDB's items."""
+    quarantine whenever the cycle `quarantined` something. None reads the table (no Spark job holds the next cycle
+    back: the whole-table checks are the daily run's, `jobs.py`) or DynamoDB's items."""
     results = {}
     if list_s3 or stream_lag_seconds is not None:
         results[f"{table.name}_backlog"] = backlog_result(aws, sync, table, stream_lag_seconds)
@@ -223,10 +220,4 @@ def cycle_check_results(
         results[f"{table.name}_quarantine_empty"] = quarantine_result(aws, sync, table)
     if table.name in sync.capture_failure_queue_urls:
         results[f"{table.name}_capture_failures"] = capture_failures_result(aws, sync, table)
-    if with_table:
-        unique = unique_key_result(spark.spark_session, sync.iceberg_table_of(table), table.spec.key_names)
-        # Between the daily key parity scans, a free signal beside the table's row count: DynamoDB's own item count
-        # (DescribeTable, no read units; AWS refreshes it about every six hours, so it lags the table).
-        item_count = aws.client("dynamodb").describe_table(TableName=sync.dynamodb_table_of(table))["Table"].get("ItemCount", 0)
-        results[unique_check_name(table)] = AssetCheckResult(passed=unique.passed, metadata={**unique.metadata, "dynamodb_item_count_6h": item_count})
     return results

@@ -1,8 +1,9 @@
 """Asset checks of each streamed table: freshness, backlog, quarantine, unique keys, parity with DynamoDB, compact files.
 
-The sync run evaluates backlog, quarantine and unique keys in its cycles (`check_results.cycle_check_results`): they read
-S3 and the Iceberg table, never DynamoDB. Parity with DynamoDB scans the user's table, so it runs once a day (its own
-job and schedule), paced to a share of the table's read capacity, its consumed read units in its metadata. Every check
+The sync run evaluates backlog and quarantine in its cycles (`check_results.cycle_check_results`): they list S3, never
+read a table. Parity with DynamoDB scans the user's table and unique keys read the whole Iceberg table, so they run once
+a day (their own job and schedule), the scan paced to a share of the table's read capacity, its consumed read units
+in its metadata. Every check
 can be run on its own from the UI. Freshness is evaluated by its sensor, so it turns red even when no sync runs."""
 
 from dataclasses import dataclass

@@ -109,11 +109,13 @@ def streamed_jobs(assets: StreamedAssets) -> StreamedJobs:
         description=f"Rebuilds <namespace>.{table.iceberg_table} from a scan of the DynamoDB table and the stream after it: the "
         "recovery from a stream gap. The running sync gives the table up after its cycle and takes it back after.",
     )
-    # The one check that reads the user's DynamoDB table (a paced key scan): a run of its own, once a day by its schedule.
+    # The checks that read a whole table, the user's DynamoDB table (a paced key scan) and the Iceberg table (every key
+    # once): a run of their own, once a day by its schedule, never in the sync's cycles (a cycle would wait for them).
     key_parity = define_asset_job(
         f"{table.name}_key_parity",
-        selection=AssetSelection.checks(CHECKS[table.name].parity),
-        description=f"Compares the keys of <namespace>.{table.iceberg_table} with the DynamoDB table's (a scan paced to a share of its read capacity).",
+        selection=AssetSelection.checks(CHECKS[table.name].parity, CHECKS[table.name].unique_key),
+        description=f"Compares the keys of <namespace>.{table.iceberg_table} with the DynamoDB table's (a scan paced to a share "
+        "of its read capacity), and checks that no key appears twice in it.",
     )
 
     @op(

@@ -40,8 +40,8 @@ class TableUpkeep(Protocol):
         """Compacts the table if its files call for it (None if they do not)."""
 
 
-# The checks a cycle evaluates: (with_table, stream_lag_seconds, list_s3, quarantined) -> results by check name.
-CycleChecks = Callable[[bool, float | None, bool, bool], dict]
+# The checks a cycle evaluates: (stream_lag_seconds, list_s3, quarantined) -> results by check name.
+CycleChecks = Callable[[float | None, bool, bool], dict]
 
 
 @dataclass
@@ -89,12 +89,12 @@ class SyncRun:
         if outcome.idle and self._recorded_at is not None and self._clock() - self._recorded_at < IDLE_RECORD_SECONDS:
             report.recorded = False
             return report
-        # The checks that list S3 or read the table: after the run's first merge, then every few (those that list S3
-        # also on an idle table's recorded cycles, a minute apart); at once when the cycle found trouble.
+        # The checks that list S3: after the run's first merge, then every few, and on an idle table's recorded cycles
+        # (a minute apart); at once when the cycle found trouble. None reads the table: no cycle waits for a scan of it.
         periodic = self._recorded_merges % self._cadence.table_checks_every_cycles == 0
         behind = None if outcome.source.get("stream_caught_up", True) else outcome.source["capture_lag_seconds"]
         quarantined = any(outcome.merged.get(name) for name in ("records_quarantined", "records_type_mismatched", "foreign_files_quarantined"))
-        report.checks = self._checks(periodic and not outcome.idle, behind, periodic or outcome.idle, quarantined)
+        report.checks = self._checks(behind, periodic or outcome.idle, quarantined)
         self._recorded_at = self._clock()
         self._recorded_merges += not outcome.idle
         # One writer: upkeep runs inside the loop, between merges, never beside them. Idle tables need none.

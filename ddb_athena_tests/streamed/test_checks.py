@@ -3,7 +3,7 @@
 from functools import partial
 
 import pytest
-from dagster import AssetCheckSeverity, DagsterInstance
+from dagster import AssetCheckSeverity, DagsterInstance, Definitions
 
 from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.lake.table_keys import item_key
@@ -12,7 +12,8 @@ from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import change_file_name
 from ddb_athena.streamed.check_results import cycle_check_results, key_parity_readers
 from ddb_athena.streamed.key_parity import EXTRA, MISSING, ParityTracker
-from ddb_athena_tests.books_and_orders import books_backlog, books_row_count_parity
+from ddb_athena_tests.books_and_orders import books_backlog, books_key_parity, books_row_count_parity, books_unique_id
+from ddb_athena_tests.books_and_orders import sync_books as books_sync_assets
 from ddb_athena_tests.dagster_helpers import books_synced, check_results, local_resources, materialization_metadata, sync_books
 from ddb_athena_tests.fake_clock import FakeClock
 from ddb_athena_tests.lake.helpers import T0
@@ -33,9 +34,11 @@ def test_checks_pass_on_a_healthy_sync_and_fail_on_bad_input_backlog_and_drift(s
         simulator.insert()
     healthy = check_results(sync_books(instance))
     assert all(result.passed for result in healthy.values()), healthy
-    # Between the daily parity scans, DynamoDB's own item count (free, refreshed by AWS every few hours) beside the rows.
-    assert healthy["books_unique_id"].metadata["rows"].value == 5 and "dynamodb_item_count_6h" in healthy["books_unique_id"].metadata
+    # The cycle's checks list S3 only; the whole-table checks are the daily run's (unique keys and parity).
+    assert set(healthy) == {"books_backlog", "books_quarantine_empty"}
     resources = local_resources()
+    unique = books_unique_id(spark=resources["spark"], sync=resources["sync"])
+    assert unique.passed and unique.metadata["rows"].value == 5
     parity = books_row_count_parity(aws=resources["aws"], spark=resources["spark"], sync=resources["sync"])
     assert parity.passed and parity.metadata["iceberg_rows"].value == 5
     # What the scan cost, as DynamoDB reports it.
@@ -49,7 +52,7 @@ def test_checks_pass_on_a_healthy_sync_and_fail_on_bad_input_backlog_and_drift(s
     assert not after_bad_file["books_quarantine_empty"].passed
     assert after_bad_file["books_quarantine_empty"].metadata["quarantined_records"].value == 1
     assert "not valid JSON" in after_bad_file["books_quarantine_empty"].metadata["reasons"].value
-    assert after_bad_file["books_unique_id"].passed  # the good change was merged
+    assert books_unique_id(spark=resources["spark"], sync=resources["sync"]).metadata["rows"].value == 6  # the good change was merged
 
     # An item no sync merges (none runs) differs longer than the settle time: the check, run on its own, waits
     # that long for it and then warns. A backlog past the bound fails.
@@ -121,6 +124,28 @@ def test_a_key_changed_again_between_two_looks_is_in_flight_at_both_and_stuck_on
     assert not stuck.passed and stuck.unexplained == {("book-c",): MISSING, ("book-b",): EXTRA}
 
 
+def test_the_daily_run_checks_parity_and_unique_keys_and_a_key_written_twice_turns_unique_keys_red(spark, settings, instance):
+    """The whole-table checks are the daily run's (books_key_parity, by its schedule), not the sync's cycles."""
+    simulator = BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"])
+    for _ in range(3):
+        simulator.insert()
+    sync_books(instance)
+    daily = Definitions(
+        assets=[books_sync_assets], asset_checks=[books_row_count_parity, books_unique_id], jobs=[books_key_parity], resources=local_resources()
+    )
+
+    def run_daily() -> dict:
+        result = daily.resolve_job_def(books_key_parity.name).execute_in_process(instance=instance)
+        return {evaluation.check_name: evaluation for evaluation in result.get_asset_check_evaluations()}
+
+    healthy = run_daily()
+    assert set(healthy) == {"books_row_count_parity", "books_unique_id"} and all(e.passed for e in healthy.values()), healthy
+    # A row written twice for one key (what a broken merge would leave): red, saying how many keys.
+    spark.sql(f"INSERT INTO {settings.namespace}.books SELECT * FROM {settings.namespace}.books LIMIT 1")
+    duplicated = run_daily()["books_unique_id"]
+    assert not duplicated.passed and duplicated.metadata["rows"].value == 4, duplicated.metadata
+
+
 def test_a_foreign_file_in_the_change_prefix_is_quarantined_turns_the_check_red_and_the_rest_flows(spark, settings, instance):
     s3 = settings.client("s3")
     simulator = BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"])
@@ -136,7 +161,7 @@ def test_a_foreign_file_in_the_change_prefix_is_quarantined_turns_the_check_red_
     assert not checks["books_quarantine_empty"].passed
     assert "not a change file" in checks["books_quarantine_empty"].metadata["reasons"].value
     assert materialization_metadata(result, "books_iceberg")["foreign_files_quarantined"] == 1
-    assert checks["books_unique_id"].passed and checks["books_backlog"].passed  # the real change merged
+    assert checks["books_backlog"].passed and materialization_metadata(result, "books_iceberg")["rows_written"] == 1  # the real change merged
     assert "Contents" not in s3.list_objects_v2(Bucket=settings.bucket, Prefix=stray)
     # It stays red on later runs until someone deals with it, and it is quarantined once.
     later = sync_books(instance)
@@ -185,13 +210,13 @@ def test_the_item_scan_is_segmented_eventually_consistent_and_paced_to_its_read_
     assert all(request["ReturnConsumedCapacity"] == "TOTAL" and "ConsistentRead" not in request for request in dynamodb.requests)
 
 
-def test_between_periodic_cycles_the_s3_checks_run_only_when_the_cycle_found_trouble(spark, settings):
+def test_between_periodic_cycles_the_s3_checks_run_only_when_the_cycle_found_trouble(settings):
     resources = local_resources()
-    aws, sparks, sync = resources["aws"], resources["spark"], resources["sync"]
-    assert cycle_check_results(aws, sparks, sync, BOOKS, with_table=False, list_s3=False) == {}
+    aws, sync = resources["aws"], resources["sync"]
+    assert cycle_check_results(aws, sync, BOOKS, list_s3=False) == {}
     # Behind the stream: the backlog at once, with how far; a quarantine in the cycle: the quarantine check at once.
-    behind = cycle_check_results(aws, sparks, sync, BOOKS, with_table=False, stream_lag_seconds=12.0, list_s3=False)
+    behind = cycle_check_results(aws, sync, BOOKS, stream_lag_seconds=12.0, list_s3=False)
     assert set(behind) == {"books_backlog"} and behind["books_backlog"].metadata["stream_behind_seconds"].value == 12.0
-    quarantined = cycle_check_results(aws, sparks, sync, BOOKS, with_table=False, list_s3=False, quarantined=True)
+    quarantined = cycle_check_results(aws, sync, BOOKS, list_s3=False, quarantined=True)
     assert set(quarantined) == {"books_quarantine_empty"}
-    assert set(cycle_check_results(aws, sparks, sync, BOOKS, with_table=False)) == {"books_backlog", "books_quarantine_empty"}
+    assert set(cycle_check_results(aws, sync, BOOKS)) == {"books_backlog", "books_quarantine_empty"}

@@ -142,8 +142,8 @@ def test_a_bad_batch_of_one_table_leaves_the_other_syncing_and_is_merged_once_it
     assert {row["id"] for row in spark.table(f"{settings.namespace}.books").collect()} == {f"book-{n}" for n in range(1, CYCLES + 1)}
     # Each table's checks are its own, under its own names and asset.
     checks = {(event.asset_key.to_user_string(), event.check_name) for event in evaluations}
-    assert {("reviews_iceberg", "reviews_backlog"), ("reviews_iceberg", "reviews_unique_book_id_review_id")} <= checks
-    assert {("books_iceberg", "books_backlog"), ("books_iceberg", "books_unique_id")} <= checks
+    assert {("reviews_iceberg", "reviews_backlog"), ("reviews_iceberg", "reviews_quarantine_empty")} <= checks
+    assert {("books_iceberg", "books_backlog"), ("books_iceberg", "books_quarantine_empty")} <= checks
 
 
 def test_a_table_whose_lease_is_taken_is_given_up_while_the_other_syncs_and_taken_back_when_free(spark, settings, instance, monkeypatch):

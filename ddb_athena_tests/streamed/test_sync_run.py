@@ -78,7 +78,7 @@ def test_idle_cycles_are_recorded_once_a_minute_and_the_log_says_when_cycles_bac
     assert reports[1].seconds_since_previous_cycle == 23  # start to start
 
 
-def test_the_checks_read_the_table_every_few_merges_and_s3_at_once_when_behind_or_quarantined():
+def test_the_checks_list_s3_every_few_merges_and_at_once_when_behind_or_quarantined_and_never_read_the_table():
     script, wall = Script(FakeClock()), [T0]
     run = a_run(script, wall)
     behind = merged(stream_caught_up=False, capture_lag_seconds=42.0)
@@ -86,13 +86,13 @@ def test_the_checks_read_the_table_every_few_merges_and_s3_at_once_when_behind_o
     script.next = [merged(), merged(), behind, quarantined, merged()]
     for number in range(5):
         run.cycle(f"b{number}")
-    # (with_table, stream_lag_seconds, list_s3, quarantined): the first merge and every third after it read the table.
+    # (stream_lag_seconds, list_s3, quarantined): the first merge and every third after it list S3; none reads the table.
     assert script.checks == [
-        (True, None, True, False),
-        (False, None, False, False),
-        (False, 42.0, False, False),
-        (True, None, True, True),
-        (False, None, False, False),
+        (None, True, False),
+        (None, False, False),
+        (42.0, False, False),
+        (None, True, True),
+        (None, False, False),
     ]
 
 
