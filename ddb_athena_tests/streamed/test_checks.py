@@ -140,10 +140,10 @@ def test_the_daily_run_checks_parity_and_unique_keys_and_a_key_written_twice_tur
 
     healthy = run_daily()
     assert set(healthy) == {"books_row_count_parity", "books_unique_id"} and all(e.passed for e in healthy.values()), healthy
-    # A row written twice for one key (what a broken merge would leave): red, saying how many keys.
+    # A row written twice for one key (what a broken merge would leave): red, saying how many rows are extra.
     spark.sql(f"INSERT INTO {settings.namespace}.books SELECT * FROM {settings.namespace}.books LIMIT 1")
     duplicated = run_daily()["books_unique_id"]
-    assert not duplicated.passed and duplicated.metadata["rows"].value == 4, duplicated.metadata
+    assert not duplicated.passed and duplicated.metadata["rows"].value == 4 and duplicated.metadata["duplicate_rows"].value == 1, duplicated.metadata
 
 
 def test_a_foreign_file_in_the_change_prefix_is_quarantined_turns_the_check_red_and_the_rest_flows(spark, settings, instance):
