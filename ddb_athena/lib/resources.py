@@ -1,6 +1,8 @@
 """Dagster resources: AWS clients, the Iceberg-configured SparkSession, the sync settings, and where the orders load runs."""
 
+import functools
 import json
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Literal
@@ -36,6 +38,21 @@ from ddb_athena.lib.settings import (
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.lib.writer_lease import WriterLease
 
+# Building a boto3 Session parses botocore's endpoint and model files (~0.13 CPU-s each): one per set of credentials in
+# the process, not one per client and run. A Session is not thread-safe; its clients are, once built (under this lock).
+_CLIENT_CREATION = threading.Lock()
+
+
+@functools.cache
+def _boto3_session(profile_name: str | None, access_key_id: str | None, secret_access_key: str | None, session_token: str | None, region_name: str | None):
+    return boto3.session.Session(
+        profile_name=profile_name,
+        aws_access_key_id=access_key_id,
+        aws_secret_access_key=secret_access_key,
+        aws_session_token=session_token,
+        region_name=region_name,
+    )
+
 
 class AwsClientsResource(ResourceWithBoto3Configuration):
     """boto3 clients for DynamoDB, DynamoDB Streams and S3, from one configuration, one per service."""
@@ -49,20 +66,15 @@ class AwsClientsResource(ResourceWithBoto3Configuration):
         return self._clients[service]
 
     def _new_client(self, service: str):
-        session = boto3.session.Session(
-            profile_name=self.profile_name,
-            aws_access_key_id=self.aws_access_key_id,
-            aws_secret_access_key=self.aws_secret_access_key,
-            aws_session_token=self.aws_session_token,
-            region_name=self.region_name,
-        )
-        return session.client(
-            service,
-            endpoint_url=self.endpoint_url,
-            use_ssl=self.use_ssl,
-            verify=self.verify,
-            config=Config(retries={"max_attempts": self.max_attempts, "mode": "standard"}),
-        )
+        with _CLIENT_CREATION:
+            session = _boto3_session(self.profile_name, self.aws_access_key_id, self.aws_secret_access_key, self.aws_session_token, self.region_name)
+            return session.client(
+                service,
+                endpoint_url=self.endpoint_url,
+                use_ssl=self.use_ssl,
+                verify=self.verify,
+                config=Config(retries={"max_attempts": self.max_attempts, "mode": "standard"}),
+            )
 
 
 class WriterLeases(ConfigurableResource):
