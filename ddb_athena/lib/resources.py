@@ -39,7 +39,8 @@ from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.lib.writer_lease import WriterLease
 
 # Building a boto3 Session parses botocore's endpoint and model files (~0.13 CPU-s each): one per set of credentials in
-# the process, not one per client and run. A Session is not thread-safe; its clients are, once built (under this lock).
+# the process, not one per client and run. A Session is not thread-safe; its clients are, once built (under this lock,
+# which also keeps a run to one client per service).
 _CLIENT_CREATION = threading.Lock()
 
 
@@ -61,20 +62,20 @@ class AwsClientsResource(ResourceWithBoto3Configuration):
 
     def client(self, service: str):
         # boto3 clients are thread-safe and costly to build; assets and checks of a run share them.
-        if service not in self._clients:
-            self._clients[service] = self._new_client(service)
-        return self._clients[service]
+        with _CLIENT_CREATION:
+            if service not in self._clients:
+                self._clients[service] = self._new_client(service)
+            return self._clients[service]
 
     def _new_client(self, service: str):
-        with _CLIENT_CREATION:
-            session = _boto3_session(self.profile_name, self.aws_access_key_id, self.aws_secret_access_key, self.aws_session_token, self.region_name)
-            return session.client(
-                service,
-                endpoint_url=self.endpoint_url,
-                use_ssl=self.use_ssl,
-                verify=self.verify,
-                config=Config(retries={"max_attempts": self.max_attempts, "mode": "standard"}),
-            )
+        session = _boto3_session(self.profile_name, self.aws_access_key_id, self.aws_secret_access_key, self.aws_session_token, self.region_name)
+        return session.client(
+            service,
+            endpoint_url=self.endpoint_url,
+            use_ssl=self.use_ssl,
+            verify=self.verify,
+            config=Config(retries={"max_attempts": self.max_attempts, "mode": "standard"}),
+        )
 
 
 class WriterLeases(ConfigurableResource):

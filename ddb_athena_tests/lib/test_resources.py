@@ -33,21 +33,24 @@ def test_runs_with_the_same_credentials_build_their_clients_from_one_session_and
     assert first_run.client("s3") is first_run.client("s3")
 
 
-def test_clients_built_at_once_from_threads_are_each_whole():
-    run = AwsClientsResource(**{**KEYS, "aws_access_key_id": "threads"})
-    services = ["s3", "dynamodb", "dynamodbstreams", "sqs"] * 4
+def test_clients_asked_for_at_once_from_threads_are_each_whole_and_one_per_service_and_run():
+    runs = [AwsClientsResource(**{**KEYS, "aws_access_key_id": "threads"}) for _ in range(2)]
+    asks = [(run, service) for run in runs for service in ("s3", "dynamodb", "dynamodbstreams", "sqs")] * 3
     clients, errors = {}, []
 
-    def build(index: int, service: str) -> None:
+    def ask(index: int, run: AwsClientsResource, service: str) -> None:
         try:
-            clients[index] = run._new_client(service)
+            clients[index] = run.client(service)
         except Exception as error:  # noqa: BLE001 - collected for the assertion
             errors.append(error)
 
-    threads = [threading.Thread(target=build, args=(index, service)) for index, service in enumerate(services)]
+    threads = [threading.Thread(target=ask, args=(index, run, service)) for index, (run, service) in enumerate(asks)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert not errors
-    assert [clients[index].meta.service_model.service_name for index in range(len(services))] == services
+    assert [clients[index].meta.service_model.service_name for index in range(len(asks))] == [service for _, service in asks]
+    for run in runs:
+        for service in ("s3", "dynamodb", "dynamodbstreams", "sqs"):
+            assert len({id(clients[index]) for index, (asker, asked) in enumerate(asks) if asker is run and asked == service}) == 1
