@@ -7,8 +7,10 @@ INSTALLED := $(VENV)/.installed
 .PHONY: install test test-image test-image-arm64 test-fast test-soak dev templates bench bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-interruption bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity faults lambda emr-job lint clean
 
 install: $(INSTALLED)
-	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing.
+	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing, and dumps the archive of
+	@# Spark's classes its sessions start from (~40 s, once).
 	@$(BIN)/python -m ddb_athena_build.jars >/dev/null
+	@$(BIN)/python -m ddb_athena_build.class_archive >/dev/null
 
 $(INSTALLED): setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

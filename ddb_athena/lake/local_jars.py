@@ -3,6 +3,8 @@ session finds them here, failing fast with the fix when they are missing."""
 
 import hashlib
 import os
+import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 # The source tree the package runs from (the local stack runs from a checkout: `pip install -e`).
@@ -70,4 +72,26 @@ def local_file_system_jar_name() -> str:
 def local_file_system_jar(jar_dir: Path | None = None) -> Path | None:
     """The compiled local warehouse file system, or None where no JDK was at hand to compile it."""
     path = (jar_dir or DEFAULT_JAR_DIR) / local_file_system_jar_name()
+    return path if path.is_file() else None
+
+
+def spark_class_archive_path(class_path: Sequence[str], jar_dir: Path | None = None) -> Path:
+    """Where the class-data-sharing archive of a local Spark JVM whose class path starts with `class_path` (then Spark's
+    own JARs) lives: named for the JDK, Spark's JARs and those entries, each by path, size and time, so that a changed
+    JDK, pyspark or JAR names another archive (the JVM would refuse the old one)."""
+    from pyspark.find_spark_home import _find_spark_home  # the SPARK_HOME PySpark's launcher uses
+
+    java_home = os.environ.get("JAVA_HOME")
+    java = Path(java_home) / "bin" / "java" if java_home else Path(shutil.which("java") or "java")
+    spark_jars = sorted((Path(_find_spark_home()) / "jars").glob("*.jar"))
+    digest = hashlib.sha256()
+    for path in [java.resolve(), *(Path(entry) for entry in class_path), *spark_jars]:
+        stat = path.stat() if path.exists() else None
+        digest.update(f"{path}|{stat and stat.st_size}|{stat and stat.st_mtime_ns}\n".encode())
+    return (jar_dir or DEFAULT_JAR_DIR) / f"spark-classes-{digest.hexdigest()[:16]}.jsa"
+
+
+def spark_class_archive(class_path: Sequence[str], jar_dir: Path | None = None) -> Path | None:
+    """The archive `make install` dumped for this class path (`ddb_athena_build.class_archive`), or None."""
+    path = spark_class_archive_path(class_path, jar_dir)
     return path if path.is_file() else None

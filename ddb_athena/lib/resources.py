@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 
 from ddb_athena.lake.class_lookups import keep_class_lookups
 from ddb_athena.lake.identifiers import qualified_name
-from ddb_athena.lake.local_jars import aws_profile_jar_paths, local_file_system_jar, local_jar_paths
+from ddb_athena.lake.local_jars import aws_profile_jar_paths, local_file_system_jar, local_jar_paths, spark_class_archive
 from ddb_athena.lake.session_config import SparkIcebergOptions, iceberg_spark_config, python_workers_from, runs_in_this_process, sigint_handler_kept
 from ddb_athena.lib.declarations import MAX_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS, TableDeclaration, declared_tables
 from ddb_athena.lib.settings import (
@@ -147,10 +147,11 @@ class IcebergSparkResource(ConfigurableResource):
     def spark_config(self, with_credentials: bool = True) -> dict[str, str]:
         """With `with_credentials=False`, S3A finds the credentials in the environment (see credential_environment)."""
         jars: list = []
-        file_system_jar = None
+        file_system_jar = class_archive = None
         if self.profile == "local":
             jars = [] if self.jars_packages else local_jar_paths()
             file_system_jar = local_file_system_jar()
+            class_archive = spark_class_archive([str(file_system_jar)] if file_system_jar else [])
         elif runs_in_this_process(self.master) and not self.jars_packages:
             # An image's baked JARs; without them (a laptop), Maven's (session_config.RUN_WORKER_AWS_PACKAGES).
             jars = aws_profile_jar_paths() or []
@@ -164,6 +165,7 @@ class IcebergSparkResource(ConfigurableResource):
                 jars=[str(jar) for jar in jars],
                 jars_packages=self.jars_packages,
                 local_file_system_jar=str(file_system_jar) if file_system_jar else None,
+                class_archive=str(class_archive) if class_archive else None,
                 s3_endpoint_url=self.s3_endpoint_url,
                 region=self.region,
                 credentials=credentials,
