@@ -16,7 +16,9 @@ from ddb_athena.streamed.capture.checkpoints import CommittedCheckpoints, ShardC
 class HeldChanges:
     def __init__(self, positions: CommittedCheckpoints):
         self.positions = positions
-        self._directory = Path(tempfile.mkdtemp(prefix="ddb_athena_changes_"))
+        # Removed with its files once the run lets go of it (or the process exits).
+        self._scratch = tempfile.TemporaryDirectory(prefix="ddb_athena_changes_")
+        self._directory = Path(self._scratch.name)
         # Change files written since the last commit, as URIs Spark reads.
         self.files: list[str] = []
         self._legacy_checkpoints_removed = False

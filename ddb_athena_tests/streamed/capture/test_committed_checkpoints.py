@@ -1,6 +1,11 @@
-"""Positions committed with the data: kept in memory until the commit that carries them, put back when a cycle fails."""
+"""Positions committed with the data: kept in memory until the commit that carries them, put back when a cycle fails;
+the change files held with them."""
+
+import gc
+from pathlib import Path
 
 from ddb_athena.streamed.capture.checkpoints import CommittedCheckpoints, ShardCheckpoint, positions_from_json, positions_json
+from ddb_athena.streamed.capture.held_changes import HeldChanges
 
 ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/books/stream/2026-11-26T00:00:00.000"
 
@@ -51,3 +56,12 @@ def test_a_table_without_positions_starts_from_the_checkpoints_in_s3_and_a_resta
     store.delete_all()
     store.save(ShardCheckpoint(ARN, "shard-9", sequence_number="900"))
     assert [c.shard_id for c in store.load_all()] == ["shard-9"] and store.changed
+
+
+def test_the_held_change_files_directory_goes_with_the_run_that_held_it():
+    held = HeldChanges(CommittedCheckpoints(lambda: None, NoS3Checkpoints()))
+    written = Path(held.write("local-1.jsonl", []).removeprefix("file://"))
+    assert written.is_file()
+    del held
+    gc.collect()
+    assert not written.parent.exists()
