@@ -153,8 +153,11 @@ def test_the_runs_own_capture_writes_nothing_to_s3_but_its_lease_and_lists_the_c
     sync_books(instance)  # the bootstrap
     layout = SourceLayout(settings.bucket, "books_source")
     calls_before = len(aws_calls.recorded)
+    simulator.step()  # a change waiting for the first cycle
     with simulator_writing(simulator, every_seconds=0.3):
-        result = sync_books(instance, config={"run_minutes": 0.25, "merge_interval_seconds": 1})
+        # The back-off held to the interval: the run's waits are skipped (`run_clock`), so cycles that found nothing
+        # would otherwise back off through its 15 s before the writer's next change.
+        result = sync_books(instance, config={"run_minutes": 0.25, "merge_interval_seconds": 1}, longest_merge_interval_seconds=1)
     runs = [call for call in aws_calls.recorded[calls_before:] if call.principal == aws_calls.DAGSTER_RUNS]
     cycles = int(next(e.user_message for e in instance.all_logs(result.run_id) if e.user_message.startswith("Sync run done after")).split()[4])
     merges = len(materializations_metadata(result, "books_iceberg"))
