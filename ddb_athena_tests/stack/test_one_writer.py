@@ -200,12 +200,21 @@ def test_ecs_stopping_the_syncs_task_costs_a_handover_and_loses_nothing(stack, b
     victim, pid = wait_for("a sync run merging, no successor on its way", lambda: merging_sync(instance, alone=True), timeout=240)
     stopped = interrupt_like_spot(instance, victim.run_id, pid)
     record, successor = stopped.victim, stopped.successor
-    # A warm handover: the successor started and said it was ready before the stopped run ended, which named it (on ECS
-    # the successor's start delay falls inside that overlap, where the table's commits go on: test_late_starts.py).
+    # The stopped run rides the signal out, cycling, and hands over to its successor once that one is ready (a cycle
+    # begins by asking): the successor's start slowed by the other worker's JVMs here, or by an ECS task's start delay
+    # (test_late_starts.py), may miss the stopped run's last cycle before the kill; the run then ends by itself all the same.
     ready_at = next(entry.timestamp for entry in instance.all_logs(successor.dagster_run.run_id) if (entry.user_message or "").startswith("Ready to sync"))
-    assert successor.start_time < ready_at < record.end_time
-    messages = [entry.user_message or "" for entry in instance.all_logs(victim.run_id)]
-    assert any(f"the next sync run {successor.dagster_run.run_id} is ready and takes over" in message for message in messages)
+    handed_over = any(
+        f"the next sync run {successor.dagster_run.run_id} is ready and takes over" in (entry.user_message or "") for entry in instance.all_logs(victim.run_id)
+    )
+    ridden_out = [commit.timestamp for commit in commits(instance) if commit.run_id == victim.run_id and commit.timestamp > stopped.signalled]
+    print(f"Successor ready {ready_at - stopped.signalled:.0f} s after the SIGTERM; the stopped run committed {len(ridden_out)} times after it")
+    assert successor.start_time < ready_at
+    assert ridden_out or handed_over
+    if len(ridden_out) >= 2 and ready_at < ridden_out[-2]:
+        assert handed_over  # ready before the stopped run's last cycle began
+    if handed_over:
+        assert ready_at < record.end_time
     books_equal_dynamodb(stack, books_written)
 
 
