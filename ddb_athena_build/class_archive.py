@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ddb_athena.lake.local_jars import local_file_system_jar, spark_class_archive_path
+from ddb_athena.lake.local_jars import spark_class_archive_path
 from ddb_athena.lake.session_config import LOCAL_JVM_OPTIONS
 from ddb_athena_build.jars import atomic_output
 
@@ -48,8 +48,7 @@ WORKLOAD = (
 
 def ensure_class_archive(jar_dir: Path | None = None) -> Path | None:
     """The local profile's archive, dumped if missing; None where no JDK could dump it (sessions then start without)."""
-    file_system_jar = local_file_system_jar(jar_dir)
-    target = spark_class_archive_path([str(file_system_jar)] if file_system_jar else [], jar_dir)
+    target = spark_class_archive_path(jar_dir)
     if target.is_file():
         return target
     try:

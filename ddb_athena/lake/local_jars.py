@@ -4,7 +4,6 @@ session finds them here, failing fast with the fix when they are missing."""
 import hashlib
 import os
 import shutil
-from collections.abc import Sequence
 from pathlib import Path
 
 # The source tree the package runs from (the local stack runs from a checkout: `pip install -e`).
@@ -75,23 +74,25 @@ def local_file_system_jar(jar_dir: Path | None = None) -> Path | None:
     return path if path.is_file() else None
 
 
-def spark_class_archive_path(class_path: Sequence[str], jar_dir: Path | None = None) -> Path:
-    """Where the class-data-sharing archive of a local Spark JVM whose class path starts with `class_path` (then Spark's
-    own JARs) lives: named for the JDK, Spark's JARs and those entries, each by path, size and time, so that a changed
-    JDK, pyspark or JAR names another archive (the JVM would refuse the old one)."""
+def spark_class_archive_path(jar_dir: Path | None = None) -> Path:
+    """Where the class-data-sharing archive of a local Spark JVM lives (`ddb_athena_build.class_archive` dumps it): named
+    for the JDK, the class path a local session puts before Spark's JARs (the compiled file system, if any) and Spark's
+    JARs, each by path, size and time, so that a changed JDK, pyspark or JAR names another archive (the JVM would refuse
+    the old one)."""
     from pyspark.find_spark_home import _find_spark_home  # the SPARK_HOME PySpark's launcher uses
 
     java_home = os.environ.get("JAVA_HOME")
     java = Path(java_home) / "bin" / "java" if java_home else Path(shutil.which("java") or "java")
+    class_path = [path for path in [local_file_system_jar(jar_dir)] if path]
     spark_jars = sorted((Path(_find_spark_home()) / "jars").glob("*.jar"))
     digest = hashlib.sha256()
-    for path in [java.resolve(), *(Path(entry) for entry in class_path), *spark_jars]:
+    for path in [java.resolve(), *class_path, *spark_jars]:
         stat = path.stat() if path.exists() else None
         digest.update(f"{path}|{stat and stat.st_size}|{stat and stat.st_mtime_ns}\n".encode())
     return (jar_dir or DEFAULT_JAR_DIR) / f"spark-classes-{digest.hexdigest()[:16]}.jsa"
 
 
-def spark_class_archive(class_path: Sequence[str], jar_dir: Path | None = None) -> Path | None:
-    """The archive `make install` dumped for this class path (`ddb_athena_build.class_archive`), or None."""
-    path = spark_class_archive_path(class_path, jar_dir)
+def spark_class_archive(jar_dir: Path | None = None) -> Path | None:
+    """The archive `make install` dumped for this JDK and these JARs, or None."""
+    path = spark_class_archive_path(jar_dir)
     return path if path.is_file() else None

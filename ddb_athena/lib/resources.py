@@ -151,7 +151,7 @@ class IcebergSparkResource(ConfigurableResource):
         if self.profile == "local":
             jars = [] if self.jars_packages else local_jar_paths()
             file_system_jar = local_file_system_jar()
-            class_archive = spark_class_archive([str(file_system_jar)] if file_system_jar else [])
+            class_archive = spark_class_archive()
         elif runs_in_this_process(self.master) and not self.jars_packages:
             # An image's baked JARs; without them (a laptop), Maven's (session_config.RUN_WORKER_AWS_PACKAGES).
             jars = aws_profile_jar_paths() or []

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ddb_athena.lake.local_jars import local_file_system_jar, spark_class_archive, spark_class_archive_path
+from ddb_athena.lake.local_jars import local_file_system_jar_name, spark_class_archive, spark_class_archive_path
 from ddb_athena.lake.session_config import CLASS_ARCHIVE_OPTIONS, LOCAL_JVM_OPTIONS, SparkIcebergOptions, iceberg_spark_config
 from ddb_athena_build.class_archive import ensure_class_archive
 
@@ -19,8 +19,7 @@ LOCAL = SparkIcebergOptions(profile="local", warehouse="file:///tmp/wh")
 
 
 def installed_archive() -> Path:
-    file_system_jar = local_file_system_jar()
-    archive = spark_class_archive([str(file_system_jar)] if file_system_jar else [])
+    archive = spark_class_archive()
     assert archive is not None, "make install dumps the archive (python -m ddb_athena_build.class_archive)"
     return archive
 
@@ -31,19 +30,20 @@ def test_the_archive_is_named_for_the_class_path_and_for_each_of_its_files_size_
     spark_jar = spark_home / "jars" / "spark-core.jar"
     spark_jar.write_bytes(b"core")
     monkeypatch.setenv("SPARK_HOME", str(spark_home))
-    entry = tmp_path / "local-fs.jar"
-    entry.write_bytes(b"fs")
 
-    named = spark_class_archive_path([str(entry)], tmp_path)
-    assert named == spark_class_archive_path([str(entry)], tmp_path)
-    assert named.parent == tmp_path and named.suffix == ".jsa"
-    assert spark_class_archive_path([], tmp_path) != named
-    entry.write_bytes(b"fs, rebuilt")
-    assert spark_class_archive_path([str(entry)], tmp_path) != named
-    renamed = spark_class_archive_path([str(entry)], tmp_path)
+    without_file_system = spark_class_archive_path(tmp_path)
+    assert without_file_system == spark_class_archive_path(tmp_path)
+    assert without_file_system.parent == tmp_path and without_file_system.suffix == ".jsa"
+    file_system_jar = tmp_path / local_file_system_jar_name()
+    file_system_jar.write_bytes(b"fs")
+    named = spark_class_archive_path(tmp_path)
+    assert named != without_file_system
+    file_system_jar.write_bytes(b"fs, rebuilt")
+    renamed = spark_class_archive_path(tmp_path)
+    assert renamed != named
     os.utime(spark_jar, ns=(0, 0))
-    assert spark_class_archive_path([str(entry)], tmp_path) != renamed
-    assert spark_class_archive([str(entry)], tmp_path) is None
+    assert spark_class_archive_path(tmp_path) != renamed
+    assert spark_class_archive(tmp_path) is None
 
 
 def test_a_local_session_starts_from_its_archive_and_a_cluster_keeps_its_own_jvm_options():
