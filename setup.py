@@ -33,7 +33,9 @@ setup(
         "test": [
             "moto[server]==5.2.5",
             "snowpark-connect-deps-iceberg==1.0.3",
-            "pytest>=8",
+            # pytest 9.2 ignores pytest-xdist's `xdist_group` (pytest-dev/pytest-xdist#1386): the stack tests, which share
+            # one stack on one worker, were spread over both, each starting its own stack; conftest.py refuses that.
+            "pytest>=8,<9.2",
             # `make test` runs the suite on two workers (each with its own emulator and Spark session).
             "pytest-xdist>=3.5,<4",
             # deploy/ddb_athena.yaml is linted in the suite (and deployed into moto); its policies go through parliament.

@@ -1,5 +1,6 @@
 """The tier guard (conftest.py): a test that starts a process or a SparkSession without its marker fails, so that
-`make test-fast` never runs one unawares; with the marker it passes."""
+`make test-fast` never runs one unawares; with the marker it passes. And the stack tests' group: on `make test`'s
+workers, the tests of one `xdist_group` run on one worker (they share one stack)."""
 
 from pathlib import Path
 
@@ -56,3 +57,32 @@ def test_a_process_or_session_without_its_marker_fails_the_test_and_with_it_pass
     }, result.outlines
     result.stdout.fnmatch_lines(["*UnmarkedProcess*test_starts_a_process_unmarked starts a process (true): mark it `subprocess`*"])
     result.stdout.fnmatch_lines(["*UnmarkedProcess*test_builds_a_session_unmarked uses a SparkSession: mark it `jvm`*"])
+
+
+GROUPED = """
+import os
+
+import pytest
+
+
+@pytest.mark.xdist_group("stack")
+@pytest.mark.parametrize("case", range(4))
+def test_grouped(case):
+    print("WORKER", os.environ["PYTEST_XDIST_WORKER"])
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_free(case):
+    pass
+"""
+
+
+@pytest.mark.subprocess
+def test_the_tests_of_one_group_run_on_one_worker(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))
+    pytester.makeconftest("from ddb_athena_tests.conftest import *  # noqa: F403  the suite's own hooks\n")
+    pytester.makepyfile(test_grouped=GROUPED)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup", "-rP")
+    result.assert_outcomes(passed=8)
+    workers = {line.split()[1] for line in result.outlines if line.startswith("WORKER ")}
+    assert len(workers) == 1, result.outlines
