@@ -42,7 +42,6 @@ def pytest_configure(config):
 NEEDS_A_PROCESS = ("jvm", "subprocess", "stack", "soak", "image")
 
 
-@pytest.hookimpl(trylast=True)  # after pytest-xdist's, which suffixes a grouped test's node ID
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "spark" in item.fixturenames:
@@ -55,18 +54,18 @@ def pytest_collection_modifyitems(config, items):
         return item.get_closest_marker(aws_calls.SUITE_CALLS_MARKER) is not None
 
     items.sort(key=lambda item: (checks_suite_calls(item), item.get_closest_marker("stack") is None))
-    if config.getoption("loadgroup", default=False):  # a worker of `-n N --dist loadgroup`
-        _refuse_ungrouped(items)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         config.hook.pytest_deselected(items=[item for item in items if checks_suite_calls(item)])
         items[:] = [item for item in items if not checks_suite_calls(item)]
 
 
-def _refuse_ungrouped(items) -> None:
+def pytest_collection_finish(session):
     """A worker under `--dist loadgroup` sends its tests to the scheduler by node ID, which pytest-xdist suffixes with the
-    group (`...@stack`); when a pytest release stops that taking effect, the grouped tests would be spread over the
-    workers, each starting its own stack, without a word."""
-    ungrouped = [item.nodeid for item in items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    group (`...@stack`) as the items are modified; when a pytest release stops that taking effect, the grouped tests
+    would be spread over the workers, each starting its own stack, without a word."""
+    if not session.config.getoption("loadgroup", default=False):  # only a worker of `-n N --dist loadgroup` has it
+        return
+    ungrouped = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
     if ungrouped:
         raise pytest.UsageError(f"--dist loadgroup did not group {ungrouped[0]} (and {len(ungrouped) - 1} more): see pytest-dev/pytest-xdist#1386")
 

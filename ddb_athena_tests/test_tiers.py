@@ -1,6 +1,7 @@
 """The tier guard (conftest.py): a test that starts a process or a SparkSession without its marker fails, so that
 `make test-fast` never runs one unawares; with the marker it passes. And the stack tests' group: on `make test`'s
-workers, the tests of one `xdist_group` run on one worker (they share one stack)."""
+workers, the tests of one `xdist_group` run on one worker (they share one stack); and a test using `spark`, marked `jvm`
+by conftest.py, is left out by the marker expression of `make test-fast`."""
 
 from pathlib import Path
 
@@ -86,3 +87,31 @@ def test_the_tests_of_one_group_run_on_one_worker(pytester, monkeypatch):
     result.assert_outcomes(passed=8)
     workers = {line.split()[1] for line in result.outlines if line.startswith("WORKER ")}
     assert len(workers) == 1, result.outlines
+
+
+USES_SPARK = """
+import pytest
+
+
+@pytest.fixture
+def spark():
+    return "a session"
+
+
+def test_uses_spark(spark):
+    pass
+
+
+def test_needs_nothing():
+    pass
+"""
+
+
+@pytest.mark.subprocess
+def test_a_test_using_spark_is_left_out_of_the_fast_tier(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))
+    pytester.makeconftest("from ddb_athena_tests.conftest import *  # noqa: F403  the suite's own hooks\n")
+    pytester.makepyfile(test_spark=USES_SPARK)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "not jvm", "-rA")
+    result.assert_outcomes(passed=1, deselected=1)
+    result.stdout.fnmatch_lines(["PASSED test_spark.py::test_needs_nothing"])
