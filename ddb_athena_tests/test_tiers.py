@@ -41,12 +41,17 @@ def test_needs_nothing():
 """
 
 
-@pytest.mark.subprocess
-def test_a_process_or_session_without_its_marker_fails_the_test_and_with_it_passes(pytester, monkeypatch):
+def _run_with_the_suites_hooks(pytester, monkeypatch, tests: str, *args: str):
+    """`tests` as test_cases.py, run by pytest in a process of its own with this suite's conftest.py."""
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))
     pytester.makeconftest("from ddb_athena_tests.conftest import *  # noqa: F403  the suite's own hooks\n")
-    pytester.makepyfile(test_guarded=TESTS)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", "-W", "ignore::pytest.PytestUnknownMarkWarning")
+    pytester.makepyfile(test_cases=tests)
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+
+
+@pytest.mark.subprocess
+def test_a_process_or_session_without_its_marker_fails_the_test_and_with_it_passes(pytester, monkeypatch):
+    result = _run_with_the_suites_hooks(pytester, monkeypatch, TESTS, "-rA", "-W", "ignore::pytest.PytestUnknownMarkWarning")
     outcomes = {line.split()[1].split("::")[1]: line.split()[0] for line in result.outlines if line.startswith(("PASSED ", "FAILED "))}
     assert outcomes == {
         "test_starts_a_process_unmarked": "FAILED",
@@ -80,10 +85,7 @@ def test_free(case):
 
 @pytest.mark.subprocess
 def test_the_tests_of_one_group_run_on_one_worker(pytester, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))
-    pytester.makeconftest("from ddb_athena_tests.conftest import *  # noqa: F403  the suite's own hooks\n")
-    pytester.makepyfile(test_grouped=GROUPED)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup", "-rP")
+    result = _run_with_the_suites_hooks(pytester, monkeypatch, GROUPED, "-n", "2", "--dist", "loadgroup", "-rP")
     result.assert_outcomes(passed=8)
     workers = {line.split()[1] for line in result.outlines if line.startswith("WORKER ")}
     assert len(workers) == 1, result.outlines
@@ -109,9 +111,6 @@ def test_needs_nothing():
 
 @pytest.mark.subprocess
 def test_a_test_using_spark_is_left_out_of_the_fast_tier(pytester, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))
-    pytester.makeconftest("from ddb_athena_tests.conftest import *  # noqa: F403  the suite's own hooks\n")
-    pytester.makepyfile(test_spark=USES_SPARK)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "not jvm", "-rA")
+    result = _run_with_the_suites_hooks(pytester, monkeypatch, USES_SPARK, "-m", "not jvm", "-rA")
     result.assert_outcomes(passed=1, deselected=1)
-    result.stdout.fnmatch_lines(["PASSED test_spark.py::test_needs_nothing"])
+    result.stdout.fnmatch_lines(["PASSED test_cases.py::test_needs_nothing"])
