@@ -298,8 +298,10 @@ class TableInRun:
     def give_up(self, reason: str) -> None:
         """Stops writing the table (its branch dropped, its lease released): another writer takes it, or this run later."""
         self.context.log.info(f"Giving {self.target} up: {reason}")
-        self.run = None
+        run, self.run = self.run, None
         try:
+            if run is not None:
+                run.close()
             if self._writer is not None:
                 self._writer.drop()
         finally:

@@ -121,6 +121,11 @@ class StreamSync:
             raise
         return CycleOutcome(source, merged or self._idle_metadata(), idle=merged is None)
 
+    def close(self) -> None:
+        """This writer lets go of the table: its held change files go (see HeldChanges.close)."""
+        if self._held is not None:
+            self._held.close()
+
     def _published_positions(self) -> str | None:
         """The positions the table's commits carry; None (start from the checkpoints in S3) while a bootstrap's sealed
         snapshot waits to be merged: its positions, the stream's end before its scan, were saved there."""

@@ -74,6 +74,9 @@ class SyncRun:
         # Read from the table at the run's first upkeep, then kept: no catalog read or Spark job per cycle.
         self._maintenance: MaintenanceState | None = None
 
+    def close(self) -> None:
+        self._syncer.close()
+
     def cycle(self, batch: str, bootstrap: bool = False) -> CycleReport:
         started, previous = self._clock(), self._previous_start
         self._previous_start = started

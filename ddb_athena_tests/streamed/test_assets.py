@@ -1,7 +1,9 @@
 """books_source and books_iceberg materialized by books_sync runs, against the emulator and local Spark."""
 
+import gc
 import os
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -112,7 +114,12 @@ def snapshot_count(spark, settings) -> int:
     return spark.table(f"{settings.namespace}.books.snapshots").count()
 
 
-def test_one_run_cycles_with_its_warm_session_and_records_every_cycle_with_its_checks(spark, settings, instance, run_clock):
+def test_one_run_cycles_with_its_warm_session_and_records_every_cycle_with_its_checks(spark, settings, instance, run_clock, tmp_path, monkeypatch):
+    # The run's held change files in a folder of this test's: none is left once the run ends, whether or not the
+    # collector ran (a run worker may exit before it does).
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     dynamodb = settings.client("dynamodb")
     simulator = BookSimulator(dynamodb, settings.dynamodb_tables["books"])
     for _ in range(5):
@@ -124,7 +131,12 @@ def test_one_run_cycles_with_its_warm_session_and_records_every_cycle_with_its_c
         # Long enough for three cycles even on a loaded machine, where one may take 15 s; the waits between them are
         # skipped (`run_clock`), so a cycle every 4 s costs only the cycles: about ten on an idle machine. The back-off
         # is held to the interval: a cycle that finds nothing would otherwise skip 8, 16, 32 s of the run's minute.
-        result = sync_books(instance, config={"run_minutes": 1, "merge_interval_seconds": 4}, longest_merge_interval_seconds=4)
+        gc.disable()
+        try:
+            result = sync_books(instance, config={"run_minutes": 1, "merge_interval_seconds": 4}, longest_merge_interval_seconds=4)
+            assert [path.name for path in scratch.glob("ddb_athena_changes_*")] == []
+        finally:
+            gc.enable()
     cycles = materializations_metadata(result, "books_iceberg")
     assert len(cycles) >= 3 and [cycle["cycle"] for cycle in cycles] == sorted(cycle["cycle"] for cycle in cycles)
     assert len(materializations_metadata(result, "books_source")) == len(cycles)

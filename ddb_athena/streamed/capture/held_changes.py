@@ -16,8 +16,9 @@ from ddb_athena.streamed.capture.checkpoints import CommittedCheckpoints, ShardC
 class HeldChanges:
     def __init__(self, positions: CommittedCheckpoints):
         self.positions = positions
-        # Removed with its files once the run lets go of it (or the process exits).
-        self._scratch = tempfile.TemporaryDirectory(prefix="ddb_athena_changes_")
+        # Removed with its files by `close()` when the run lets go of the table: its holder is in a reference cycle
+        # (the positions call back into the sync), which the collector may not free before the run worker exits.
+        self._scratch = tempfile.TemporaryDirectory(prefix="ddb_athena_changes_", ignore_cleanup_errors=True)
         self._directory = Path(self._scratch.name)
         # Change files written since the last commit, as URIs Spark reads.
         self.files: list[str] = []
@@ -52,6 +53,12 @@ class HeldChanges:
     def rollback(self) -> None:
         self.positions.rollback()
         self._clear()
+
+    def close(self) -> None:
+        """The run let go of the table: files not committed are dropped (their positions were not committed either, so
+        the next writer reads those changes again from the stream)."""
+        self.files = []
+        self._scratch.cleanup()
 
     def _clear(self) -> None:
         for uri in self.files:

@@ -58,10 +58,16 @@ def test_a_table_without_positions_starts_from_the_checkpoints_in_s3_and_a_resta
     assert [c.shard_id for c in store.load_all()] == ["shard-9"] and store.changed
 
 
-def test_the_held_change_files_directory_goes_with_the_run_that_held_it():
+def test_the_held_change_files_directory_goes_when_the_run_lets_go_and_at_the_latest_with_its_holder():
     held = HeldChanges(CommittedCheckpoints(lambda: None, NoS3Checkpoints()))
     written = Path(held.write("local-1.jsonl", []).removeprefix("file://"))
     assert written.is_file()
-    del held
+    held.close()
+    assert not written.parent.exists() and held.files == []
+    held.close()  # twice is harmless
+
+    forgotten = HeldChanges(CommittedCheckpoints(lambda: None, NoS3Checkpoints()))
+    written = Path(forgotten.write("local-1.jsonl", []).removeprefix("file://"))
+    del forgotten
     gc.collect()
     assert not written.parent.exists()
