@@ -1,6 +1,7 @@
 """Clocks the test moves: `clock()` reads one, `clock.sleep(s)` moves it on."""
 
 import time
+from collections.abc import Callable
 
 
 class FakeClock:
@@ -26,3 +27,27 @@ class SkippingClock:
 
     def sleep(self, seconds: float) -> None:
         self.skipped += seconds
+
+
+def wait_for(condition: Callable[[], bool], what: str, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {seconds:g} s for {what}"
+        time.sleep(0.02)
+
+
+class CountedProbe:
+    """A writer's progress probe (answering `answer()`) that counts the looks of its lease's renewer: one a renewal
+    period while it renews. A test moves the writer's clock, then waits for the renewer to have looked."""
+
+    def __init__(self, answer: Callable[[], object] = lambda: None):
+        self.looks, self._answer = 0, answer
+
+    def __call__(self) -> object:
+        self.looks += 1
+        return self._answer()
+
+    def wait(self, looks: int = 1) -> None:
+        """Until `looks` more looks: each one's renewal is done by the next."""
+        wanted = self.looks + looks
+        wait_for(lambda: self.looks >= wanted, f"{looks} more looks of the lease's renewer")

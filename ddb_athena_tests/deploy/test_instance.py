@@ -142,6 +142,9 @@ def test_a_password_rotation_and_dropped_sessions_under_a_running_daemon_leave_t
         database["postgres_db"].update(username=postgres.master_user, password={"env": "DAGSTER_POSTGRES_PASSWORD"})
         (deployed_home / "dagster.yaml").write_text(yaml.safe_dump(config))
         monkeypatch.setenv("DAGSTER_POSTGRES_PASSWORD", postgres.password)
+        # The control: each refused connection is still retried as dagster-postgres does, without its back-off
+        # (~12 s a connection), so twenty refusals take seconds.
+        monkeypatch.setattr("dagster_postgres.utils.calculate_delay", lambda **_: 0.01)
     try:
         with DagsterInstance.get() as instance:
             before, after, errors = _errors_across_a_rotation(instance, postgres, "rotated-by-rds-7-days-later")

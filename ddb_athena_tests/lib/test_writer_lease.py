@@ -6,41 +6,16 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from ddb_athena.lib.writer_lease import MAX_CLOCK_SKEW_SECONDS, ClockSkewError, LeaseHeldError, LeaseLostError, WriterLease
-from ddb_athena_tests.fake_clock import FakeClock
+from ddb_athena_tests.fake_clock import CountedProbe, FakeClock, wait_for
 
 
 def lease(settings, holder: str, ttl: float = 3.0, **kwargs) -> WriterLease:
     return WriterLease(settings.client("s3"), settings.bucket, "library.books", holder, ttl_seconds=ttl, **kwargs)
-
-
-def wait_for(condition: Callable[[], bool], what: str, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"waited {seconds:g} s for {what}"
-        time.sleep(0.02)
-
-
-class CountedProbe:
-    """A writer's progress probe (answering `answer()`) that counts the looks of its lease's renewer: one a renewal
-    period while it renews. A test moves the writer's clock, then waits for the renewer to have looked."""
-
-    def __init__(self, answer: Callable[[], object] = lambda: None):
-        self.looks, self._answer = 0, answer
-
-    def __call__(self) -> object:
-        self.looks += 1
-        return self._answer()
-
-    def wait(self, looks: int = 1) -> None:
-        """Until `looks` more looks: each one's renewal is done by the next."""
-        wanted = self.looks + looks
-        wait_for(lambda: self.looks >= wanted, f"{looks} more looks of the lease's renewer")
 
 
 def test_a_second_writer_stops_with_a_message_naming_the_holder(settings):

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlparse
@@ -28,6 +27,7 @@ from ddb_athena.streamed.assets import STREAMED, SyncConfig, streamed_assets, sy
 from ddb_athena.streamed.check_results import observe_key_parity
 from ddb_athena_tests.books_and_orders import BOOKS
 from ddb_athena_tests.dagster_helpers import local_resources
+from ddb_athena_tests.fake_clock import CountedProbe, FakeClock
 from ddb_athena_tests.lake.test_schema_evolution import read_by_pyiceberg
 from ddb_athena_tests.lib.test_declarations import REVIEWS as REVIEWS_DECLARATION
 
@@ -188,26 +188,31 @@ def test_a_table_whose_lease_is_taken_is_given_up_while_the_other_syncs_and_take
 
 def test_a_long_step_of_one_table_keeps_every_lease_of_the_run_alive_and_a_hung_run_lets_them_all_lapse(settings):
     """Each lease of a run watches the run's progress: a bootstrap scanning books for longer than the stall limit (its
-    pages the only steps) must not let the reviews lease lapse; a run that stops stepping loses both."""
+    pages the only steps) must not let the reviews lease lapse; a run that stops stepping loses both. By the leases'
+    clock, moved by the test: each move is looked at by both renewers (real seconds apart)."""
     from ddb_athena.lib.writer_lease import LeaseLostError
     from ddb_athena.streamed.assets import RunProgress
 
     progress = RunProgress(IcebergSparkResource(profile="local", warehouse="file:///nowhere"))  # no session: no Spark tasks
-    s3 = settings.client("s3")
+    s3, clock = settings.client("s3"), FakeClock()
+    probes = {name: CountedProbe(progress.seen) for name in ("books", "reviews")}
     leases = [
-        WriterLease(s3, settings.bucket, f"library.{name}", "one sync run", ttl_seconds=3.0, stall_seconds=4.0, progress=progress.seen)
-        for name in ("books", "reviews")
+        WriterLease(s3, settings.bucket, f"library.{name}", "one sync run", ttl_seconds=1.5, stall_seconds=2.0, clock=clock, progress=probe)
+        for name, probe in probes.items()
     ]
     for lease in leases:
         lease.acquire()
     try:
-        for _ in range(16):  # 8 s, twice the stall limit: only books' scan steps
+        for _ in range(4):  # twice the stall limit: only books' scan steps
+            clock.sleep(1.0)
             progress.step()
-            time.sleep(0.5)
+            for probe in probes.values():
+                probe.wait()
         for lease in leases:
             lease.check()
-        time.sleep(8)  # the run hangs
+        clock.sleep(4.0)  # the run hangs
         for lease in leases:
+            lease._renewer.join(timeout=10.0)  # each lets its lease lapse, and stops renewing
             with pytest.raises(LeaseLostError, match="made no progress for"):
                 lease.check()
     finally:
