@@ -3,13 +3,7 @@ of a merge, past its lease, while another writer takes over and commits; resumed
 
 import json
 import os
-import queue
-import signal
-import subprocess
-import sys
 import textwrap
-import threading
-from contextlib import contextmanager
 
 import pytest
 
@@ -18,6 +12,7 @@ from ddb_athena.lake.commit_properties import empty_commit, newest_published
 from ddb_athena.lake.writer_branch import FENCE_EPOCH_PROPERTY, WriterBranch, WriterFencedError
 from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.writer_lease import WriterLease
+from ddb_athena_tests.frozen_process import FrozenProcess
 from ddb_athena_tests.lake.helpers import ChangeFiles, change
 
 TTL = 2.0
@@ -66,89 +61,25 @@ FROZEN_WRITER = textwrap.dedent(
             setattr(module, pause_at, original)
     """
 )
-# How long the test waits for a line of the frozen writer (its start, its JVM's included, or the end of its merge).
-FROZEN_WRITER_ANSWER_SECONDS = 300
 
 
-class FrozenWriter:
-    """FROZEN_WRITER's process, one for the module's variants (a process and JVM each took about 15 s): started by the
-    first, from its test's environment (the emulator and the warehouse, which every test shares). A variant that fails
-    kills it, whatever state it leaves it in; the next variant starts another."""
-
-    def __init__(self):
-        self.process, self.lines = None, queue.Queue()
-
-    @contextmanager
-    def merging(self, spark, files: ChangeFiles, pause_at: str, keys: list[str]):
-        """The writer given the merge of `keys` (it pauses at `pause_at`) for the block."""
-        try:
-            if self.process is None or self.process.poll() is not None:
-                self._start(spark.conf.get("spark.sql.catalog.lake.warehouse"))
-            merge = {"bucket": files.layout.bucket, "table": files.table, "pause_at": pause_at, "ttl": TTL}
-            merge["uris"] = [files.layout.uri(key, "s3a") for key in keys]
-            merge["quarantine"] = files.layout.uri(files.layout.quarantine_prefix + "frozen", "s3a")
-            self._say(json.dumps(merge))
-            yield self
-        except BaseException:
-            self.kill()
-            raise
-
-    def _start(self, warehouse: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", FROZEN_WRITER, warehouse, os.environ["AWS_ENDPOINT_URL"]],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,  # its JVM in its process group: one signal freezes both
-        )
-        # Read by a thread, so that a writer that never answers fails its test instead of hanging it.
-        self.lines = queue.Queue()
-        threading.Thread(target=self._forward, args=(self.process.stdout, self.lines), daemon=True).start()
-
-    @staticmethod
-    def _forward(output, lines: queue.Queue) -> None:
-        for line in output:
-            lines.put(line)
-        lines.put("")  # it ended
-
-    def line(self) -> str:
-        return self.lines.get(timeout=FROZEN_WRITER_ANSWER_SECONDS).strip()
-
-    def freeze(self) -> None:
-        os.killpg(self.process.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        os.killpg(self.process.pid, signal.SIGCONT)
-        self._say("go on")
-
-    def _say(self, line: str) -> None:
-        self.process.stdin.write(line + "\n")
-        self.process.stdin.flush()
-
-    def kill(self) -> None:
-        if self.process is not None:
-            if self.process.poll() is None:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-            self.process = None
-
-    def stop(self) -> None:
-        """Its input closed, it ends after its last merge."""
-        if self.process is not None:
-            self.process.stdin.close()
-            try:
-                self.process.wait(timeout=60)
-            finally:
-                self.kill()
+def merge_of(files: ChangeFiles, pause_at: str, keys: list[str]) -> str:
+    """FROZEN_WRITER's job: the merge of `keys`, pausing at `pause_at`."""
+    merge = {"bucket": files.layout.bucket, "table": files.table, "pause_at": pause_at, "ttl": TTL}
+    merge["uris"] = [files.layout.uri(key, "s3a") for key in keys]
+    merge["quarantine"] = files.layout.uri(files.layout.quarantine_prefix + "frozen", "s3a")
+    return json.dumps(merge)
 
 
 @pytest.fixture(scope="module")
 def frozen_writer():
-    writer = FrozenWriter()
+    writer = FrozenProcess(FROZEN_WRITER)
     yield writer
     writer.stop()
 
 
+# One worker runs every variant: they share the frozen writer's process.
+@pytest.mark.xdist_group("frozen_writer")
 @pytest.mark.parametrize(
     "pause_at",
     [
@@ -165,7 +96,8 @@ def test_a_writer_frozen_mid_merge_past_its_lease_changes_nothing_once_resumed(s
     files.delete(base)
     # The frozen writer's batch: a delete (tombstone), an update, an insert.
     first_batch = [files.write(change(10, "deleted-by-b", "REMOVE"), change(11, "updated", name="by the frozen writer"), change(12, "only-frozen"))]
-    with frozen_writer.merging(spark, files, pause_at, first_batch) as first:
+    arguments = (spark.conf.get("spark.sql.catalog.lake.warehouse"), os.environ["AWS_ENDPOINT_URL"])
+    with frozen_writer.serving(merge_of(files, pause_at, first_batch), arguments) as first:
         assert first.line() == "paused"
         first.freeze()
         # The next writer takes the expired lease (S3's clock) and commits newer changes of the same keys.

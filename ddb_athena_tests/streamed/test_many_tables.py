@@ -1,11 +1,9 @@
 """Several streamed tables in one sync run, one JVM: each cycle merges every table; one table's failure (a bad batch,
 a lost lease) leaves the others syncing, and the failed one comes back by itself."""
 
+import json
 import os
 import random
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
 from dataclasses import replace
@@ -28,6 +26,7 @@ from ddb_athena.streamed.check_results import observe_key_parity
 from ddb_athena_tests.books_and_orders import BOOKS
 from ddb_athena_tests.dagster_helpers import local_resources
 from ddb_athena_tests.fake_clock import CountedProbe, FakeClock
+from ddb_athena_tests.frozen_process import FrozenProcess
 from ddb_athena_tests.lake.test_schema_evolution import read_by_pyiceberg
 from ddb_athena_tests.lib.test_declarations import REVIEWS as REVIEWS_DECLARATION
 
@@ -220,22 +219,23 @@ def test_a_long_step_of_one_table_keeps_every_lease_of_the_run_alive_and_a_hung_
             lease.release()
 
 
-# A sync run of books and reviews in a process of its own (its JVM in its process group): at its first merge of reviews
-# (its first cycle scans each table; the second merges the scans, books published before reviews), it prints "paused"
-# and waits for a line (the test freezes it meanwhile); it prints "cycle N" after each cycle, and at the end the lines
-# of its log about its leases. Where it pauses (argv[2]): after its last lease check, before it takes the table
-# ("before its take"), or on the branch it took ("inside its write").
+# Sync runs of books and reviews in a process of its own (its JVM in its process group), one for each job (a line of
+# JSON: the test's environment, the cycles, where to pause): at its first merge of reviews (its first cycle scans each
+# table; the second merges the scans, books published before reviews), it prints "paused" and waits for a line (the
+# test freezes it meanwhile); it prints "cycle N" after each cycle, and at the end the lines of its log about its
+# leases, then "run over". Where it pauses: after its last lease check, before it takes the table ("before its
+# take"), or on the branch it took ("inside its write").
 FROZEN_RUN = textwrap.dedent(
     """
+    import json
+    import os
     import sys
     from dagster import DagsterInstance
     from ddb_athena.lake import change_merge
     from ddb_athena.streamed import cycle
     from ddb_athena_tests.streamed import test_many_tables as two_tables
 
-    reviews_merges = []
-
-    def pausing(write):
+    def pausing(write, reviews_merges):
         def paused_at_first_reviews_merge(spark, spec, *args, **kwargs):
             if spec.table == "reviews":
                 reviews_merges.append(spec)
@@ -245,15 +245,31 @@ FROZEN_RUN = textwrap.dedent(
             return write(spark, spec, *args, **kwargs)
         return paused_at_first_reviews_merge
 
-    if sys.argv[2] == "before its take":
-        cycle.merge_change_files = pausing(cycle.merge_change_files)
-    else:
-        change_merge._rebuild, change_merge._upsert = pausing(change_merge._rebuild), pausing(change_merge._upsert)
-    with DagsterInstance.ephemeral() as instance:
-        log, _ = two_tables.run_two_tables(instance, lambda number: print(f"cycle {number}", flush=True), cycles=int(sys.argv[1]))
-    print(*[line for line in log if line.startswith(("Giving", "Took"))], sep="\\n", flush=True)
+    while line := sys.stdin.readline():
+        job = json.loads(line)
+        os.environ.clear()
+        os.environ.update(job["environment"])
+        reviews_merges = []
+        module, names = (cycle, ["merge_change_files"]) if job["pause_at"] == "before its take" else (change_merge, ["_rebuild", "_upsert"])
+        originals = {name: getattr(module, name) for name in names}
+        for name, write in originals.items():
+            setattr(module, name, pausing(write, reviews_merges))
+        try:
+            with DagsterInstance.ephemeral() as instance:
+                log, _ = two_tables.run_two_tables(instance, lambda number: print(f"cycle {number}", flush=True), cycles=job["cycles"])
+        finally:
+            for name, write in originals.items():
+                setattr(module, name, write)
+        print(*[line for line in log if line.startswith(("Giving", "Took"))], "run over", sep="\\n", flush=True)
     """
 )
+
+
+@pytest.fixture(scope="module")
+def frozen_runs():
+    runs = FrozenProcess(FROZEN_RUN)
+    yield runs
+    runs.stop()
 
 
 def main_snapshot(settings, table: str) -> int:
@@ -262,14 +278,10 @@ def main_snapshot(settings, table: str) -> int:
     return StaticTable.from_metadata(str(Path(urlparse(settings.warehouse).path) / namespace / name)).metadata.current_snapshot_id
 
 
-def _wait_for(process: subprocess.Popen, wanted: str, seen: list[str]) -> None:
-    while (line := process.stdout.readline()) and line.strip() != wanted:
-        seen.append(line.strip())
-    assert line, f"the frozen run ended before {wanted!r}: {seen[-20:]}"
-
-
+# One worker runs both variants: they share the frozen runs' process.
+@pytest.mark.xdist_group("frozen_sync_runs")
 @pytest.mark.parametrize("pause_at", ["inside its write", "before its take"])
-def test_a_run_frozen_past_its_leases_mid_cycle_changes_neither_table_once_resumed(spark, settings, instance, monkeypatch, pause_at):
+def test_a_run_frozen_past_its_leases_mid_cycle_changes_neither_table_once_resumed(spark, settings, instance, monkeypatch, frozen_runs, pause_at):
     """Two tables in one run, frozen (SIGSTOP: its Python and its JVM) at its merge of reviews, after its commit of
     books in the same cycle, past both leases; the next run takes both and syncs newer changes of the same keys, and a
     delete. Resumed, the frozen run publishes nothing to either table (main's snapshot stays the next run's: a row
@@ -294,15 +306,11 @@ def test_a_run_frozen_past_its_leases_mid_cycle_changes_neither_table_once_resum
     write(1)
     # Two cycles: the paused one is the last, so the resumed run ends after it (a later cycle would take the tables
     # back, free by then, and fence main as their writer).
-    frozen = subprocess.Popen(
-        [sys.executable, "-c", FROZEN_RUN, "2", pause_at], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
-    )
-    seen: list[str] = []
-    try:
-        _wait_for(frozen, "cycle 1", seen)
+    with frozen_runs.serving(json.dumps({"environment": dict(os.environ), "cycles": 2, "pause_at": pause_at})) as frozen:
+        frozen.wait_for("cycle 1")
         write(2)
-        _wait_for(frozen, "paused", seen)
-        os.killpg(frozen.pid, signal.SIGSTOP)
+        frozen.wait_for("paused")
+        frozen.freeze()
         write(3)
         dynamodb.delete_item(TableName=settings.dynamodb_tables["books"], Key={"id": {"S": "book-0"}})
         dynamodb.delete_item(TableName="reviews", Key={"book_id": {"S": "b"}, "review_id": {"N": "0"}})
@@ -317,20 +325,13 @@ def test_a_run_frozen_past_its_leases_mid_cycle_changes_neither_table_once_resum
         # only main itself shows whether the resumed run published anything.
         heads = {table: main_snapshot(settings, table) for table in (books, reviews)}
 
-        os.killpg(frozen.pid, signal.SIGCONT)
-        frozen.stdin.write("go on\n")
-        frozen.stdin.flush()
-        out, _ = frozen.communicate(timeout=300)
-        assert frozen.returncode == 0, out
-        given_up = [line for line in out.splitlines() if line.startswith("Giving")]
+        frozen.resume()
+        out = frozen.wait_for("run over")
+        given_up = [line for line in out if line.startswith("Giving")]
         assert any(reviews in line for line in given_up) and any(books in line for line in given_up), out
-        spark.sql(f"REFRESH TABLE {reviews}")
-        assert tables() == expected  # not one row of either table changed by the resumed run, no delete undone
-        assert {table: main_snapshot(settings, table) for table in (books, reviews)} == heads  # not one snapshot published
-    finally:
-        if frozen.poll() is None:
-            os.killpg(frozen.pid, signal.SIGKILL)
-            frozen.wait()
+    spark.sql(f"REFRESH TABLE {reviews}")
+    assert tables() == expected  # not one row of either table changed by the resumed run, no delete undone
+    assert {table: main_snapshot(settings, table) for table in (books, reviews)} == heads  # not one snapshot published
 
 
 def test_a_table_declared_with_its_own_interval_merges_at_it_beside_a_faster_one_in_the_same_run(spark, settings, instance):
