@@ -168,8 +168,8 @@ def test_the_runs_own_capture_writes_nothing_to_s3_but_its_lease_and_lists_the_c
     simulator.step()  # a change waiting for the first cycle
     with simulator_writing(simulator, every_seconds=0.3):
         # The back-off held to the interval: the run's waits are skipped (`run_clock`), so cycles that found nothing
-        # would otherwise back off through its 15 s before the writer's next change.
-        result = sync_books(instance, config={"run_minutes": 0.25, "merge_interval_seconds": 1}, longest_merge_interval_seconds=1)
+        # would otherwise back off through its 9 s before the writer's next change.
+        result = sync_books(instance, config={"run_minutes": 0.15, "merge_interval_seconds": 1}, longest_merge_interval_seconds=1)
     runs = [call for call in aws_calls.recorded[calls_before:] if call.principal == aws_calls.DAGSTER_RUNS]
     cycles = int(next(e.user_message for e in instance.all_logs(result.run_id) if e.user_message.startswith("Sync run done after")).split()[4])
     merges = len(materializations_metadata(result, "books_iceberg"))
@@ -201,7 +201,7 @@ def test_a_quiet_table_backs_off_to_the_longest_interval_and_a_busy_one_keeps_th
 
     simulator.step()  # a change waiting for the busy run's first cycle: the writer's first is 0.3 s away
     with simulator_writing(simulator, every_seconds=0.3):
-        busy = sync_books(instance, config={"run_minutes": 0.25, "merge_interval_seconds": 1}, longest_merge_interval_seconds=4)
+        busy = sync_books(instance, config={"run_minutes": 0.15, "merge_interval_seconds": 1}, longest_merge_interval_seconds=4)
     # Every cycle finds changes: the interval (or a cycle's own length, when longer), never the back-off.
     assert len(materializations_metadata(busy, "books_iceberg")) >= 2
     assert not [entry for entry in instance.all_logs(busy.run_id) if entry.user_message.startswith("Nothing to merge")]
