@@ -10,6 +10,7 @@ Python thread (PySpark's default): the commit of a SQL statement runs on the thr
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
 
@@ -55,12 +56,27 @@ def newest_published(spark: SparkSession, table: str, name: str) -> str | None:
 
 def newest_published_of(spark: SparkSession, table: str, names: Iterable[str]) -> dict[str, str]:
     """`newest_published` of each of `names` that some snapshot carries, in one walk of `main`'s ancestry."""
+    return {name: value for name, (value, _) in _newest_carriers(spark, table, names).items()}
+
+
+def newest_carriers_committed_at(spark: SparkSession, table: str, names: Iterable[str]) -> datetime | None:
+    """When the oldest of the newest published snapshots carrying each of `names` was committed (None if none carries
+    any): snapshot expiry older than this keeps every one of them."""
+    oldest = min((committed for _, committed in _newest_carriers(spark, table, names).values()), default=None)
+    return datetime.fromtimestamp(oldest / 1000, UTC) if oldest is not None else None
+
+
+def _newest_carriers(spark: SparkSession, table: str, names: Iterable[str]) -> dict[str, tuple[str, int]]:
+    """By name, the value in the newest snapshot of `main`'s ancestry that carries it, and when that snapshot was
+    committed (epoch milliseconds): from the table's metadata, no request."""
     wanted, found = set(names), {}
     loaded = iceberg_table(spark, table)
     snapshot = loaded.currentSnapshot()
     while snapshot is not None and wanted - found.keys():
         summary = snapshot.summary()
-        found.update((name, summary.get(name)) for name in wanted - found.keys() if summary.get(name) is not None)
+        for name in wanted - found.keys():
+            if (value := summary.get(name)) is not None:
+                found[name] = (value, snapshot.timestampMillis())
         parent = snapshot.parentId()
         snapshot = loaded.snapshot(parent) if parent is not None else None
     return found

@@ -13,11 +13,11 @@ from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import SparkSession
 
-from ddb_athena.lake.change_merge import table_properties, tombstone_table
-from ddb_athena.lake.commit_properties import branch_summary, iceberg_table
+from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY, table_properties, tombstone_table
+from ddb_athena.lake.commit_properties import branch_summary, iceberg_table, newest_carriers_committed_at
 from ddb_athena.lake.identifiers import dotted_name, validate_identifier
 from ddb_athena.lake.table_spec import set_properties_sql, timestamp_literal
-from ddb_athena.lake.writer_branch import WriterBranch
+from ddb_athena.lake.writer_branch import FENCE_EPOCH_PROPERTY, WriterBranch
 
 # Floors: the longest query we document (Athena's DML queries time out after 30 minutes by default), and the
 # age below which a file may belong to a commit still being written.
@@ -26,6 +26,10 @@ MIN_ORPHAN_AGE = timedelta(days=1)
 # What compaction aims at per data file (Iceberg's default is 512 MB: too big for a small, busy table).
 TARGET_FILE_BYTES = 128 * 1024 * 1024
 
+
+# What expiry never loses: the epoch of the newest writer (which refuses an older writer's take) and the stream
+# positions a sync resumes from.
+KEPT_SUMMARY_PROPERTIES = (FENCE_EPOCH_PROPERTY, STREAM_POSITIONS_PROPERTY)
 
 MAINTAINED_AT_PROPERTY = "ddb_athena.maintained-at"
 ORPHANS_REMOVED_AT_PROPERTY = "ddb_athena.orphans-removed-at"
@@ -191,11 +195,12 @@ def maintain_table(
     remove_orphans: bool = True,
     writer: WriterBranch | None = None,
 ) -> MaintenanceResult:
-    """Compaction, expiry past the retention, orphan removal past its age (unless `remove_orphans` is false), and
-    (for a table with tombstones) pruning of tombstones past theirs. Refuses retentions below their floors. The
+    """Compaction, expiry past the retention, and unless `remove_orphans` is false (the daily sweep: both read every
+    manifest) orphan removal past its age and (for a table with tombstones) pruning of tombstones past theirs: a
+    tombstone kept up to a sweep interval longer only buries what it would have buried anyway. Refuses retentions below their floors. The
     pruning removes rows: with a `writer`, it commits to that writer's branch and is published (writer_branch.py);
-    compaction and expiry change no row and commit to `main` (Iceberg refuses a rewrite whose files changed). With a
-    `writer`, what its commits carry is carried forward before expiry (`WriterBranch.carry_forward`)."""
+    compaction and expiry change no row and commit to `main` (Iceberg refuses a rewrite whose files changed). Expiry
+    keeps the newest snapshot carrying each of KEPT_SUMMARY_PROPERTIES (`_expire`), so it needs no writer of its own."""
     check_floors(snapshot_retention, orphan_age)
     if retain_last < 1:
         raise ValueError("retain_last must be at least 1")
@@ -203,19 +208,16 @@ def maintain_table(
     catalog = validate_identifier(catalog, "catalog name")
     before = table_files(spark, target)
     compaction = compact(spark, catalog, target)
-    if writer is not None:
-        writer.carry_forward(target)
     snapshots_before = iceberg_table(spark, target).operations().current().snapshots().size()
     expired = _expire(spark, catalog, target, now - snapshot_retention, retain_last)
     orphans = _remove_orphans(spark, catalog, target, orphan_age) if remove_orphans else None
     pruned = 0
     if tombstone_retention is not None:
         tombstones = tombstone_table(target)
-        pruned = _prune_tombstones(spark, tombstones, now - tombstone_retention, writer)
+        if remove_orphans:
+            pruned = _prune_tombstones(spark, tombstones, now - tombstone_retention, writer)
         # Deletes append tombstones every few seconds: the tombstone table needs the same upkeep to stay bounded.
         compact(spark, catalog, tombstones)
-        if writer is not None:
-            writer.carry_forward(tombstones)
         _expire(spark, catalog, tombstones, now - snapshot_retention, retain_last)
         if remove_orphans:
             _remove_orphans(spark, catalog, tombstones, orphan_age)
@@ -235,7 +237,7 @@ def maintain_table(
 def _prune_tombstones(spark: SparkSession, tombstones: str, older_than: datetime, writer: WriterBranch | None) -> int:
     """Deletes the tombstones of deletes made before `older_than` (past the retention no file with an older change of
     their key may remain), on `writer`'s branch and published. While none is that old, which the files' own bounds
-    say (a read of the manifests), no row is read and nothing is committed: that is every pass but one a day."""
+    say (a read of the manifests), no row is read and nothing is committed."""
     files, oldest = spark.sql(f"SELECT count(*), min(readable_metrics.deleted_at.lower_bound) FROM {dotted_name(tombstones)}.files").collect()[0]
     # A file without bounds (metrics off) could hold old tombstones: pruned then as if due.
     if not files or (oldest is not None and oldest.replace(tzinfo=UTC) >= older_than):
@@ -253,7 +255,11 @@ def _prune_tombstones(spark: SparkSession, tombstones: str, older_than: datetime
 
 
 def _expire(spark: SparkSession, catalog: str, target: str, older_than: datetime, retain_last: int) -> int:
-    """Expires snapshots older than `older_than` beyond the last `retain_last`; the data and delete files deleted."""
+    """Expires snapshots older than `older_than` beyond the last `retain_last`, but none from the newest that carries
+    each of KEPT_SUMMARY_PROPERTIES on: upkeep's own snapshots (compaction's) carry none, and on a quiet table they
+    could otherwise be all that is kept. The data and delete files deleted."""
+    carriers = newest_carriers_committed_at(spark, target, KEPT_SUMMARY_PROPERTIES)
+    older_than = min(older_than, carriers) if carriers is not None else older_than
     expire = spark.sql(
         f"CALL {catalog}.system.expire_snapshots(table => '{dotted_name(target)}', "
         f"older_than => {timestamp_literal(older_than)}, retain_last => {int(retain_last)})"

@@ -143,25 +143,6 @@ class WriterBranch:
                 f"{table}: a newer writer (epoch {newest_epoch}) has taken the table since this one's lease (epoch {self.epoch}); {consequence}"
             )
 
-    def carry_forward(self, table: str) -> None:
-        """Before expiry: if upkeep committed to `main` after this writer's last commit (a compaction's snapshot carries
-        no summary property of ours), an empty commit repeats this writer's epoch and the carried properties, published
-        as its other commits are. Expiry keeps the newest snapshots: without this it could keep only upkeep's, and lose
-        the stream positions, and the epoch that refuses an older writer's take."""
-        table = dotted_name(table)
-        if table not in self._taken:
-            self.take(table)  # its fence carries them
-            return
-        spark = self._spark()
-        published = newest_published_of(spark, table, self._carried)
-        head = iceberg_table(spark, table).currentSnapshot()
-        wanted = {**published, **self.commit_properties}
-        if head is not None and all(head.summary().get(name) == value for name, value in wanted.items()):
-            return
-        self.follow_main(table)
-        empty_commit(spark, table, wanted, branch=self.name)
-        self.publish(table)
-
     def take_all(self) -> None:
         for table in self.tables:
             self.take(table)

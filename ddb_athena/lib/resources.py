@@ -325,14 +325,15 @@ class SyncSettings(ConfigurableResource):
     maintenance_interval_minutes: float = Field(
         default=15.0,
         gt=0,
-        description="the sync run compacts library.books, expires snapshots and prunes tombstones this often (and removes "
-        "orphans, when orphan_sweep_interval_hours has gone by)",
+        description="the sync run compacts library.books and expires snapshots this often (and removes orphans and prunes "
+        "tombstones past their retention, when orphan_sweep_interval_hours has gone by)",
     )
     orphan_sweep_interval_hours: float = Field(
         default=24.0,
         gt=0,
-        description="the sync run's maintenance lists library.books's files for orphans this often: the listing reads "
-        "every retained snapshot's manifests, the costliest step of a maintenance, and finds only files days old",
+        description="the sync run's maintenance lists library.books's files for orphans and prunes tombstones past their "
+        "retention this often: both read every retained manifest, the costliest steps of a maintenance, and find only "
+        "what is days old",
     )
     compaction_file_threshold: int = Field(
         default=16,
