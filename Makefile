@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test test-image test-image-arm64 test-fast test-soak dev templates bench bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-interruption bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity faults lambda emr-job lint clean
+.PHONY: install test test-image test-image-arm64 test-fast test-soak dev templates bench bench-calibrate bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-interruption bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity faults lambda emr-job lint clean
 
 install: $(INSTALLED)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing, and dumps the archive of
@@ -115,6 +115,11 @@ bench-cost: install
 	$(BIN)/python -m ddb_athena_bench.cost --rates $${RATES:-1,10,100,230} --intervals $${INTERVALS:-10,20,30,60,120} --minutes $${MINUTES:-30} \
 		$${VCPU:+--vcpu $$VCPU} $${MEMORY_GB:+--memory-gb $$MEMORY_GB} $${SPARK_MEMORY:+--spark-memory $$SPARK_MEMORY} $${WRITE_DOCS:+--write-docs} $${DOCS_ONLY:+--docs-only} \
 		--tables-beside $${TABLES_BESIDE:-0} --beside-rate $${BESIDE_RATE:-2}
+
+# How fast this host is now: the CPU seconds of fixed Python and Spark work. Run it before and after each cell of a
+# before/after (A B B A): the same code measures a third slower on a slow hour here. ROUNDS warm Spark rounds.
+bench-calibrate: install
+	$(BIN)/python -m ddb_athena_bench.calibrate --rounds $${ROUNDS:-5}
 
 # Where a warm sync cycle's CPU goes (no Dagster; per minute, by JVM thread kind, Spark jobs per cycle).
 bench-sync-cpu: install
