@@ -5,8 +5,8 @@ before/after that spans a sitting is read against a calibration taken before and
 move with the host, not with the code. Two fixed workloads, each its own kind of CPU:
 - Python: JSON and hashing of a fixed document, as the run's own Python does (capture, DynamoDB JSON);
 - Spark: a new local session (the class archive, as every local session), then rounds of the class archive's own
-  workload (a merge-on-read table written, merged, deleted from, read, listed, compacted and expired), each in a
-  warehouse of its own: the JVM's start and cold first round, and the warm rounds after it.
+  workload (a merge-on-read table written, merged, deleted from, read, listed, compacted and expired), its table
+  dropped after each: the JVM's start and cold first round, and the warm rounds after it.
 
     .venv/bin/python -m ddb_athena_bench.calibrate --rounds 5
 """
@@ -21,7 +21,8 @@ import time
 
 import psutil
 
-from ddb_athena_build.class_archive import WORKLOAD
+from ddb_athena_bench.sync_cpu import _children_cpu
+from ddb_athena_build.class_archive import run_workload
 
 PYTHON_DOCUMENTS = 40_000
 DOCUMENT = {"id": {"S": "book-0001"}, "name": {"S": "x" * 200}, "price": {"N": "12.50"}, "tags": {"L": [{"S": f"tag-{i}"} for i in range(20)]}}
@@ -36,35 +37,19 @@ def python_cpu_seconds() -> float:
     return time.process_time() - started
 
 
-def children_cpu_seconds() -> float:
-    """CPU of this process's children (the Spark JVM and its launcher), live ones only."""
-    total = 0.0
-    for child in psutil.Process().children(recursive=True):
-        try:
-            times = child.cpu_times()
-            total += times.user + times.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
-
-
 def spark_rounds(rounds: int) -> list[tuple[float, float]]:
     """(JVM and Python CPU seconds, wall seconds) of the session's start with its first round, then of each round."""
     from ddb_athena.lib.resources import IcebergSparkResource
 
-    measured = []
+    measured, me = [], psutil.Process()
     with tempfile.TemporaryDirectory(prefix="ddb_athena_calibrate_") as warehouse:
-        cpu, wall = children_cpu_seconds() + time.process_time(), time.monotonic()
+        cpu, wall = _children_cpu(me, set()) + time.process_time(), time.monotonic()
         spark = IcebergSparkResource(profile="local", warehouse=f"file://{warehouse}").spark_session
         spark.sparkContext.setLogLevel("ERROR")
         for _ in range(rounds + 1):
-            spark.createDataFrame(
-                [("a", 5, 3.0, False), ("b", 0, 0.0, True), ("c", 7, 4.0, False)], "id string, n bigint, price double, deleted boolean"
-            ).createOrReplaceTempView("changes")
-            for statement in WORKLOAD:
-                spark.sql(statement).collect()
+            run_workload(spark)
             spark.sql("DROP TABLE lake.archive.changes PURGE")
-            now_cpu, now_wall = children_cpu_seconds() + time.process_time(), time.monotonic()
+            now_cpu, now_wall = _children_cpu(me, set()) + time.process_time(), time.monotonic()
             measured.append((now_cpu - cpu, now_wall - wall))
             cpu, wall = now_cpu, now_wall
         spark.stop()

@@ -70,6 +70,15 @@ def ensure_class_archive(jar_dir: Path | None = None) -> Path | None:
     return target
 
 
+def run_workload(spark) -> None:
+    """WORKLOAD in `spark`, its table left in place (`make bench-calibrate` times it too)."""
+    spark.createDataFrame(
+        [("a", 5, 3.0, False), ("b", 0, 0.0, True), ("c", 7, 4.0, False)], "id string, n bigint, price double, deleted boolean"
+    ).createOrReplaceTempView("changes")
+    for statement in WORKLOAD:
+        spark.sql(statement).collect()
+
+
 def dump(archive: Path) -> None:
     """Run the workload in a local session whose JVM writes the classes it loaded to `archive` as it exits."""
     from pyspark import SparkContext
@@ -80,11 +89,7 @@ def dump(archive: Path) -> None:
         java_options = f'{LOCAL_JVM_OPTIONS} "-XX:ArchiveClassesAtExit={archive}"'
         resource = IcebergSparkResource(profile="local", warehouse=f"file://{warehouse}", extra_config={"spark.driver.extraJavaOptions": java_options})
         spark = resource.spark_session
-        spark.createDataFrame(
-            [("a", 5, 3.0, False), ("b", 0, 0.0, True), ("c", 7, 4.0, False)], "id string, n bigint, price double, deleted boolean"
-        ).createOrReplaceTempView("changes")
-        for statement in WORKLOAD:
-            spark.sql(statement).collect()
+        run_workload(spark)
         jvm = SparkContext._gateway.proc
         spark.stop()
         # The JVM exits when its standard input closes, and writes the archive on the way out.
