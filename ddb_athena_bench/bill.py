@@ -29,7 +29,14 @@ SOURCE_AREAS = {
     "_writer_leases/": "writer lease",
 }
 # Warehouse requests by the loop's step that made them.
-WAREHOUSE_LINES = {"merge": "Iceberg commits", "capture": "Iceberg commits", "compaction": "compaction", "maintenance": "maintenance", "checks": "checks"}
+WAREHOUSE_LINES = {
+    "merge": "Iceberg commits",
+    "capture": "Iceberg commits",
+    "compaction": "compaction",
+    "pruning": "compaction",
+    "maintenance": "maintenance",
+    "checks": "checks",
+}
 GLUE_REQUESTS_PER_COMMIT = 2
 GLUE_TABLE_LOADS_PER_MINUTE = 2 * 2  # a streamed table and its tombstones, Iceberg's catalog cache expiring every 30 s
 # The run worker's console (CloudWatch Logs with the awslogs driver) a recorded cycle: 10.6 KB for 10 cycles in the
@@ -61,6 +68,9 @@ LOG_RETENTION_MONTHS = LOG_RETENTION_DAYS / DAYS_A_MONTH
 # Fargate bills a task from its image's pull to its end, a minute at least. Its start (the pull, the process's imports)
 # is taken as the slowest an ECS task takes to start, the delay the benches give every run (delayed_location.py).
 TASK_START_SECONDS = 90.0
+# An upkeep run's process before its pass: the SparkSession's start (its JVM, the Iceberg classes), ~4 s measured
+# (PLATFORM.md) and taken as twice that on a task's share of a CPU.
+UPKEEP_SPARK_START_SECONDS = 8.0
 # The key parity check's own work, a million keys: 61.3 s, of which 26 s the scan's digests unpaced
 # (docs/performance-log.md, 2026-11-28); the scan at its pace is added whole (an upper bound).
 PARITY_SECONDS_A_MILLION_KEYS = 61.3
@@ -304,6 +314,17 @@ def bill(measurement: dict, task: Task, capture: str = "run") -> Bill:
         f"{streamed_tables(measurement)} a day of {RUN_TASK.label}, on demand, with their address; books' {billed_task_seconds(books_seconds):.0f} s "
         f"(a start of {TASK_START_SECONDS:g} s, {PARITY_SECONDS_A_MILLION_KEYS:g} s a million keys, the scan at {pace:g} read units a second; modelled)",
     )
+    upkeep = measurement.get("upkeep_run")
+    if upkeep is not None:
+        # Each streamed table's upkeep run (expiry, orphans: beside the sync) every maintenance interval, on Spot.
+        runs = streamed_tables(measurement) * SECONDS_A_MONTH / (measurement["maintenance_interval_minutes"] * 60)
+        work = UPKEEP_SPARK_START_SECONDS + upkeep["seconds"]
+        result.add(
+            "upkeep runs' tasks",
+            short_tasks_usd(RUN_TASK, runs, work, price("fargate_spot_share")),
+            f"{runs:,.0f} tasks of {RUN_TASK.label} on Spot, {billed_task_seconds(work):.0f} s each with their address (a start of "
+            f"{TASK_START_SECONDS:g} s and the SparkSession's {UPKEEP_SPARK_START_SECONDS:g} s modelled, the pass measured)",
+        )
     result.add("freshness checks", 0.0, "evaluated by the daemon's sensor from the sync's own records: no run, no task")
     result.not_on_aws = {line: count * factor for line, count in not_on_aws.items()}
     return result
@@ -316,6 +337,7 @@ PRICED_RUNS = {
     "_sync": "the task, always on (its successor's task beside it at the hourly handover, "
     f"{HANDOVER_OVERLAP_SECONDS:.0f} s an hour, and at each Spot interruption: sync_successor_on_interruption)",
     "_key_parity": "key parity runs' tasks (a daily schedule per streamed table)",
+    "_upkeep": "upkeep runs' tasks (the upkeep_when_due sensor, every maintenance interval per streamed table)",
     "_source_cleanup": "cleanup runs' tasks: with the capture Lambda only (the sync's own capture keeps its change files on its disk)",
     "_daily": "orders' daily export and load: cost-orders-and-alternatives.md",
     "_export_cleanup": "orders' daily export and load: cost-orders-and-alternatives.md (one cleanup a day)",

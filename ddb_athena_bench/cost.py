@@ -1,11 +1,12 @@
 """`make bench-cost`: the books sync's monthly bill on AWS, computed from what it does here.
 
-The sync run's own loop (capture, MERGE, commit manifest, checks, compaction and maintenance between cycles, its
-writer lease renewed) against a table and stream served from memory (`bench-sync-capacity`), with the warehouse and
+The sync run's own loop (capture, MERGE, commit manifest, checks, compaction and tombstone pruning between cycles,
+its writer lease renewed) against a table and stream served from memory (`bench-sync-capacity`), with the warehouse and
 the staging on the emulator's S3, so that every S3 request is counted, by the step that made it and the files it
 touched. For each rate (writes a second of ~1 KB) and each interval: freshness record by record, CPU, peak memory,
 the requests, the Iceberg commits, the bytes stored; then `bill.py` prices them with `prices.py`. Each cell ends
-with a maintenance pass if none fell in it, priced at its cadence. `--tables-beside` adds small streamed tables to the
+with the pass of an upkeep run (expiry, the run's own task beside the sync's), priced as a task and its requests at
+its cadence. `--tables-beside` adds small streamed tables to the
 same loop (shaped as reviews, a composite key, written at `--beside-rate` a second each): the bill of books with them,
 less books' alone, is the marginal table's.
 
@@ -158,9 +159,8 @@ def measure_cell(
     result["cpu_throttled_seconds"] = limits.throttled_seconds() - throttled
     requests = meter.take()
     measured_ms = (int(warm_until * 1000), int(time.time() * 1000))
-    if not result["upkeep_passes"]["maintenance"]:
-        # No maintenance in the window: one pass now, counted apart and priced at the cadence.
-        result["maintenance_pass"] = _maintenance_pass(stack, meter)
+    # The upkeep run's pass, counted apart: its own task, priced at its cadence.
+    result["upkeep_run"] = _upkeep_pass(stack, meter)
     item_bytes = sum(len(json.dumps(item, default=str)) for item in list(stack.table.items.values())[:1000]) / min(len(stack.table.items), 1000)
     return {
         **result,
@@ -199,20 +199,20 @@ def _after(moment: float, meter: RequestMeter, limits: TaskLimits):
     return Measured()
 
 
-def _maintenance_pass(stack: CapacityStack, meter: RequestMeter) -> dict:
-    from ddb_athena.streamed.assets import StreamedUpkeep
+def _upkeep_pass(stack: CapacityStack, meter: RequestMeter) -> dict:
+    from ddb_athena.lib.upkeep import trim
 
     meter.take()
     started = time.monotonic()
-    upkeep = StreamedUpkeep(stack.resources["spark"], stack.resources["sync"], declared("books"), writer=None)
-    meter.step("maintenance", upkeep.maintain)(datetime.now(UTC), False)
+    meter.step("maintenance", trim)(stack.resources["spark"], stack.resources["sync"], declared("books"), datetime.now(UTC), False)
     return {"seconds": time.monotonic() - started, "requests_by_step": meter.take()}
 
 
 def cell_bill(cell: dict, capture: str = "run") -> billing.Bill:
     task = billing.Task(cell["vcpu"], cell["memory_gb"])
     measurement = dict(cell)
-    maintenance = cell.get("maintenance_pass")
+    # Cells measured before upkeep left the loop carry a maintenance pass as the loop made it (`maintenance_pass`).
+    maintenance = cell.get("upkeep_run") or cell.get("maintenance_pass")
     if maintenance:
         # A pass every maintenance interval: its requests, scaled to the window's length.
         per_window = cell["measured_seconds"] / (cell["maintenance_interval_minutes"] * 60)

@@ -1,10 +1,11 @@
 """The sync's own capacity at the requirement's volume, past what this machine's emulator can serve
 (`make bench-sync-capacity`).
 
-The books sync run's cycles (SyncRun: capture, MERGE, commit manifest, the checks, and compaction and maintenance
-between cycles), without Dagster, against a table and stream served from memory (`memory_dynamodb`): the simulator's
-mix of ~1 KB writes (40% inserts, 35% updates, 17% deletes, 8% re-inserts) at `--rate` a second from a thread,
-over 4 shards. Change files, checkpoints and manifests go to the emulator's S3, the warehouse to a local directory.
+The books sync run's cycles (SyncRun: capture, MERGE, commit manifest, the checks, and compaction and tombstone
+pruning between cycles; expiry and orphans are the upkeep runs', beside the loop), without Dagster, against a table
+and stream served from memory (`memory_dynamodb`): the simulator's mix of ~1 KB writes (40% inserts, 35% updates,
+17% deletes, 8% re-inserts) at `--rate` a second from a thread, over 4 shards. Change files, checkpoints and
+manifests go to the emulator's S3, the warehouse to a local directory.
 
 Freshness is exact, record by record: the time from a write to the commit of the cycle that captured it (Athena
 reads the table's metadata at query time, so that is when the write becomes visible; AWS adds the stream's own
@@ -151,7 +152,7 @@ def table_run(stack: CapacityStack, table: TableDeclaration, clients, before_wri
     if instruments:
         syncer.capture, syncer.merge = instruments.step("capture", syncer.capture), instruments.step("merge", syncer.merge)
         checks = instruments.step("checks", checks)
-        upkeep.compact, upkeep.maintain = instruments.step("compaction", upkeep.compact), instruments.step("maintenance", upkeep.maintain)
+        upkeep.compact, upkeep.prune_tombstones = instruments.step("compaction", upkeep.compact), instruments.step("pruning", upkeep.prune_tombstones)
     return SyncRun(syncer, sync_cadence(sync, interval), checks=checks, upkeep=upkeep), upkeep
 
 
@@ -191,7 +192,7 @@ class TableBeside:
 
 class Instruments(Protocol):
     """What a measurement reports to, beside its own figures: each step of the loop by name (`capture`, `merge`,
-    `checks`, `compaction`, `maintenance`) around its call, the memory table's calls, and the load generator's thread."""
+    `checks`, `compaction`, `pruning`) around its call, the memory table's calls, and the load generator's thread."""
 
     def step(self, name: str, call: Callable) -> Callable: ...
 
@@ -217,8 +218,8 @@ def measure(
     table = stack.table
     run, upkeep = table_run(stack, declared("books"), MemoryClients(table, aws), before_write, interval, instruments)
     # How long each upkeep pass held the loop (the next cycle waits for it).
-    pass_seconds: dict[str, list[float]] = {"compaction": [], "maintenance": []}
-    upkeep.compact, upkeep.maintain = _timed(upkeep.compact, "compaction", pass_seconds), _timed(upkeep.maintain, "maintenance", pass_seconds)
+    pass_seconds: dict[str, list[float]] = {"compaction": [], "pruning": []}
+    upkeep.compact, upkeep.prune_tombstones = _timed(upkeep.compact, "compaction", pass_seconds), _timed(upkeep.prune_tombstones, "pruning", pass_seconds)
     beside_runs = [other.start(stack, interval, instruments) for other in beside]
     simulator = BookSimulator(table, sync.dynamodb_tables["books"], rng=stack.rng, summary_bytes=stack.summary_bytes)
     simulator.load_existing_ids()
@@ -238,7 +239,7 @@ def measure(
     cycles, freshness = [], []
     cpu_at_start, peak_python, peak_jvm, peak_heap = None, 0.0, 0.0, 0.0
     minute_at, minute_freshness = time.monotonic(), []
-    number, upkeep_passes = 0, {"compaction": 0, "maintenance": 0}
+    number, upkeep_passes = 0, {"compaction": 0, "pruning": 0}
     while time.monotonic() < measuring_from + minutes * 60:
         number += 1
         cycle_started = time.monotonic()
@@ -263,7 +264,7 @@ def measure(
             freshness.extend(ages)
             minute_freshness.extend(ages)
             peak_python, peak_jvm, peak_heap = max(peak_python, python_memory), max(peak_jvm, jvm_memory), max(peak_heap, heap or 0.0)
-            upkeep_passes["maintenance"] += report.maintenance is not None
+            upkeep_passes["pruning"] += report.pruned_tombstones is not None
             upkeep_passes["compaction"] += any(message.startswith("Compaction") for message in report.messages)
             cycles.append(
                 {

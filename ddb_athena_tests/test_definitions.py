@@ -44,6 +44,8 @@ def test_every_step_that_writes_a_table_is_in_its_writers_pool_whatever_job_runs
     # (streamed/handover.py) and give way to any run of the pool.
     assert pools_of(defs.resolve_job_def("books_sync")) == {"keep_books_in_sync": None}
     assert pools_of(defs.resolve_job_def("books_maintenance")) == {"maintain_books_table": "books_writer"}
+    # Expiry and orphans need no writer: a pool of their own, one run at a time, which the sync does not give way to.
+    assert pools_of(defs.resolve_job_def("books_upkeep")) == {"trim_books_history": "books_upkeep"}
     bootstrap = defs.resolve_job_def("books_bootstrap")
     assert pools_of(bootstrap) == {"sync_books": "books_writer"}
     # Its default run config (the launchpad shows it; a run submitted without one gets it): one bootstrap cycle.
@@ -125,6 +127,7 @@ def test_the_names_an_existing_instance_keeps_its_history_and_cursors_under_stay
         "books_maintenance",
         "books_source_cleanup",
         "books_sync",
+        "books_upkeep",
         "orders_daily",
         "orders_export_cleanup",
     ]
@@ -136,11 +139,12 @@ def test_the_names_an_existing_instance_keeps_its_history_and_cursors_under_stay
         "freshness_checks_sensor",
         "runs_past_retention",
         "sync_successor_on_interruption",
+        "upkeep_when_due",
     ]
     pools = {pool for job in defs.jobs for pool in pools_of(defs.resolve_job_def(job.name)).values()} | set(
         pools_of(defs.resolve_implicit_global_asset_job_def()).values()
     )
-    assert set(pinned(pool for pool in pools if pool)) == {"books_writer", "orders_writer"}
+    assert set(pinned(pool for pool in pools if pool)) == {"books_upkeep", "books_writer", "orders_writer"}
 
 
 def test_a_third_declared_table_gets_every_name_books_has_but_the_shared_sync():
@@ -205,7 +209,7 @@ def test_a_code_location_of_other_tables_than_books_and_orders_loads_and_names_e
         assert defined | {"package": None} == exported | {"package": None}
         return
     streamed = {
-        "jobs": ["ledger_entries_bootstrap", "ledger_entries_key_parity", "ledger_entries_maintenance", "ledger_entries_source_cleanup", "streamed_sync"],
+        "jobs": ["ledger_entries_bootstrap", "ledger_entries_key_parity", "ledger_entries_maintenance", "ledger_entries_source_cleanup", "ledger_entries_upkeep", "streamed_sync"],
         "schedules": ["ledger_entries_key_parity_daily", "streamed_every_minute"],
         "assets": ["ledger_entries_iceberg", "ledger_entries_source"],
         "checks": [

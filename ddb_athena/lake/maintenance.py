@@ -8,7 +8,7 @@ taken for an orphan. Old metadata files go at each commit (the tables' `write.me
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import SparkSession
@@ -33,13 +33,14 @@ KEPT_SUMMARY_PROPERTIES = (FENCE_EPOCH_PROPERTY, STREAM_POSITIONS_PROPERTY)
 
 MAINTAINED_AT_PROPERTY = "ddb_athena.maintained-at"
 ORPHANS_REMOVED_AT_PROPERTY = "ddb_athena.orphans-removed-at"
+TOMBSTONES_PRUNED_AT_PROPERTY = "ddb_athena.tombstones-pruned-at"
 
 
 class MaintenanceSettingsError(ValueError):
     """A retention below its floor: expiring or deleting that early could fail running queries or writes."""
 
 
-def check_floors(snapshot_retention: timedelta, orphan_age: timedelta) -> None:
+def check_floors(snapshot_retention: timedelta, orphan_age: timedelta, retain_last: int) -> None:
     if snapshot_retention < MIN_SNAPSHOT_RETENTION:
         raise MaintenanceSettingsError(
             f"snapshot retention {snapshot_retention} is shorter than {MIN_SNAPSHOT_RETENTION}: a query planned on an "
@@ -47,6 +48,8 @@ def check_floors(snapshot_retention: timedelta, orphan_age: timedelta) -> None:
         )
     if orphan_age < MIN_ORPHAN_AGE:
         raise MaintenanceSettingsError(f"orphan file age {orphan_age} is under {MIN_ORPHAN_AGE}: files of a commit still being written could be deleted")
+    if retain_last < 1:
+        raise MaintenanceSettingsError(f"retain_last {retain_last}: at least the current snapshot is kept (1)")
 
 
 @dataclass(frozen=True)
@@ -170,7 +173,8 @@ class MaintenanceResult:
     deleted_data_files: int
     # None: this pass did not list the table's files for orphans.
     orphan_files_removed: int | None
-    pruned_tombstones: int
+    # None: this pass did not look for tombstones past their retention.
+    pruned_tombstones: int | None
 
     @property
     def orphans_swept(self) -> bool:
@@ -195,46 +199,68 @@ def maintain_table(
     remove_orphans: bool = True,
     writer: WriterBranch | None = None,
 ) -> MaintenanceResult:
-    """Compaction, expiry past the retention, and unless `remove_orphans` is false (the daily sweep: both read every
-    manifest) orphan removal past its age and (for a table with tombstones) pruning of tombstones past theirs: a
-    tombstone kept up to a sweep interval longer only buries what it would have buried anyway. Refuses retentions below their floors. The
-    pruning removes rows: with a `writer`, it commits to that writer's branch and is published (writer_branch.py);
-    compaction and expiry change no row and commit to `main` (Iceberg refuses a rewrite whose files changed). Expiry
-    keeps the newest snapshot carrying each of KEPT_SUMMARY_PROPERTIES (`_expire`), so it needs no writer of its own."""
-    check_floors(snapshot_retention, orphan_age)
-    if retain_last < 1:
-        raise ValueError("retain_last must be at least 1")
+    """Compaction, then `trim_history`; with `remove_orphans` (the daily sweep) and a `tombstone_retention` (a table with
+    tombstones), pruning of tombstones past it first: a tombstone kept up to a sweep interval longer only buries what
+    it would have buried anyway. The pruning removes rows: with a `writer`, it commits to that writer's branch and is
+    published (writer_branch.py); compaction changes no row and commits to `main` (Iceberg refuses a rewrite whose
+    files changed). Refuses retentions below their floors. The whole pass, for a table no sync writes (the orders load,
+    maintenance on demand)."""
+    check_floors(snapshot_retention, orphan_age, retain_last)
     now = now or datetime.now(UTC)
     catalog = validate_identifier(catalog, "catalog name")
     before = table_files(spark, target)
     compaction = compact(spark, catalog, target)
-    snapshots_before = iceberg_table(spark, target).operations().current().snapshots().size()
-    expired = _expire(spark, catalog, target, now - snapshot_retention, retain_last)
-    orphans = _remove_orphans(spark, catalog, target, orphan_age) if remove_orphans else None
-    pruned = 0
+    pruned = None
     if tombstone_retention is not None:
         tombstones = tombstone_table(target)
         if remove_orphans:
-            pruned = _prune_tombstones(spark, tombstones, now - tombstone_retention, writer)
+            pruned = prune_tombstones(spark, tombstones, now - tombstone_retention, writer)
         # Deletes append tombstones every few seconds: the tombstone table needs the same upkeep to stay bounded.
         compact(spark, catalog, tombstones)
-        _expire(spark, catalog, tombstones, now - snapshot_retention, retain_last)
-        if remove_orphans:
-            _remove_orphans(spark, catalog, tombstones, orphan_age)
+    trimmed = trim_history(spark, catalog, target, snapshot_retention, retain_last, orphan_age, tombstone_retention is not None, now, remove_orphans)
+    return replace(
+        trimmed, before=before, rewritten_data_files=compaction.rewritten_data_files, added_data_files=compaction.added_data_files, pruned_tombstones=pruned
+    )
+
+
+def trim_history(
+    spark: SparkSession,
+    catalog: str,
+    target: str,
+    snapshot_retention: timedelta,
+    retain_last: int,
+    orphan_age: timedelta,
+    with_tombstones: bool,
+    now: datetime | None = None,
+    remove_orphans: bool = True,
+) -> MaintenanceResult:
+    """Expiry past the retention and, unless `remove_orphans` is false (the daily sweep: it reads every manifest),
+    orphan removal past its age, of the table and its tombstones if it has them. Neither changes a row nor moves
+    `main` (expiry keeps the snapshots refs point at, and `_expire` the newest carrying KEPT_SUMMARY_PROPERTIES), so it
+    needs no writer and runs beside one: the writer's fast-forward of `main` and this commit are compare-and-swaps of
+    the metadata pointer, and each is tried again on the fresh table when it loses. Refuses retentions below their
+    floors."""
+    check_floors(snapshot_retention, orphan_age, retain_last)
+    now = now or datetime.now(UTC)
+    catalog = validate_identifier(catalog, "catalog name")
+    before = table_files(spark, target)
+    tables = (target, tombstone_table(target)) if with_tombstones else (target,)
+    deleted = [_expire(spark, catalog, table, now - snapshot_retention, retain_last) for table in tables]
+    orphans = [_remove_orphans(spark, catalog, table, orphan_age) for table in tables] if remove_orphans else None
     after = table_files(spark, target)
     return MaintenanceResult(
         before=before,
         after=after,
-        rewritten_data_files=compaction.rewritten_data_files,
-        added_data_files=compaction.added_data_files,
-        expired_snapshots=snapshots_before - after.snapshots,
-        deleted_data_files=expired,
-        orphan_files_removed=orphans,
-        pruned_tombstones=pruned,
+        rewritten_data_files=0,
+        added_data_files=0,
+        expired_snapshots=before.snapshots - after.snapshots,
+        deleted_data_files=deleted[0],
+        orphan_files_removed=orphans[0] if orphans is not None else None,
+        pruned_tombstones=None,
     )
 
 
-def _prune_tombstones(spark: SparkSession, tombstones: str, older_than: datetime, writer: WriterBranch | None) -> int:
+def prune_tombstones(spark: SparkSession, tombstones: str, older_than: datetime, writer: WriterBranch | None) -> int:
     """Deletes the tombstones of deletes made before `older_than` (past the retention no file with an older change of
     their key may remain), on `writer`'s branch and published. While none is that old, which the files' own bounds
     say (a read of the manifests), no row is read and nothing is committed."""
@@ -282,20 +308,29 @@ class MaintenanceState:
     maintained_at: datetime | None
     # When its files were last listed for orphans; None if never.
     orphans_removed_at: datetime | None
+    # When its tombstones were last looked at for pruning; None if never.
+    tombstones_pruned_at: datetime | None = None
 
     def orphan_sweep_due(self, interval: timedelta, now: datetime) -> bool:
         return self.orphans_removed_at is None or now - self.orphans_removed_at >= interval
 
+    def tombstone_pruning_due(self, interval: timedelta, now: datetime) -> bool:
+        return self.tombstones_pruned_at is None or now - self.tombstones_pruned_at >= interval
+
+
+def _recorded_time(properties: dict[str, str], name: str) -> datetime | None:
+    recorded = properties.get(name)
+    return datetime.fromisoformat(recorded) if recorded else None
+
 
 def maintenance_state(spark: SparkSession, target: str) -> MaintenanceState:
     properties = table_properties(spark, target)
-    swept = properties.get(ORPHANS_REMOVED_AT_PROPERTY)
-    orphans_removed_at = datetime.fromisoformat(swept) if swept else None
-    recorded = properties.get(MAINTAINED_AT_PROPERTY)
-    if recorded is not None:
-        return MaintenanceState(datetime.fromisoformat(recorded), orphans_removed_at)
-    oldest = spark.sql(f"SELECT min(committed_at) FROM {dotted_name(target)}.snapshots").collect()[0][0]
-    return MaintenanceState(oldest.replace(tzinfo=UTC) if oldest else None, orphans_removed_at)  # the session time zone is UTC
+    orphans_removed_at, tombstones_pruned_at = (_recorded_time(properties, name) for name in (ORPHANS_REMOVED_AT_PROPERTY, TOMBSTONES_PRUNED_AT_PROPERTY))
+    maintained_at = _recorded_time(properties, MAINTAINED_AT_PROPERTY)
+    if maintained_at is None:
+        oldest = spark.sql(f"SELECT min(committed_at) FROM {dotted_name(target)}.snapshots").collect()[0][0]
+        maintained_at = oldest.replace(tzinfo=UTC) if oldest else None  # the session time zone is UTC
+    return MaintenanceState(maintained_at, orphans_removed_at, tombstones_pruned_at)
 
 
 def maintenance_due(spark: SparkSession, target: str, interval: timedelta, now: datetime | None = None) -> bool:
@@ -304,7 +339,16 @@ def maintenance_due(spark: SparkSession, target: str, interval: timedelta, now: 
 
 
 def record_maintained(spark: SparkSession, target: str, result: MaintenanceResult, now: datetime | None = None) -> None:
-    """Records the pass on the table (one commit): when it ran, and when it last listed orphans if it did."""
+    """Records the pass on the table (one commit): when it ran, when it last listed orphans and looked for tombstones
+    to prune, if it did."""
     at = (now or datetime.now(UTC)).isoformat()
-    recorded = {MAINTAINED_AT_PROPERTY: at, **({ORPHANS_REMOVED_AT_PROPERTY: at} if result.orphans_swept else {})}
+    recorded = {
+        MAINTAINED_AT_PROPERTY: at,
+        **({ORPHANS_REMOVED_AT_PROPERTY: at} if result.orphans_swept else {}),
+        **({TOMBSTONES_PRUNED_AT_PROPERTY: at} if result.pruned_tombstones is not None else {}),
+    }
     spark.sql(set_properties_sql(target, recorded))
+
+
+def record_tombstones_pruned(spark: SparkSession, target: str, now: datetime) -> None:
+    spark.sql(set_properties_sql(target, {TOMBSTONES_PRUNED_AT_PROPERTY: now.isoformat()}))

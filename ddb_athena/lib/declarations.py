@@ -81,6 +81,11 @@ class TableDeclaration:
         """The Dagster pool of every run that writes the table but the sync (limited to one run at a time)."""
         return f"{self.name}_writer"
 
+    @property
+    def upkeep_pool(self) -> str:
+        """The Dagster pool of the table's upkeep runs (expiry, orphans: no writer), one at a time, beside its writers."""
+        return f"{self.name}_upkeep"
+
     def dynamodb_table_name(self, environ: Mapping[str, str]) -> str:
         """The DynamoDB table's name: its variable's value where the environment sets it, else the declared name."""
         name = environ.get(self.dynamodb_table_variable) if self.dynamodb_table_variable else None

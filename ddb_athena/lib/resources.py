@@ -325,21 +325,20 @@ class SyncSettings(ConfigurableResource):
     maintenance_interval_minutes: float = Field(
         default=15.0,
         gt=0,
-        description="the sync run compacts library.books and expires snapshots this often (and removes orphans and prunes "
-        "tombstones past their retention, when orphan_sweep_interval_hours has gone by)",
+        description="each streamed table's upkeep run (<table>_upkeep, beside the sync) expires snapshots this often, and "
+        "removes orphan files when orphan_sweep_interval_hours has gone by",
     )
     orphan_sweep_interval_hours: float = Field(
         default=24.0,
         gt=0,
-        description="the sync run's maintenance lists library.books's files for orphans and prunes tombstones past their "
-        "retention this often: both read every retained manifest, the costliest steps of a maintenance, and find only "
-        "what is days old",
+        description="the upkeep run lists a table's files for orphans, and the sync run prunes its tombstones past their "
+        "retention, this often: both read every retained manifest and find only what is days old",
     )
     compaction_file_threshold: int = Field(
         default=16,
         ge=2,
         le=1000,
-        description="between maintenances, the sync run compacts library.books once a reader opens this "
+        description="the sync run compacts library.books (and its tombstones) once a reader opens this "
         "many delete files, or this many data files more than the table's size needs: each sync commit adds one of each, "
         "every reader (Athena, and each cycle's own scan) pays for them, and a compaction holds one cycle back",
     )

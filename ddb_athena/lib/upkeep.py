@@ -1,9 +1,9 @@
-"""Table upkeep with the sync resource's settings, shared by the books sync run, the books_maintenance job and the
-orders load."""
+"""Table upkeep with the sync resource's settings, shared by the sync run (compaction, tombstone pruning), the
+`<table>_upkeep` runs (expiry and orphans, beside the sync), the `<table>_maintenance` job and the orders load."""
 
 from datetime import datetime, timedelta
 
-from ddb_athena.lake.maintenance import MaintenanceResult, maintain_table, record_maintained
+from ddb_athena.lake.maintenance import MaintenanceResult, maintain_table, record_maintained, trim_history
 from ddb_athena.lake.writer_branch import WriterBranch
 from ddb_athena.lib.declarations import TableDeclaration
 from ddb_athena.lib.resources import IcebergSparkResource, SyncSettings
@@ -30,6 +30,25 @@ def maintain(
         tombstone_retention=timedelta(days=sync.tombstone_retention_days) if with_tombstones else None,
         remove_orphans=remove_orphans,
         writer=writer,
+    )
+    record_maintained(spark.spark_session, target, result, now)
+    return result
+
+
+def trim(spark: IcebergSparkResource, sync: SyncSettings, table: TableDeclaration, now: datetime, remove_orphans: bool) -> MaintenanceResult:
+    """Expiry and, if told, orphan removal of the table and its tombstones (no writer: lake/maintenance.trim_history),
+    recorded on the table."""
+    target = sync.iceberg_table_of(table)
+    result = trim_history(
+        spark.spark_session,
+        spark.catalog,
+        target,
+        snapshot_retention=sync.snapshot_retention_of(table),
+        retain_last=sync.snapshot_retain_last,
+        orphan_age=sync.orphan_file_age,
+        with_tombstones=table.kind == "streamed",
+        now=now,
+        remove_orphans=remove_orphans,
     )
     record_maintained(spark.spark_session, target, result, now)
     return result

@@ -26,16 +26,24 @@ from dagster import (
 from pydantic import Field
 
 from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY, tombstone_table
-from ddb_athena.lake.maintenance import CompactionResult, MaintenanceResult, MaintenanceState, compact_if_due, maintenance_state
+from ddb_athena.lake.maintenance import (
+    CompactionResult,
+    MaintenanceResult,
+    MaintenanceState,
+    compact_if_due,
+    maintenance_state,
+    prune_tombstones,
+    record_tombstones_pruned,
+    table_totals,
+)
 from ddb_athena.lake.session_config import runs_in_this_process
 from ddb_athena.lake.writer_branch import MainMovedError, WriterBranch, WriterFencedError
 from ddb_athena.lib.declarations import MAX_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS, TableDeclaration, declared_tables
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
 from ddb_athena.lib.settings import MAX_SYNC_RUN_MINUTES
-from ddb_athena.lib.upkeep import maintain
 from ddb_athena.lib.writer_lease import LeaseHeldError, LeaseLostError
 from ddb_athena.lib.writer_pools import warn_unless_writers_queue
-from ddb_athena.streamed.check_results import cycle_check_results, files_compact_result
+from ddb_athena.streamed.check_results import cycle_check_results
 from ddb_athena.streamed.cycle import StreamSync
 from ddb_athena.streamed.handover import waiting_writers
 from ddb_athena.streamed.run_loop import StopRequest, run_cycles
@@ -132,15 +140,14 @@ def sync_cadence(sync: SyncSettings, interval_seconds: float) -> SyncCadence:
         interval_seconds=interval_seconds,
         longest_interval_seconds=sync.longest_merge_interval_seconds,
         table_checks_every_cycles=sync.table_checks_every_cycles,
-        maintenance_interval=timedelta(minutes=sync.maintenance_interval_minutes),
-        orphan_sweep_interval=timedelta(hours=sync.orphan_sweep_interval_hours),
+        tombstone_pruning_interval=timedelta(hours=sync.orphan_sweep_interval_hours),
     )
 
 
 @dataclass
 class StreamedUpkeep:
-    """A streamed table's upkeep for a SyncRun, with the sync resource's settings; `before_write` guards each writer.
-    Upkeep rewrites files on `main` (compaction never changes a row); the writer's branch then follows it."""
+    """A streamed table's upkeep in a SyncRun, with the sync resource's settings; `before_write` guards each writer.
+    Compaction rewrites files on `main` (it never changes a row); the writer's branch then follows it."""
 
     spark: IcebergSparkResource
     sync: SyncSettings
@@ -148,41 +155,38 @@ class StreamedUpkeep:
     before_write: Callable[[], None] = lambda: None
     writer: WriterBranch | None = None
 
+    @property
+    def _target(self) -> str:
+        return self.sync.iceberg_table_of(self.table)
+
     def state(self) -> MaintenanceState:
-        return maintenance_state(self.spark.spark_session, self.sync.iceberg_table_of(self.table))
+        return maintenance_state(self.spark.spark_session, self._target)
 
-    def maintain(self, now: datetime, remove_orphans: bool) -> MaintenanceResult:
-        self._before_upkeep()
-        result = maintain(self.spark, self.sync, self.table, now=now, remove_orphans=remove_orphans, writer=self.writer)
-        self._follow_main()
-        return result
-
-    def compact(self) -> CompactionResult | None:
+    def prune_tombstones(self, now: datetime) -> int:
+        tombstones, spark = tombstone_table(self._target), self.spark.spark_session
+        if not table_totals(spark, tombstones).records:
+            return 0  # none (its summary says): nothing to read, nor to record, and the next run's look is as cheap
         self.before_write()
-        result = compact_if_due(
-            self.spark.spark_session,
-            self.spark.catalog,
-            self.sync.iceberg_table_of(self.table),
-            self.sync.compaction_file_threshold,
-            before_rewrite=self._check_fence,
-        )
-        if result is not None:
-            self._follow_main()
-        return result
+        pruned = prune_tombstones(spark, tombstones, now - timedelta(days=self.sync.tombstone_retention_days), self.writer)
+        record_tombstones_pruned(spark, self._target, now)
+        return pruned
 
-    def _before_upkeep(self) -> None:
+    def compact(self) -> dict[str, CompactionResult]:
         self.before_write()
-        self._check_fence()
-
-    def _check_fence(self) -> None:
-        # Upkeep commits to main itself: only while no newer holding fenced the table.
-        if self.writer is not None:
-            self.writer.check_fence()
-
-    def _follow_main(self) -> None:
-        if self.writer is not None:
+        compacted = {}
+        for table in (self._target, tombstone_table(self._target)):
+            result = compact_if_due(self.spark.spark_session, self.spark.catalog, table, self.sync.compaction_file_threshold, before_rewrite=self._check_fence)
+            if result is not None:
+                compacted[table] = result
+        if compacted and self.writer is not None:
             for table in self.writer.tables:
                 self.writer.follow_main(table)
+        return compacted
+
+    def _check_fence(self) -> None:
+        # Compaction commits to main itself: only while no newer holding fenced the table.
+        if self.writer is not None:
+            self.writer.check_fence()
 
 
 def writer_branch_of(spark: IcebergSparkResource, sync: SyncSettings, token: str, epoch: int, table: TableDeclaration) -> WriterBranch:
@@ -321,9 +325,6 @@ class TableInRun:
             self.context.log_event(AssetMaterialization(asset_key=self.assets.iceberg.key, metadata={**report.outcome.merged, **pacing}))
             for name, result in report.checks.items():
                 self.context.log_event(evaluation(result, name, self.assets))
-        if report.maintenance is not None:
-            self.context.log_event(maintenance_observation(report.maintenance, self.assets))
-            self.context.log_event(evaluation(files_compact_result(report.maintenance.after), f"{self.table.name}_files_compact", self.assets))
         return not report.outcome.idle
 
 

@@ -1,8 +1,10 @@
 """The streamed tables' schedules: the sync's launcher and watchdog (every minute it starts a sync run unless one is on
-its way or running, so a run that ended or crashed is replaced within a minute; the run maintains its tables itself),
+its way or running, so a run that ended or crashed is replaced within a minute; the run compacts its tables itself),
 and each table's daily key parity check. Beside them, the sensor that launches a sync run's successor at once when ECS
-stops the run's task (a Spot interruption: two minutes' warning, less than a minute tick and a task's start)."""
+stops the run's task (a Spot interruption: two minutes' warning, less than a minute tick and a task's start), and the
+one that launches each table's upkeep run (expiry, orphans) every maintenance interval."""
 
+import json
 import time
 from itertools import takewhile
 
@@ -15,6 +17,7 @@ from dagster import (
     ScheduleDefinition,
     ScheduleEvaluationContext,
     SensorEvaluationContext,
+    SensorResult,
     SkipReason,
     schedule,
     sensor,
@@ -111,3 +114,35 @@ KEY_PARITY_SCHEDULES = {
     )
     for name, jobs in JOBS.items()
 }
+
+
+# How often the upkeep sensor looks: a minute is well within any maintenance interval, and it reads only the instance.
+UPKEEP_SENSOR_SECONDS = 60
+
+
+@sensor(
+    jobs=[jobs.upkeep for jobs in JOBS.values()],
+    minimum_interval_seconds=UPKEEP_SENSOR_SECONDS,
+    default_status=DefaultSensorStatus.RUNNING,
+)
+def upkeep_when_due(context: SensorEvaluationContext, sync: SyncSettings):
+    """Launches each streamed table's `<table>_upkeep` run every maintenance_interval_minutes (read at each look: set
+    in the environment, not in code), counted from the last launch, the first one interval after the sensor first sees
+    the table; on Spot like the sync. Never while one of the table's is on its way or running: it then launches once
+    that one is done. Its cursor holds, by table, the time counted from."""
+    counted_from: dict[str, float] = json.loads(context.cursor) if context.cursor else {}
+    now, interval = time.time(), sync.maintenance_interval_minutes * 60
+    requests = []
+    for name, jobs in JOBS.items():
+        since = counted_from.setdefault(name, now)
+        if now - since < interval:
+            continue
+        if context.instance.get_runs(filters=RunsFilter(job_name=jobs.upkeep.name, statuses=_WAITING + _RUNNING), limit=1):
+            continue
+        counted_from[name] = now
+        requests.append(RunRequest(job_name=jobs.upkeep.name, tags=capacity_tags(sync.run_capacity)))
+    return SensorResult(
+        run_requests=requests,
+        cursor=json.dumps(counted_from),
+        skip_reason=None if requests else f"no table's upkeep is due (every {sync.maintenance_interval_minutes:g} minutes)",
+    )

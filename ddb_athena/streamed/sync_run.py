@@ -1,19 +1,21 @@
 """One sync run's state across its cycles, no Dagster: the pace (an idle cycle is recorded at most once a minute; the
-log says when cycles back off), the cadence of the checks, and the table's upkeep between merges (compaction once its
-files call for it, maintenance every few minutes; never beside a merge). The books asset turns each CycleReport into Dagster
-events; a benchmark runs the same object.
+log says when cycles back off), the cadence of the checks, and the upkeep that needs the writer's fence, between merges
+(compaction of the table and its tombstones once their files call for it, the tombstones past their retention pruned
+once a day; never beside a merge). Expiry and the orphan sweep need no writer: the `<table>_upkeep` runs do them beside
+the sync (streamed/jobs.py), and no cycle waits for them. The books asset turns each CycleReport into Dagster events; a
+benchmark runs the same object.
 
-What a run needs from its predecessor is read from one place, the table: when it was last maintained and swept for
-orphans (its properties, `maintenance_state`).
+What a run needs from its predecessor is read from one place, the table: when its tombstones were last looked at for
+pruning (its properties, `maintenance_state`).
 """
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from ddb_athena.lake.maintenance import CompactionResult, MaintenanceResult, MaintenanceState
+from ddb_athena.lake.maintenance import CompactionResult, MaintenanceState
 from ddb_athena.streamed.cycle import CycleOutcome, StreamSync
 
 # An idle cycle is recorded at most this often: enough for freshness and the plots, little for the event log.
@@ -27,17 +29,17 @@ class SyncCadence:
     longest_interval_seconds: float
     # The checks that list S3 or read the table run with every this many recorded merges.
     table_checks_every_cycles: int
-    maintenance_interval: timedelta
-    orphan_sweep_interval: timedelta
+    tombstone_pruning_interval: timedelta
 
 
 class TableUpkeep(Protocol):
     def state(self) -> MaintenanceState: ...
 
-    def maintain(self, now: datetime, remove_orphans: bool) -> MaintenanceResult: ...
+    def prune_tombstones(self, now: datetime) -> int:
+        """Prunes the tombstones past their retention (how many), and records the pass on the table."""
 
-    def compact(self) -> CompactionResult | None:
-        """Compacts the table if its files call for it (None if they do not)."""
+    def compact(self) -> dict[str, CompactionResult]:
+        """Compacts the table and its tombstones, each if its files call for it: by table, those compacted."""
 
 
 # The checks a cycle evaluates: (stream_lag_seconds, list_s3, quarantined) -> results by check name.
@@ -51,7 +53,8 @@ class CycleReport:
     recorded: bool
     seconds_since_previous_cycle: float
     checks: dict = field(default_factory=dict)
-    maintenance: MaintenanceResult | None = None
+    # None: this cycle did not look for tombstones to prune.
+    pruned_tombstones: int | None = None
     messages: list[str] = field(default_factory=list)
 
 
@@ -72,7 +75,7 @@ class SyncRun:
         self._recorded_merges = 0
         self._backing_off = False
         # Read from the table at the run's first upkeep, then kept: no catalog read or Spark job per cycle.
-        self._maintenance: MaintenanceState | None = None
+        self._upkeep_state: MaintenanceState | None = None
 
     def close(self) -> None:
         self._syncer.close()
@@ -100,22 +103,22 @@ class SyncRun:
         report.checks = self._checks(behind, periodic or outcome.idle, quarantined)
         self._recorded_at = self._clock()
         self._recorded_merges += not outcome.idle
-        # One writer: upkeep runs inside the loop, between merges, never beside them. Idle tables need none.
+        # What needs the fence runs inside the loop, between merges, never beside them. Idle tables need none.
         if not outcome.idle:
             self._keep_up(report)
         return report
 
     def _keep_up(self, report: CycleReport) -> None:
-        if self._maintenance is None:
-            self._maintenance = self._upkeep.state()
-        state, now = self._maintenance, self._now()
-        if state.maintained_at is not None and now - state.maintained_at >= self._cadence.maintenance_interval:
-            sweep = state.orphan_sweep_due(self._cadence.orphan_sweep_interval, now)
-            report.maintenance = self._upkeep.maintain(now, sweep)
-            self._maintenance = MaintenanceState(now, now if sweep else state.orphans_removed_at)
-            report.messages.append(f"Maintenance: {report.maintenance.before} -> {report.maintenance.after}")
-        elif compaction := self._upkeep.compact():
+        if self._upkeep_state is None:
+            self._upkeep_state = self._upkeep.state()
+        now = self._now()
+        if self._upkeep_state.tombstone_pruning_due(self._cadence.tombstone_pruning_interval, now):
+            report.pruned_tombstones = self._upkeep.prune_tombstones(now)
+            self._upkeep_state = replace(self._upkeep_state, tombstones_pruned_at=now)
+            report.messages.append(f"Tombstones past their retention pruned: {report.pruned_tombstones}")
+            return
+        for table, compaction in self._upkeep.compact().items():
             report.messages.append(
-                f"Compaction: {compaction.rewritten_data_files} data files rewritten into {compaction.added_data_files}, "
+                f"Compaction of {table}: {compaction.rewritten_data_files} data files rewritten into {compaction.added_data_files}, "
                 f"{compaction.rewritten_delete_files} delete files merged"
             )

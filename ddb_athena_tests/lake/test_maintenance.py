@@ -14,8 +14,9 @@ from ddb_athena.lake.maintenance import (
     maintenance_state,
     record_maintained,
     table_totals,
+    trim_history,
 )
-from ddb_athena.lake.writer_branch import FENCE_EPOCH_PROPERTY, WriterBranch, WriterFencedError
+from ddb_athena.lake.writer_branch import FENCE_EPOCH_PROPERTY, MainMovedError, WriterBranch, WriterFencedError
 from ddb_athena.lib.declarations import declared
 from ddb_athena_tests.books_and_orders import books_maintenance
 from ddb_athena_tests.dagster_helpers import local_resources
@@ -44,7 +45,7 @@ def test_maintenance_compacts_keeps_recent_snapshots_and_prunes_only_old_tombsto
     eight_days_later = now + timedelta(days=8)
     retentions = (timedelta(hours=6), 1, timedelta(days=3), timedelta(days=7))
     unswept = maintain_table(spark, "lake", files.table, *retentions, now=eight_days_later, remove_orphans=False)
-    assert unswept.expired_snapshots >= snapshots and unswept.pruned_tombstones == 0
+    assert unswept.expired_snapshots >= snapshots and unswept.pruned_tombstones is None
     assert spark.table(tombstone_table(files.table)).count() == 1
     later = maintain_table(spark, "lake", files.table, *retentions, now=eight_days_later)
     assert later.pruned_tombstones == 1
@@ -115,7 +116,7 @@ def test_the_tombstone_table_is_compacted_and_expired_with_its_table(spark, sett
         files.merge([files.write(change(10 + i, f"k{i}", "REMOVE"))])
     tombstones = tombstone_table(files.table)
     assert spark.table(f"{tombstones}.files").count() == 4 and spark.table(f"{tombstones}.snapshots").count() == 4
-    # The sync's compaction between maintenances leaves them: only the sync's lookup reads them, by their bounds.
+    # Compaction of the table leaves them (the sync asks for each of the two on its own).
     compact_if_due(spark, "lake", files.table, file_threshold=1)
     assert spark.table(f"{tombstones}.files").count() == 4
     later = datetime.now(UTC) + timedelta(days=1)
@@ -248,4 +249,47 @@ def test_expiry_keeps_the_writers_epoch_and_stream_positions_when_upkeep_committ
     with pytest.raises(WriterFencedError, match=r"a newer writer \(epoch 4\)"):
         WriterBranch(lambda: spark, "lake", tables, "resumed", 3).take(files.table)
     assert files.names() == {"b": "b@2"}
+    writer.drop()
+
+
+def test_expiry_and_the_orphan_sweep_commit_beside_a_writer_between_its_take_and_its_publication(spark, settings):
+    """The upkeep run's pass (trim_history, then its record on the table) lands while a writer has merged on its
+    branch and not yet published: it moves no branch, so the writer's fast-forward of `main` still succeeds (no
+    MainMovedError, no redo) and nothing it wrote is lost. A compaction there would cost the writer its cycle."""
+    files = ChangeFiles(spark, settings)
+    tables = (files.table, tombstone_table(files.table))
+    for number in range(3):
+        files.merge([files.write(change(number + 1, f"old{number}", "INSERT"))])
+    old = plant_file(spark, files.table, "left-by-a-crashed-writer.parquet", age_days=5)
+    writer = WriterBranch(lambda: spark, "lake", tables, "live", 2, carried=(STREAM_POSITIONS_PROPERTY,))
+    writer.take_all()
+    quarantine = files.layout.uri(files.layout.quarantine_prefix + "beside", "s3a")
+
+    def merge_unpublished(*changes) -> None:
+        """The merge, committed on the writer's branch; its publication held back (the window upkeep lands in)."""
+        uris = [files.layout.uri(files.write(*changes), "s3a")]
+        publish, writer.publish = writer.publish, lambda table: None
+        try:
+            merge_change_files(spark, declared("books").spec, files.table, uris, quarantine, writer=writer)
+        finally:
+            writer.publish = publish
+
+    merge_unpublished(change(10, "new", "INSERT"), change(11, "old0", "REMOVE"))
+    snapshots = spark.table(f"{files.table}.snapshots").count()
+    a_day_later = datetime.now(UTC) + timedelta(days=1)
+    trimmed = trim_history(spark, "lake", files.table, timedelta(hours=6), 1, timedelta(days=3), with_tombstones=True, now=a_day_later)
+    record_maintained(spark, files.table, trimmed, a_day_later)
+    assert trimmed.expired_snapshots > 0 and spark.table(f"{files.table}.snapshots").count() < snapshots
+    assert trimmed.orphan_files_removed == 1 and not old.exists()
+    assert (trimmed.rewritten_data_files, trimmed.pruned_tombstones) == (0, None)  # no compaction, no pruning
+    for table in tables:
+        writer.publish(table)  # no MainMovedError
+    assert files.names() == {"old1": "old1@2", "old2": "old2@3", "new": "new@10"}
+    assert maintenance_state(spark, files.table).orphans_removed_at == a_day_later
+
+    # The contrast: a compaction committed to main in the same place moves main, and the writer redoes its cycle.
+    merge_unpublished(change(12, "newer", "INSERT"))
+    compact(spark, "lake", files.table)
+    with pytest.raises(MainMovedError):
+        writer.publish(files.table)
     writer.drop()

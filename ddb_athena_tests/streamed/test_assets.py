@@ -26,7 +26,8 @@ from ddb_athena.streamed.capture.checkpoints import positions_from_json, positio
 from ddb_athena.streamed.capture.commit_manifests import committed_files
 from ddb_athena.streamed.capture.lambda_handler import handle_stream_event
 from ddb_athena_tests import aws_calls
-from ddb_athena_tests.dagster_helpers import check_results, materialization_metadata, materializations_metadata, sync_books
+from ddb_athena_tests.books_and_orders import books_upkeep
+from ddb_athena_tests.dagster_helpers import check_results, local_resources, materialization_metadata, materializations_metadata, sync_books
 from ddb_athena_tests.fake_clock import SkippingClock
 from ddb_athena_tests.lake.helpers import plant_file
 from ddb_athena_tests.streamed.test_cycle import stream_records
@@ -300,23 +301,9 @@ def test_a_run_killed_after_its_commit_before_it_moves_its_positions_resumes_fro
     assert_same_keys(spark, settings, dynamodb)
 
 
-def test_the_sync_run_maintains_its_table_between_merges_and_checks_the_files_stay_few(spark, settings, instance):
-    simulator = BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"])
-    for _round_number in range(3):  # a few commits, each leaving small files
-        simulator.insert()
-        sync_books(instance)
-    simulator.insert()
-    result = sync_books(instance, maintenance_interval_minutes=0.001)
-    maintenance = maintenance_metadata(result)
-    assert maintenance["maintenance_before_data_files"] >= 4 and maintenance["maintenance_after_data_files"] == 1
-    assert maintenance["maintenance_rewritten_data_files"] >= 4
-    (compact,) = [e for e in result.get_asset_check_evaluations() if e.check_name == "books_files_compact"]
-    assert compact.passed and compact.metadata["data_files"].value == 1
-    # Recorded on the table: the next merge does not maintain it again.
-    simulator.insert()
-    again = sync_books(instance, maintenance_interval_minutes=15)
-    assert materialization_metadata(again, "books_iceberg")["rows_written"] == 1
-    assert not [e for e in again.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+def upkeep_run(instance, **sync_options):
+    """A books_upkeep run, as the upkeep_when_due sensor launches it."""
+    return books_upkeep.execute_in_process(resources=local_resources(**sync_options), instance=instance)
 
 
 def maintenance_metadata(result) -> dict:
@@ -324,36 +311,48 @@ def maintenance_metadata(result) -> dict:
     return {k: v.value for k, v in observation.event_specific_data.asset_observation.metadata.items()}
 
 
-def test_the_sync_runs_maintenance_lists_orphans_at_its_first_pass_then_once_per_sweep_interval(spark, settings, instance):
+def test_the_upkeep_run_expires_beside_the_sync_lists_orphans_at_its_first_pass_then_once_per_sweep_interval(spark, settings, instance):
     simulator = BookSimulator(settings.client("dynamodb"), settings.dynamodb_tables["books"])
     simulator.insert()
     sync_books(instance)
     books = f"{settings.namespace}.books"
 
-    def maintained_run(**options) -> dict:
+    def upkept(**options) -> dict:
         simulator.insert()
-        return maintenance_metadata(sync_books(instance, maintenance_interval_minutes=0.001, **options))
+        sync_books(instance)
+        result = upkeep_run(instance, **options)
+        (compact,) = [e for e in result.get_asset_check_evaluations() if e.check_name == "books_files_compact"]
+        assert compact.passed and compact.metadata["snapshots"].value >= 2
+        return maintenance_metadata(result)
 
     first = plant_file(spark, books, "left-by-a-crashed-writer.parquet", age_days=5)
-    never_swept = maintained_run()
+    never_swept = upkept()
     assert never_swept["maintenance_orphans_swept"] and never_swept["maintenance_orphan_files_removed"] == 1
     assert not first.exists()
+    # It writes no row and rewrites no file: that needs the writer's fence (the sync's compaction and pruning).
+    assert never_swept["maintenance_rewritten_data_files"] == 0 and "maintenance_pruned_tombstones" not in never_swept
 
     second = plant_file(spark, books, "left-by-another-crash.parquet", age_days=5)
-    within_a_day = maintained_run()  # the default sweep interval is 24 hours
+    within_a_day = upkept()  # the default sweep interval is 24 hours
     assert not within_a_day["maintenance_orphans_swept"] and "maintenance_orphan_files_removed" not in within_a_day
-    assert second.exists() and within_a_day["maintenance_after_data_files"] == 1  # compacted all the same
+    assert second.exists()
 
-    interval_gone_by = maintained_run(orphan_sweep_interval_hours=0.0001)
+    interval_gone_by = upkept(orphan_sweep_interval_hours=0.0001)
     assert interval_gone_by["maintenance_orphans_swept"] and interval_gone_by["maintenance_orphan_files_removed"] == 1
     assert not second.exists()
+    assert_same_keys(spark, settings, settings.client("dynamodb"))
+
+
+def test_the_upkeep_run_of_a_table_not_created_yet_does_nothing_and_succeeds(spark, settings, instance):
+    result = upkeep_run(instance)
+    assert result.success and not [e for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
 
 
 def data_files(spark, table: str) -> int:
     return spark.sql(f"SELECT count(*) FROM {table}.files WHERE content = 0").collect()[0][0]
 
 
-def test_between_maintenances_the_sync_run_compacts_the_table_and_leaves_its_tombstones_to_maintenance(spark, settings, instance):
+def test_the_sync_run_compacts_the_table_and_its_tombstones_when_their_files_call_for_it_and_expires_nothing(spark, settings, instance):
     dynamodb = settings.client("dynamodb")
     simulator = BookSimulator(dynamodb, settings.dynamodb_tables["books"])
     for _ in range(4):
@@ -368,12 +367,12 @@ def test_between_maintenances_the_sync_run_compacts_the_table_and_leaves_its_tom
 
     simulator.insert()
     dynamodb.delete_item(TableName=settings.dynamodb_tables["books"], Key={"id": {"S": simulator.live.pop(0)}})
-    # Due after the run's merge: 4 data files, 3 more than the table's size needs. The tombstones (3 files), read only
-    # by the sync's own lookup, wait for maintenance.
+    # Due after the run's merge: 4 data files, 3 more than the table's size needs; 3 tombstone files, 2 more.
     result = sync_books(instance, compaction_file_threshold=2)
-    assert data_files(spark, books) == 1 and data_files(spark, tombstones) == 3
+    assert data_files(spark, books) == 1 and data_files(spark, tombstones) == 1
     assert not spark.sql(f"SELECT * FROM {books}.files WHERE content <> 0").count()  # the deletes are applied
     assert not [e for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]  # no expiry, no orphans
+    assert spark.table(tombstones).count() == 3
     assert_same_keys(spark, settings, dynamodb)
 
 

@@ -8,9 +8,10 @@ from dagster import DagsterRunStatus, RunRequest, SkipReason, build_schedule_con
 from ddb_athena.lib.declarations import declared_tables
 from ddb_athena.lib.resources import SyncSettings
 from ddb_athena.lib.resources import sync_settings as settings_from
+from ddb_athena.lib.run_capacity import capacity_tags
 from ddb_athena.lib.settings import Settings
 from ddb_athena.streamed.handover import INTERRUPTED_TAG
-from ddb_athena.streamed.schedules import sync_run_tags, sync_successor_on_interruption
+from ddb_athena.streamed.schedules import sync_run_tags, sync_successor_on_interruption, upkeep_when_due
 from ddb_athena_tests.books_and_orders import books_every_minute
 from ddb_athena_tests.dagster_helpers import add_run, fail, start
 
@@ -142,3 +143,39 @@ def test_an_interrupted_sync_run_has_its_successor_launched_at_once_and_only_onc
         assert request.tags == sync_run_tags(sync_settings())  # a sync run as the schedule launches them
         add_run(instance)  # the successor, on its way
         assert isinstance(successor_tick(instance), SkipReason)
+
+
+def upkeep_tick(instance, counted_from: dict[str, float] | None, maintenance_interval_minutes: float = 15):
+    """The upkeep sensor's look with `counted_from` as its cursor: (its runs requested by job, its new cursor)."""
+    import json
+
+    sync = settings_from(Settings.from_env(), maintenance_interval_minutes=maintenance_interval_minutes)
+    cursor = json.dumps(counted_from) if counted_from is not None else None
+    with build_sensor_context(instance=instance, resources={"sync": sync}, cursor=cursor) as context:
+        result = upkeep_when_due(context)
+    return {request.job_name: request for request in result.run_requests}, json.loads(result.cursor)
+
+
+def test_each_tables_upkeep_run_is_launched_every_maintenance_interval_on_spot_and_never_two_at_once():
+    streamed = [name for name, table in declared_tables().items() if table.kind == "streamed"]
+    with instance_for_test() as instance:
+        now = time.time()
+        requested, cursor = upkeep_tick(instance, None)
+        # First seen now: the first runs one interval later, not at every restart of a new deployment's daemon.
+        assert requested == {} and set(cursor) == set(streamed) and all(now <= since <= time.time() for since in cursor.values())
+
+        requested, cursor = upkeep_tick(instance, {**cursor, "books": now - 14 * 60})
+        assert requested == {}
+        requested, cursor = upkeep_tick(instance, {**cursor, "books": now - 15 * 60})
+        assert set(requested) == {"books_upkeep"} and cursor["books"] >= now
+        assert requested["books_upkeep"].tags == capacity_tags(sync_settings().run_capacity)  # Spot, as the sync
+
+        # A run still on its way or running: none beside it; the next look after it ends launches one.
+        running = start(instance, add_run(instance, "books_upkeep", status=DagsterRunStatus.STARTED))
+        requested, kept = upkeep_tick(instance, {**cursor, "books": now - 20 * 60})
+        assert requested == {} and kept["books"] == now - 20 * 60
+        fail(instance, running)
+        # The interval is read at each look (the environment's setting, not the code's).
+        assert upkeep_tick(instance, {**cursor, "books": now - 3 * 60})[0] == {}
+        requested, _ = upkeep_tick(instance, {**cursor, "books": now - 3 * 60}, maintenance_interval_minutes=2)
+        assert set(requested) == {"books_upkeep"}

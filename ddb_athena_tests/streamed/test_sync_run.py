@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
-from ddb_athena.lake.maintenance import CompactionResult, MaintenanceResult, MaintenanceState, TableFiles
+from ddb_athena.lake.maintenance import CompactionResult, MaintenanceState
 from ddb_athena.streamed.cycle import CycleOutcome
 from ddb_athena.streamed.sync_run import SyncCadence, SyncRun
 from ddb_athena_tests.fake_clock import FakeClock
@@ -12,22 +12,20 @@ CADENCE = SyncCadence(
     interval_seconds=10,
     longest_interval_seconds=20,
     table_checks_every_cycles=3,
-    maintenance_interval=timedelta(minutes=15),
-    orphan_sweep_interval=timedelta(hours=24),
+    tombstone_pruning_interval=timedelta(hours=24),
 )
-FILES = TableFiles(data_files=1, delete_files=0, files_bytes=1, metadata_files=1, snapshots=1)
 
 
 class Script:
     """The syncer, checks and upkeep a SyncRun drives, answering as told and keeping what it was asked."""
 
-    def __init__(self, clock: FakeClock, maintained_at: datetime | None = T0):
-        self.clock, self.maintained_at = clock, maintained_at
+    def __init__(self, clock: FakeClock, tombstones_pruned_at: datetime | None = T0):
+        self.clock, self.tombstones_pruned_at = clock, tombstones_pruned_at
         self.next: list[CycleOutcome] = []
         self.checks: list[tuple] = []
         self.upkeep: list[str] = []
-        # Whether the table's files call for compaction, at each of the next asks (after those: no).
-        self.compaction_due: list[bool] = []
+        # Which of the table's and its tombstones' files call for compaction, at each of the next asks (after those: none).
+        self.compaction_due: list[tuple[str, ...]] = []
 
     def cycle(self, batch: str, bootstrap: bool = False) -> CycleOutcome:
         self.clock.sleep(3)
@@ -39,15 +37,15 @@ class Script:
 
     def state(self) -> MaintenanceState:
         self.upkeep.append("state")
-        return MaintenanceState(self.maintained_at, None)
+        return MaintenanceState(T0, None, self.tombstones_pruned_at)
 
-    def maintain(self, now: datetime, remove_orphans: bool) -> MaintenanceResult:
-        self.upkeep.append(f"maintain sweep={remove_orphans}")
-        return MaintenanceResult(FILES, FILES, 0, 0, 0, 0, None, 0)
+    def prune_tombstones(self, now: datetime) -> int:
+        self.upkeep.append(f"prune at {now:%H:%M}")
+        return 2
 
-    def compact(self) -> CompactionResult | None:
+    def compact(self) -> dict[str, CompactionResult]:
         self.upkeep.append("asked to compact")
-        return CompactionResult(4, 1) if self.compaction_due and self.compaction_due.pop(0) else None
+        return {table: CompactionResult(4, 1) for table in (self.compaction_due.pop(0) if self.compaction_due else ())}
 
 
 def merged(**source) -> CycleOutcome:
@@ -96,22 +94,36 @@ def test_the_checks_list_s3_every_few_merges_and_at_once_when_behind_or_quaranti
     ]
 
 
-def test_upkeep_reads_the_tables_state_once_compacts_when_its_files_call_for_it_and_maintains_when_due():
-    script, wall = Script(FakeClock(), maintained_at=T0 - timedelta(minutes=10)), [T0]
+def test_upkeep_reads_the_tables_state_once_compacts_when_files_call_for_it_and_prunes_tombstones_once_a_day():
+    script, wall = Script(FakeClock(), tombstones_pruned_at=T0 - timedelta(hours=23, minutes=55)), [T0]
     run = a_run(script, wall)
     script.next = [merged() for _ in range(5)] + [IDLE]
-    script.compaction_due = [False, True, False, False]
+    script.compaction_due = [(), ("lake.books", "lake.books_tombstones"), (), ()]
     quiet = run.cycle("b0")  # the files do not call for it
     wall[0] = T0 + timedelta(minutes=1)
     compacted = run.cycle("b1")
     wall[0] = T0 + timedelta(minutes=3)
     run.cycle("b2")
     wall[0] = T0 + timedelta(minutes=5)
-    maintained = run.cycle("b3")  # 15 minutes since the table was last maintained (it compacts too); never swept for orphans
+    pruned = run.cycle("b3")  # a day since the tombstones were last looked at: that cycle's upkeep
     wall[0] = T0 + timedelta(minutes=6)
     run.cycle("b4")
     wall[0] = T0 + timedelta(minutes=30)
     run.cycle("b5")  # idle: no upkeep
-    assert script.upkeep == ["state", "asked to compact", "asked to compact", "asked to compact", "maintain sweep=True", "asked to compact"]
-    assert compacted.messages == ["Compaction: 4 data files rewritten into 1, 0 delete files merged"] and maintained.maintenance is not None
-    assert quiet.messages == [] and not script.compaction_due
+    # No expiry, no orphan sweep: those are the upkeep runs', beside the loop.
+    assert script.upkeep == ["state", "asked to compact", "asked to compact", "asked to compact", "prune at 12:05", "asked to compact"]
+    assert compacted.messages == [
+        "Compaction of lake.books: 4 data files rewritten into 1, 0 delete files merged",
+        "Compaction of lake.books_tombstones: 4 data files rewritten into 1, 0 delete files merged",
+    ]
+    assert pruned.pruned_tombstones == 2 and pruned.messages == ["Tombstones past their retention pruned: 2"]
+    assert quiet.messages == [] and quiet.pruned_tombstones is None and not script.compaction_due
+
+
+def test_a_table_whose_tombstones_were_never_looked_at_prunes_them_at_its_first_merge():
+    script, wall = Script(FakeClock(), tombstones_pruned_at=None), [T0]
+    run = a_run(script, wall)
+    script.next = [merged(), merged()]
+    first, second = run.cycle("b0"), run.cycle("b1")
+    assert first.pruned_tombstones == 2 and second.pruned_tombstones is None
+    assert script.upkeep == ["state", "prune at 12:00", "asked to compact"]
