@@ -209,7 +209,14 @@ def test_a_code_location_of_other_tables_than_books_and_orders_loads_and_names_e
         assert defined | {"package": None} == exported | {"package": None}
         return
     streamed = {
-        "jobs": ["ledger_entries_bootstrap", "ledger_entries_key_parity", "ledger_entries_maintenance", "ledger_entries_source_cleanup", "ledger_entries_upkeep", "streamed_sync"],
+        "jobs": [
+            "ledger_entries_bootstrap",
+            "ledger_entries_key_parity",
+            "ledger_entries_maintenance",
+            "ledger_entries_source_cleanup",
+            "ledger_entries_upkeep",
+            "streamed_sync",
+        ],
         "schedules": ["ledger_entries_key_parity_daily", "streamed_every_minute"],
         "assets": ["ledger_entries_iceberg", "ledger_entries_source"],
         "checks": [
