@@ -474,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="1,10,100,230", help="writes a second, comma-separated")
     parser.add_argument("--intervals", default="10,20,30,60,120", help="seconds between cycles, comma-separated")
-    parser.add_argument("--minutes", type=float, default=30.0, help="measured per cell after its warm-up (at least 10 cycles); 30 holds two maintenance passes")
+    parser.add_argument("--minutes", type=float, default=30.0, help="measured per cell after its warm-up (at least 10 cycles); 60 holds every pass of an hour")
     parser.add_argument("--warm-up-minutes", type=float, default=1.0)
     parser.add_argument("--initial-books", type=int, default=1_000_000, help="1 GB of ~1 KB items")
     parser.add_argument("--summary-bytes", type=int, default=700)
