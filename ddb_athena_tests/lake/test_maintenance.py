@@ -258,8 +258,7 @@ def test_expiry_and_the_orphan_sweep_commit_beside_a_writer_between_its_take_and
     MainMovedError, no redo) and nothing it wrote is lost. A compaction there would cost the writer its cycle."""
     files = ChangeFiles(spark, settings)
     tables = (files.table, tombstone_table(files.table))
-    for number in range(3):
-        files.merge([files.write(change(number + 1, f"old{number}", "INSERT"))])
+    files.merge([files.write(*(change(number + 1, f"old{number}", "INSERT") for number in range(3)))])
     old = plant_file(spark, files.table, "left-by-a-crashed-writer.parquet", age_days=5)
     writer = WriterBranch(lambda: spark, "lake", tables, "live", 2, carried=(STREAM_POSITIONS_PROPERTY,))
     writer.take_all()
@@ -284,7 +283,7 @@ def test_expiry_and_the_orphan_sweep_commit_beside_a_writer_between_its_take_and
     assert (trimmed.rewritten_data_files, trimmed.pruned_tombstones) == (0, None)  # no compaction, no pruning
     for table in tables:
         writer.publish(table)  # no MainMovedError
-    assert files.names() == {"old1": "old1@2", "old2": "old2@3", "new": "new@10"}
+    assert files.names() == {"old1": "old1@2", "old2": "old2@3", "new": "new@10"}, "nothing the writer merged is lost"
     assert maintenance_state(spark, files.table).orphans_removed_at == a_day_later
 
     # The contrast: a compaction committed to main in the same place moves main, and the writer redoes its cycle.
