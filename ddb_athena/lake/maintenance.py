@@ -25,6 +25,12 @@ MIN_SNAPSHOT_RETENTION = timedelta(hours=1)
 MIN_ORPHAN_AGE = timedelta(days=1)
 # What compaction aims at per data file (Iceberg's default is 512 MB: too big for a small, busy table).
 TARGET_FILE_BYTES = 128 * 1024 * 1024
+# Only files under this share of the target are rewritten for their size (Iceberg's default, 3/4, took in the files
+# its own rewrite leaves: a table's bytes split evenly over its output files leave them all under 3/4 of the target
+# unless the table is a multiple of it, so a 1 GB table was rewritten whole at every compaction, ~50 s within half a
+# vCPU); and none for being big (a reader splits a big file at its 128 MB split size anyway).
+SMALL_FILE_SHARE = 4
+NEVER_TOO_BIG_BYTES = 2**50
 
 
 # What expiry never loses: the epoch of the newest writer (which refuses an older writer's take) and the stream
@@ -89,6 +95,8 @@ class CompactionResult:
     added_data_files: int
     # Position delete files merged into fewer (without rewriting the data files they apply to).
     rewritten_delete_files: int = 0
+    # The table's data files once compacted: the next compaction is due that many files later.
+    data_files_after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -106,14 +114,15 @@ class TableTotals:
         names = ("total-data-files", "total-delete-files", "total-records", "total-position-deletes", "total-files-size")
         return cls(*(int(summary.get(name, 0)) for name in names))
 
-    @property
-    def surplus_data_files(self) -> int:
-        """Data files beyond what the table's size needs at TARGET_FILE_BYTES each: every sync commit adds a small one."""
-        return self.data_files - max(1, math.ceil(self.files_bytes / TARGET_FILE_BYTES))
+    def surplus_data_files(self, settled: int | None = None) -> int:
+        """Data files beyond the `settled` count (what the table held after its last compaction: files it leaves, near
+        their target size, are no surplus), or, unknown, beyond what its size needs at TARGET_FILE_BYTES each: every
+        sync commit adds a small one."""
+        return self.data_files - (settled if settled is not None else max(1, math.ceil(self.files_bytes / TARGET_FILE_BYTES)))
 
-    def compaction_due(self, file_threshold: int) -> bool:
+    def compaction_due(self, file_threshold: int, settled: int | None = None) -> bool:
         """Whether a reader now opens `file_threshold` delete files, or as many data files more than it needs."""
-        return self.delete_files >= file_threshold or self.surplus_data_files >= file_threshold
+        return self.delete_files >= file_threshold or self.surplus_data_files(settled) >= file_threshold
 
 
 def table_totals(spark: SparkSession, target: str) -> TableTotals:
@@ -138,7 +147,8 @@ def compact(spark: SparkSession, catalog: str, target: str) -> CompactionResult:
     rewrite = spark.sql(
         f"CALL {catalog}.system.rewrite_data_files(table => '{table}', options => map("
         f"'min-input-files', '2', 'delete-file-threshold', '{1 if rewrite_deleted else _NEVER}', 'remove-dangling-deletes', 'true', "
-        f"'target-file-size-bytes', '{TARGET_FILE_BYTES}'))"
+        f"'target-file-size-bytes', '{TARGET_FILE_BYTES}', 'min-file-size-bytes', '{TARGET_FILE_BYTES // SMALL_FILE_SHARE}', "
+        f"'max-file-size-bytes', '{NEVER_TOO_BIG_BYTES}'))"
     ).collect()[0]
     merged_deletes = 0
     # Merged when there are several; after the data they applied to was rewritten, rewritten to drop them (Iceberg's
@@ -146,18 +156,23 @@ def compact(spark: SparkSession, catalog: str, target: str) -> CompactionResult:
     if totals.delete_files > 1 or (rewrite_deleted and totals.delete_files):
         deletes = spark.sql(f"CALL {catalog}.system.rewrite_position_delete_files(table => '{table}', options => map('rewrite-all', 'true'))").collect()[0]
         merged_deletes = deletes["rewritten_delete_files_count"]
-    return CompactionResult(rewrite["rewritten_data_files_count"], rewrite["added_data_files_count"], merged_deletes)
+    after = table_totals(spark, target).data_files
+    return CompactionResult(rewrite["rewritten_data_files_count"], rewrite["added_data_files_count"], merged_deletes, after)
 
 
 def compact_if_due(
-    spark: SparkSession, catalog: str, target: str, file_threshold: int, before_rewrite: Callable[[], None] = lambda: None
+    spark: SparkSession,
+    catalog: str,
+    target: str,
+    file_threshold: int,
+    before_rewrite: Callable[[], None] = lambda: None,
+    settled: int | None = None,
 ) -> CompactionResult | None:
     """Compaction only (no expiry, no orphan listing) once the table's readers open `file_threshold` files more than
-    they need (TableTotals.compaction_due); None when not due. The sync run asks after every merge: between
-    maintenances, a busy table is compacted often, a quiet one not at all. Its tombstones, read only by the sync's own
-    lookup of the batch's newest sequence numbers (which skips older files by their bounds), wait for maintenance.
-    `before_rewrite` raises when this writer may no longer commit to `main`."""
-    if not table_totals(spark, target).compaction_due(file_threshold):
+    they need, or than the `settled` count its last compaction left (TableTotals.compaction_due); None when not due.
+    The sync run asks after every merge, for the table and its tombstones: a busy table is compacted often, a quiet
+    one not at all. `before_rewrite` raises when this writer may no longer commit to `main`."""
+    if not table_totals(spark, target).compaction_due(file_threshold, settled):
         return None
     before_rewrite()
     return compact(spark, catalog, target)

@@ -10,7 +10,7 @@ quarantine every time, the checks that read the table every few cycles.
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from dagster import (
@@ -154,6 +154,8 @@ class StreamedUpkeep:
     table: TableDeclaration
     before_write: Callable[[], None] = lambda: None
     writer: WriterBranch | None = None
+    # By table, its data files after this run's last compaction of it (files left near their target are no surplus).
+    settled: dict[str, int] = field(default_factory=dict)
 
     @property
     def _target(self) -> str:
@@ -175,9 +177,11 @@ class StreamedUpkeep:
         self.before_write()
         compacted = {}
         for table in (self._target, tombstone_table(self._target)):
-            result = compact_if_due(self.spark.spark_session, self.spark.catalog, table, self.sync.compaction_file_threshold, before_rewrite=self._check_fence)
+            threshold = self.sync.compaction_file_threshold
+            result = compact_if_due(self.spark.spark_session, self.spark.catalog, table, threshold, self._check_fence, self.settled.get(table))
             if result is not None:
                 compacted[table] = result
+                self.settled[table] = result.data_files_after
         if compacted and self.writer is not None:
             for table in self.writer.tables:
                 self.writer.follow_main(table)

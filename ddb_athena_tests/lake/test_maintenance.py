@@ -93,7 +93,7 @@ def test_the_sync_compacts_once_readers_open_the_threshold_of_files_counted_from
     counted = _files(spark, files.table)
     # The summary says what the table's files say, without reading a manifest.
     assert (totals.data_files, totals.delete_files, totals.records, totals.position_deletes) == (counted[0], counted[1], 13, 3)
-    assert totals.surplus_data_files == 3 and totals.compaction_due(3) and not totals.compaction_due(4)
+    assert totals.surplus_data_files() == 3 and totals.compaction_due(3) and not totals.compaction_due(4)
 
     assert compact_if_due(spark, "lake", files.table, file_threshold=4) is None  # not due yet
     assert _files(spark, files.table) == counted
@@ -106,6 +106,30 @@ def test_the_sync_compacts_once_readers_open_the_threshold_of_files_counted_from
 
 def test_table_totals_of_a_summary_without_them_call_for_no_compaction():
     assert not TableTotals.of({}).compaction_due(2)
+
+
+def test_after_a_compaction_the_files_it_left_are_no_surplus():
+    """A 10 GB table compacted into 85 files of ~120 MB needs 80 by its size: counted from its size alone, it would be
+    due at every cycle, each compaction rewriting nothing."""
+    totals = TableTotals(data_files=85 + 3, delete_files=1, records=10**7, position_deletes=0, files_bytes=10 * 1024**3)
+    assert totals.compaction_due(8) and not totals.compaction_due(8, settled=85) and totals.compaction_due(3, settled=85)
+
+
+def test_compaction_leaves_files_near_their_target_size_and_packs_the_small_ones(spark, settings, monkeypatch):
+    """Iceberg's default takes every file under 3/4 of the target: the files its own rewrite leaves (a table's bytes
+    split evenly over them) were rewritten again at every compaction, a 1 GB table whole each time."""
+    from ddb_athena.lake import maintenance
+
+    files = ChangeFiles(spark, settings)
+    files.merge([files.write(*[change(i, f"k{i:04}", "INSERT") for i in range(2000)])])
+    ((medium, size),) = spark.sql(f"SELECT file_path, file_size_in_bytes FROM {files.table}.files").collect()
+    monkeypatch.setattr(maintenance, "TARGET_FILE_BYTES", int(size * 1.6))  # the file is at 5/8 of the target
+    for number in range(2):
+        files.merge([files.write(change(3000 + number, f"small{number}", "INSERT"))])
+    done = compact(spark, "lake", files.table)
+    assert (done.rewritten_data_files, done.added_data_files, done.data_files_after) == (2, 1, 2)
+    assert medium in {row[0] for row in spark.sql(f"SELECT file_path FROM {files.table}.files").collect()}
+    assert spark.table(files.table).count() == 2002
 
 
 def test_the_tombstone_table_is_compacted_and_expired_with_its_table(spark, settings):
