@@ -24,9 +24,7 @@ def maintain(
         spark.spark_session,
         spark.catalog,
         target,
-        snapshot_retention=sync.snapshot_retention_of(table),
-        retain_last=sync.snapshot_retain_last,
-        orphan_age=sync.orphan_file_age,
+        **_retentions(sync, table),
         tombstone_retention=timedelta(days=sync.tombstone_retention_days) if with_tombstones else None,
         remove_orphans=remove_orphans,
         writer=writer,
@@ -43,12 +41,15 @@ def trim(spark: IcebergSparkResource, sync: SyncSettings, table: TableDeclaratio
         spark.spark_session,
         spark.catalog,
         target,
-        snapshot_retention=sync.snapshot_retention_of(table),
-        retain_last=sync.snapshot_retain_last,
-        orphan_age=sync.orphan_file_age,
+        **_retentions(sync, table),
         with_tombstones=table.kind == "streamed",
         now=now,
         remove_orphans=remove_orphans,
     )
     record_maintained(spark.spark_session, target, result, now)
     return result
+
+
+def _retentions(sync: SyncSettings, table: TableDeclaration) -> dict:
+    """What expiry and the orphan sweep keep: the table's declared snapshot retention, else the sync resource's."""
+    return {"snapshot_retention": sync.snapshot_retention_of(table), "retain_last": sync.snapshot_retain_last, "orphan_age": sync.orphan_file_age}
