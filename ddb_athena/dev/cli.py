@@ -98,7 +98,7 @@ def _simulate(args, settings: Settings) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        counts = simulator.run(args.rate, args.duration, should_stop=stop.is_set)
+        counts = simulator.run(args.rate, args.duration, should_stop=stop.is_set, operations=args.operations)
     except KeyboardInterrupt:
         counts = simulator.counts
     print(" ".join(f"{name}={count}" for name, count in counts.items()), flush=True)
@@ -209,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate = commands.add_parser("simulate", help="write book inserts, updates and deletes (and orders)")
     simulate.add_argument("--rate", type=float, default=2.0, help="operations per second")
     simulate.add_argument("--duration", type=float, default=None, help="seconds (default: until stopped)")
+    simulate.add_argument("--operations", type=int, default=None, help="stop after this many writes (default: no limit)")
     simulate.add_argument("--seed", type=int, default=None, help="random seed, for repeatable traffic")
     simulate.add_argument("--books-only", action="store_true", help="books alone: no orders, no seeded table")
     simulate.set_defaults(handler=_simulate)
@@ -343,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "rate", 1) <= 0:
         parser.error("--rate must be positive")
+    if getattr(args, "operations", None) is not None and args.operations <= 0:
+        parser.error("--operations must be positive")
     if not hasattr(args, "url"):
         return args.handler(args, Settings.from_env())
     from dagster_graphql import DagsterGraphQLClientError

@@ -236,13 +236,15 @@ class BookSimulator:
         self.counts[action] += 1
         return action
 
-    def run(self, rate: float, duration: float | None, should_stop=lambda: False) -> dict[str, int]:
-        """`rate` operations per second for `duration` seconds (None: until stopped)."""
+    def run(self, rate: float, duration: float | None, should_stop=lambda: False, operations: int | None = None) -> dict[str, int]:
+        """`rate` operations per second for `duration` seconds, or until `operations` were written (None: until stopped)."""
         interval = 1.0 / rate
         started = time.monotonic()
         next_at = started
-        while (duration is None or time.monotonic() - started < duration) and not should_stop():
+        written = 0
+        while (duration is None or time.monotonic() - started < duration) and (operations is None or written < operations) and not should_stop():
             self.step()
+            written += 1
             next_at += interval
             time.sleep(max(0.0, next_at - time.monotonic()))
         return self.counts
