@@ -114,7 +114,7 @@ bench-sync-capacity: install
 bench-cost: install
 	$(BIN)/python -m ddb_athena_bench.cost --rates $${RATES:-1,10,100,230} --intervals $${INTERVALS:-10,20,30,60,120} --minutes $${MINUTES:-30} \
 		$${VCPU:+--vcpu $$VCPU} $${MEMORY_GB:+--memory-gb $$MEMORY_GB} $${SPARK_MEMORY:+--spark-memory $$SPARK_MEMORY} $${WRITE_DOCS:+--write-docs} $${DOCS_ONLY:+--docs-only} \
-		--tables-beside $${TABLES_BESIDE:-0} --beside-rate $${BESIDE_RATE:-2}
+		--tables-beside $${TABLES_BESIDE:-0} --beside-rate $${BESIDE_RATE:-2} $${BESIDE_INTERVAL:+--beside-interval $$BESIDE_INTERVAL}
 
 # How fast this host is now: the CPU seconds of fixed Python and Spark work. Run it before and after each cell of a
 # before/after (A B B A): the same code measures a third slower on a slow hour here. ROUNDS warm Spark rounds.

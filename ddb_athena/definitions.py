@@ -17,20 +17,22 @@ from ddb_athena.lib.settings import Settings
 from ddb_athena.resources import resources_from_settings
 from ddb_athena.streamed.assets import SYNC_ASSETS
 from ddb_athena.streamed.checks import CHECKS
-from ddb_athena.streamed.jobs import JOBS, sync_job
+from ddb_athena.streamed.jobs import JOBS, sync_job, upkeep_job
 from ddb_athena.streamed.schedules import KEY_PARITY_SCHEDULES, sync_every_minute, sync_successor_on_interruption, upkeep_when_due
 
 TABLE_CHECKS = [*CHECKS.values(), *EXPORTED_CHECKS.values()]
 FRESHNESS = [checks.freshness_bound for checks in TABLE_CHECKS]
 # Without a streamed table there is nothing to sync.
-SYNC_JOBS, SYNC_SCHEDULES, SYNC_SENSORS = ([sync_job], [sync_every_minute], [sync_successor_on_interruption, upkeep_when_due]) if SYNC_ASSETS else ([], [], [])
+SYNC_JOBS, SYNC_SCHEDULES, SYNC_SENSORS = (
+    ([sync_job, upkeep_job], [sync_every_minute], [sync_successor_on_interruption, upkeep_when_due]) if SYNC_ASSETS else ([], [], [])
+)
 
 defs = Definitions(
     assets=[*SYNC_ASSETS.values(), *(asset for assets in EXPORTED.values() for asset in (assets.export, assets.athena))],
     asset_checks=[check for checks in TABLE_CHECKS for check in checks.all],
     jobs=[
         *SYNC_JOBS,
-        *(job for jobs in JOBS.values() for job in (jobs.bootstrap, jobs.key_parity, jobs.upkeep, jobs.maintenance)),
+        *(job for jobs in JOBS.values() for job in (jobs.bootstrap, jobs.key_parity, jobs.maintenance)),
         *SOURCE_CLEANUPS.values(),
         *EXPORT_CLEANUPS.values(),
         *DAILY_JOBS.values(),

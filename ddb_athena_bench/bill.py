@@ -316,14 +316,15 @@ def bill(measurement: dict, task: Task, capture: str = "run") -> Bill:
     )
     upkeep = measurement.get("upkeep_run")
     if upkeep is not None:
-        # Each streamed table's upkeep run (expiry, orphans: beside the sync) every maintenance interval, on Spot.
-        runs = streamed_tables(measurement) * SECONDS_A_MONTH / (measurement["maintenance_interval_minutes"] * 60)
-        work = UPKEEP_SPARK_START_SECONDS + upkeep["seconds"]
+        # One upkeep run for every streamed table (expiry, orphans: beside the sync) every maintenance interval, on Spot:
+        # a pass each, books' measured (a small table's is no longer: the same snapshots, fewer files).
+        runs = SECONDS_A_MONTH / (measurement["maintenance_interval_minutes"] * 60)
+        work = UPKEEP_SPARK_START_SECONDS + upkeep["seconds"] * streamed_tables(measurement)
         result.add(
             "upkeep runs' tasks",
             short_tasks_usd(RUN_TASK, runs, work, price("fargate_spot_share")),
             f"{runs:,.0f} tasks of {RUN_TASK.label} on Spot, {billed_task_seconds(work):.0f} s each with their address (a start of "
-            f"{TASK_START_SECONDS:g} s and the SparkSession's {UPKEEP_SPARK_START_SECONDS:g} s modelled, the pass measured)",
+            f"{TASK_START_SECONDS:g} s and the SparkSession's {UPKEEP_SPARK_START_SECONDS:g} s modelled, a pass measured per table)",
         )
     result.add("freshness checks", 0.0, "evaluated by the daemon's sensor from the sync's own records: no run, no task")
     result.not_on_aws = {line: count * factor for line, count in not_on_aws.items()}
@@ -337,7 +338,7 @@ PRICED_RUNS = {
     "_sync": "the task, always on (its successor's task beside it at the hourly handover, "
     f"{HANDOVER_OVERLAP_SECONDS:.0f} s an hour, and at each Spot interruption: sync_successor_on_interruption)",
     "_key_parity": "key parity runs' tasks (a daily schedule per streamed table)",
-    "_upkeep": "upkeep runs' tasks (the upkeep_when_due sensor, every maintenance interval per streamed table)",
+    "_upkeep": "upkeep runs' tasks (the upkeep_when_due sensor, one run for every streamed table each maintenance interval)",
     "_source_cleanup": "cleanup runs' tasks: with the capture Lambda only (the sync's own capture keeps its change files on its disk)",
     "_daily": "orders' daily export and load: cost-orders-and-alternatives.md",
     "_export_cleanup": "orders' daily export and load: cost-orders-and-alternatives.md (one cleanup a day)",

@@ -274,7 +274,7 @@ def marginal(cells: list[dict]) -> str:
     further streamed table in the same run (its commits, stream reads, checks, upkeep and lease; the task is shared)."""
     alone = {_cell_key(cell)[:4]: cell for cell in cells if billing.streamed_tables(cell) == 1}
     lines = [
-        "| books writes/s | interval s | task | tables beside (writes/s each) | p95 freshness of books s: alone / with them "
+        "| books writes/s | interval s | task | tables beside (writes/s each, their interval s) | p95 freshness of books s: alone / with them "
         "| S3 PUT / GET a cycle: alone / with them | USD a month, Graviton on demand: alone / with them | **each table beside** | measured |",
         "| ---: | ---: | --- | --- | --- | --- | --- | ---: | --- |",
     ]
@@ -286,8 +286,9 @@ def marginal(cells: list[dict]) -> str:
         option = "on demand, Graviton"
         first, more = cell_bill(base).total(option), cell_bill(cell).total(option)
         requests = [_requests_a_cycle(measured) for measured in (base, cell)]
+        beside_interval = beside[0].get("interval_seconds", cell["interval_seconds"])
         lines.append(
-            f"| {cell['rate']:g} | {cell['interval_seconds']:g} | {cell_bill(cell).task.label} | {len(beside)} ({beside[0]['rate']:g}) "
+            f"| {cell['rate']:g} | {cell['interval_seconds']:g} | {cell_bill(cell).task.label} | {len(beside)} ({beside[0]['rate']:g}, {beside_interval:g}) "
             f"| {base['freshness_seconds']['p95']:.1f} / {cell['freshness_seconds']['p95']:.1f} "
             f"| {requests[0][0]:.1f} / {requests[0][1]:.1f}, {requests[1][0]:.1f} / {requests[1][1]:.1f} "
             f"| {first:.2f} / {more:.2f} | **{(more - first) / len(beside):.2f}** | {cell['minutes']:.0f} min each, {cell['measured_at'][:10]} |"
@@ -484,6 +485,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spark-memory", default=DEFAULT_SPARK_MEMORY, help="the JVM's heap (spark.driver.memory)")
     parser.add_argument("--tables-beside", default="0", help="small streamed tables synced beside books, comma-separated counts (0,3: alone, then with three)")
     parser.add_argument("--beside-rate", type=float, default=2.0, help="writes a second to each table beside books")
+    parser.add_argument(
+        "--beside-interval", type=float, default=None, help="each table beside books declared with this merge_interval_seconds (default: the run's)"
+    )
     parser.add_argument("--write-docs", action="store_true", help="write docs/cost.md from every cell measured so far")
     parser.add_argument("--docs-only", action="store_true", help="measure nothing: write docs/cost.md from the saved cells")
     arguments = parser.parse_args(argv)
@@ -502,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
             created = 0
             for count, rate, interval in [(int(n), r, i) for n in arguments.tables_beside.split(",") for r in rates for i in intervals]:
                 # Each cell's tables beside books are new ones, each with its lease, synced from their first write.
-                tables = small_tables(created + count)[created:]
+                tables = small_tables(created + count, arguments.beside_interval)[created:]
                 created += count
                 beside = [TableBeside(table, arguments.beside_rate, _lease(stack, sync.iceberg_table_of(table)).check) for table in tables]
                 minutes = max(arguments.minutes, 10 * interval / 60)

@@ -34,12 +34,12 @@ import psutil
 
 from ddb_athena.dev.local_stack import create_dynamodb_table
 from ddb_athena.dev.simulate import BookSimulator, SeededTraffic, book_item, seed_items
-from ddb_athena.lib.declarations import TableDeclaration, declared
+from ddb_athena.lib.declarations import FRESHNESS_INTERVALS, TableDeclaration, declared
 from ddb_athena.lib.settings import Settings
 from ddb_athena.resources import resources_from_settings
 from ddb_athena.streamed.assets import StreamedUpkeep, stream_syncer, sync_cadence, writer_branch_of
 from ddb_athena.streamed.check_results import cycle_check_results
-from ddb_athena.streamed.sync_run import SyncRun
+from ddb_athena.streamed.sync_run import SyncRun, table_cadences
 from ddb_athena_bench.freshness import OUT, _percentile, local_stack
 from ddb_athena_bench.memory_dynamodb import MemoryDynamoDB
 from ddb_athena_bench.sync_cpu import _children_cpu, _cpu
@@ -156,11 +156,21 @@ def table_run(stack: CapacityStack, table: TableDeclaration, clients, before_wri
     return SyncRun(syncer, sync_cadence(sync, interval), checks=checks, upkeep=upkeep), upkeep
 
 
-def small_tables(count: int) -> list[TableDeclaration]:
-    """`count` small streamed tables shaped as the reviews declaration (a composite key): small_1, small_2, ..."""
+def small_tables(count: int, interval: float | None = None) -> list[TableDeclaration]:
+    """`count` small streamed tables shaped as the reviews declaration (a composite key): small_1, small_2, ...; declared
+    with their own merge `interval` (None: the run's) and the freshness bound it needs."""
     reviews = declared("reviews")
+    freshness = max(reviews.freshness, timedelta(seconds=FRESHNESS_INTERVALS * (interval or 0.0)))
     return [
-        replace(reviews, name=name, dynamodb_table=name.replace("_", "-"), dynamodb_table_variable=None, spec=replace(reviews.spec, table=name))
+        replace(
+            reviews,
+            name=name,
+            dynamodb_table=name.replace("_", "-"),
+            dynamodb_table_variable=None,
+            spec=replace(reviews.spec, table=name),
+            merge_interval_seconds=interval,
+            freshness=freshness,
+        )
         for name in (f"small_{number}" for number in range(1, count + 1))
     ]
 
@@ -181,7 +191,7 @@ class TableBeside:
         create_dynamodb_table(dynamodb, name, self.table)
         traffic = SeededTraffic(dynamodb, self.table, name, seed_items("reviews"), random.Random(name))
         traffic.seed()
-        run, _ = table_run(stack, self.table, stack.resources["aws"], self.before_write, interval, instruments)
+        run, _ = table_run(stack, self.table, stack.resources["aws"], self.before_write, self.table.merge_interval_seconds or interval, instruments)
         run.cycle(f"{self.table.name}-bootstrap", bootstrap=True)
         self.load = PacedLoad(traffic, self.rate)
         self.load.start()
@@ -213,7 +223,7 @@ def measure(
 ) -> dict:
     """A sync run's loop (its checks and upkeep between cycles, as in a Dagster run) for `warm_up_minutes`, then
     `minutes` measured, under the simulator's writes at `rate` a second; each cycle also syncs the tables `beside`
-    books, after it (their loads running throughout)."""
+    books that their cadences have due, after it (their loads running throughout), as a sync run does."""
     aws, sync = stack.resources["aws"], stack.resources["sync"]
     table = stack.table
     run, upkeep = table_run(stack, declared("books"), MemoryClients(table, aws), before_write, interval, instruments)
@@ -221,6 +231,8 @@ def measure(
     pass_seconds: dict[str, list[float]] = {"compaction": [], "pruning": []}
     upkeep.compact, upkeep.prune_tombstones = _timed(upkeep.compact, "compaction", pass_seconds), _timed(upkeep.prune_tombstones, "pruning", pass_seconds)
     beside_runs = [other.start(stack, interval, instruments) for other in beside]
+    intervals = [interval, *(other.table.merge_interval_seconds or interval for other in beside)]
+    _, *beside_cadences = table_cadences(intervals, stack.resources["sync"].merge_buffer_changes)
     simulator = BookSimulator(table, sync.dynamodb_tables["books"], rng=stack.rng, summary_bytes=stack.summary_bytes)
     simulator.load_existing_ids()
     gc.freeze()
@@ -247,8 +259,13 @@ def measure(
         if measuring and cpu_at_start is None:
             cpu_at_start = (_cpu(me) - loads_cpu(), _children_cpu(me, excluded), load.writes, cycle_started)
         report = run.cycle(f"cycle-{number}")
-        for other in beside_runs:
-            other.cycle(f"cycle-{number}")
+        for other, cadence in zip(beside_runs, beside_cadences, strict=True):
+            if cadence.due(time.monotonic()):
+                started, other_report = time.monotonic(), None
+                try:
+                    other_report = other.cycle(f"cycle-{number}")
+                finally:
+                    cadence.cycled(started, other_report)
         outcome = report.outcome
         # When the commit was done (the merge's lag is measured then), not after the checks and upkeep that follow.
         merged = outcome.merged
@@ -297,7 +314,10 @@ def measure(
         "achieved_writes_per_second": (load.writes - cpu_at_start[2]) / (elapsed_minutes * 60),
         "minutes": elapsed_minutes,
         "interval_seconds": interval,
-        "tables_beside": [{"table": other.table.name, "rate": other.rate, "writes": other.load.writes} for other in beside],
+        "tables_beside": [
+            {"table": other.table.name, "rate": other.rate, "writes": other.load.writes, "interval_seconds": other.table.merge_interval_seconds or interval}
+            for other in beside
+        ],
         "shards": len(table.describe_stream(table.stream_arn)["StreamDescription"]["Shards"]),
         "summary_bytes": stack.summary_bytes,
         "freshness_seconds": _summary(freshness),

@@ -9,7 +9,7 @@ from ddb_athena.exported.schedules import DAILY_SCHEDULES
 from ddb_athena.lib.declarations import declared
 from ddb_athena.streamed.assets import STREAMED, SYNC_ASSETS
 from ddb_athena.streamed.checks import CHECKS
-from ddb_athena.streamed.jobs import JOBS, sync_job
+from ddb_athena.streamed.jobs import JOBS, sync_job, upkeep_job
 from ddb_athena.streamed.schedules import KEY_PARITY_SCHEDULES, sync_every_minute
 
 BOOKS = STREAMED["books"]
@@ -19,7 +19,7 @@ books_freshness_checks, BOOKS_FRESHNESS = BOOKS_CHECKS.freshness, BOOKS.table.fr
 books_backlog, books_quarantine_empty, books_capture_failures = BOOKS_CHECKS.backlog, BOOKS_CHECKS.quarantine_empty, BOOKS_CHECKS.capture_failures
 books_unique_id, books_row_count_parity, books_files_compact = BOOKS_CHECKS.unique_key, BOOKS_CHECKS.parity, BOOKS_CHECKS.files_compact
 books_bootstrap, books_key_parity, books_maintenance = JOBS["books"].bootstrap, JOBS["books"].key_parity, JOBS["books"].maintenance
-books_upkeep = JOBS["books"].upkeep
+streamed_upkeep = upkeep_job
 books_sync_job, books_every_minute, books_key_parity_daily = sync_job, sync_every_minute, KEY_PARITY_SCHEDULES["books"]
 books_source_cleanup = SOURCE_CLEANUPS["books"]
 BOOKS_WRITER_POOL = declared("books").writer_pool

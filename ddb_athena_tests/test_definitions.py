@@ -44,8 +44,9 @@ def test_every_step_that_writes_a_table_is_in_its_writers_pool_whatever_job_runs
     # (streamed/handover.py) and give way to any run of the pool.
     assert pools_of(defs.resolve_job_def("books_sync")) == {"keep_books_in_sync": None}
     assert pools_of(defs.resolve_job_def("books_maintenance")) == {"maintain_books_table": "books_writer"}
-    # Expiry and orphans need no writer: a pool of their own, one run at a time, which the sync does not give way to.
-    assert pools_of(defs.resolve_job_def("books_upkeep")) == {"trim_books_history": "books_upkeep"}
+    # Expiry and orphans need no writer: a pool of their own per table, which the sync does not give way to; one run
+    # for every streamed table.
+    assert pools_of(defs.resolve_job_def("streamed_upkeep")) == {"trim_books_history": "books_upkeep", "trim_reviews_history": "reviews_upkeep"}
     bootstrap = defs.resolve_job_def("books_bootstrap")
     assert pools_of(bootstrap) == {"sync_books": "books_writer"}
     # Its default run config (the launchpad shows it; a run submitted without one gets it): one bootstrap cycle.
@@ -127,9 +128,9 @@ def test_the_names_an_existing_instance_keeps_its_history_and_cursors_under_stay
         "books_maintenance",
         "books_source_cleanup",
         "books_sync",
-        "books_upkeep",
         "orders_daily",
         "orders_export_cleanup",
+        "streamed_upkeep",
     ]
     assert pinned(schedule.name for schedule in defs.schedules) == ["books_every_minute", "books_key_parity_daily", "orders_daily_schedule"]
     assert sorted(sensor.name for sensor in defs.sensors) == [
@@ -214,8 +215,8 @@ def test_a_code_location_of_other_tables_than_books_and_orders_loads_and_names_e
             "ledger_entries_key_parity",
             "ledger_entries_maintenance",
             "ledger_entries_source_cleanup",
-            "ledger_entries_upkeep",
             "streamed_sync",
+            "streamed_upkeep",
         ],
         "schedules": ["ledger_entries_key_parity_daily", "streamed_every_minute"],
         "assets": ["ledger_entries_iceberg", "ledger_entries_source"],

@@ -16,9 +16,13 @@ from ddb_athena.lake.identifiers import validate_identifier
 from ddb_athena.lake.table_spec import KEY_TRANSFORMS, SOURCE_PROPERTIES, TRANSFORMS, ColumnSpec, TableSpec, tombstone_table
 
 DECLARATIONS_FILE = Path(__file__).resolve().parents[1] / "tables.toml"
-# A sync cycle's interval, the run's or a table's own (lib/settings.py has the default): above a minute the promise of
-# a minute or two, and the 2-minute backlog check, no longer hold.
+# A sync run's cycle interval (lib/settings.py has the default): above a minute the promise of a minute or two, and the
+# 2-minute backlog check, no longer hold.
 MIN_MERGE_INTERVAL_SECONDS, MAX_MERGE_INTERVAL_SECONDS = 1.0, 60.0
+# A table's own interval may be longer, up to Firehose's longest buffering interval, and at most a part of its own
+# freshness bound: its freshness check holds through an interval, its cycle and one cycle missed.
+MAX_TABLE_MERGE_INTERVAL_SECONDS = 900.0
+FRESHNESS_INTERVALS = 2
 # A kind of table -> (its TableSpec source, the suffixes of its two assets and of its S3 prefix).
 KINDS = {"streamed": "stream", "exported": "export"}
 _ASSET_SUFFIXES = {"streamed": ("source", "iceberg"), "exported": ("export", "athena")}
@@ -33,7 +37,8 @@ _FIELDS = {
     "partition_by": 'a list like ["days(created_at)"]',
     "freshness_minutes": "minutes without an update before the freshness check turns red",
     "snapshot_retention_hours": "hours of snapshots kept for readers (at least 1); default the sync resource's",
-    "merge_interval_seconds": f"a streamed table's own sync interval ({MIN_MERGE_INTERVAL_SECONDS:g}-{MAX_MERGE_INTERVAL_SECONDS:g} s); default the run's",
+    "merge_interval_seconds": f"a streamed table's own sync interval ({MIN_MERGE_INTERVAL_SECONDS:g}-{MAX_TABLE_MERGE_INTERVAL_SECONDS:g} s, at most "
+    f"1/{FRESHNESS_INTERVALS} of its freshness_minutes); default the run's",
 }
 _REQUIRED = ("kind", "dynamodb_table", "iceberg_table", "partition_key", "freshness_minutes")
 _KEY_FIELDS = ("attribute", "type", "name", "precision", "scale")
@@ -186,12 +191,15 @@ def declaration(name: str, entry: Any) -> TableDeclaration:
     if interval is not None:
         if kind != "streamed":
             raise _fail(name, "merge_interval_seconds", "only a streamed table is merged every few seconds; an exported one loads once a day")
-        if isinstance(interval, bool) or not isinstance(interval, int | float) or not MIN_MERGE_INTERVAL_SECONDS <= interval <= MAX_MERGE_INTERVAL_SECONDS:
+        bounds = MIN_MERGE_INTERVAL_SECONDS, MAX_TABLE_MERGE_INTERVAL_SECONDS
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or not bounds[0] <= interval <= bounds[1]:
+            raise _fail(name, "merge_interval_seconds", f"expected seconds from {bounds[0]:g} to {bounds[1]:g}, got {interval!r}")
+        if interval * FRESHNESS_INTERVALS > freshness * 60:
             raise _fail(
                 name,
                 "merge_interval_seconds",
-                f"expected seconds from {MIN_MERGE_INTERVAL_SECONDS:g} to {MAX_MERGE_INTERVAL_SECONDS:g} (above a minute its freshness and backlog "
-                f"checks cannot hold), got {interval!r}",
+                f"{interval:g} s is more than 1/{FRESHNESS_INTERVALS} of freshness_minutes ({freshness:g}): its freshness check would turn red "
+                f"between two merges; raise freshness_minutes to {interval * FRESHNESS_INTERVALS / 60:g} or more, or merge more often",
             )
     key = _key_column(name, "partition_key", entry["partition_key"])
     sort_key = _key_column(name, "sort_key", entry["sort_key"]) if "sort_key" in entry else None

@@ -249,7 +249,16 @@ class SyncSettings(ConfigurableResource):
         description="on ECS, the role of the cleanup runs' tasks (the data stack's DagsterCleanupRole: it deletes source files, never a "
         "warehouse file); unset: they take the runs' role",
     )
-    backlog_limit_minutes: float = Field(default=2.0, ge=0, description="oldest unmerged change file allowed, in minutes")
+    backlog_limit_minutes: float = Field(
+        default=2.0, ge=0, description="oldest unmerged change file allowed, in minutes (a table declared with a longer interval: two of them)"
+    )
+    merge_buffer_changes: int = Field(
+        default=1000,
+        ge=1,
+        description="a table declared with a merge interval longer than the run's merges at the run's interval once its changes "
+        "come fast enough to reach this many by then (size or time, whichever first, as Firehose's buffering hints): quiet, it "
+        "commits once its own interval; busy, it is as fresh as the run",
+    )
     run_retention_days: int = Field(
         default=30,
         ge=1,
@@ -325,7 +334,7 @@ class SyncSettings(ConfigurableResource):
     maintenance_interval_minutes: float = Field(
         default=15.0,
         gt=0,
-        description="each streamed table's upkeep run (<table>_upkeep, beside the sync) expires snapshots this often, and "
+        description="the upkeep run (streamed_upkeep, beside the sync) expires every streamed table's snapshots this often, and "
         "removes orphan files when orphan_sweep_interval_hours has gone by",
     )
     orphan_sweep_interval_hours: float = Field(
@@ -400,9 +409,9 @@ class SyncSettings(ConfigurableResource):
     def orphan_file_age(self) -> timedelta:
         return timedelta(days=self.orphan_file_age_days)
 
-    @property
-    def backlog_limit(self) -> timedelta:
-        return timedelta(minutes=self.backlog_limit_minutes)
+    def backlog_limit_of(self, table: TableDeclaration) -> timedelta:
+        """How old an unmerged change of `table` may be: this resource's limit, or two of the table's own intervals."""
+        return max(timedelta(minutes=self.backlog_limit_minutes), timedelta(seconds=2 * (table.merge_interval_seconds or 0.0)))
 
 
 # The fields whose variable holds JSON.

@@ -1,5 +1,5 @@
 """Table upkeep with the sync resource's settings, shared by the sync run (compaction, tombstone pruning), the
-`<table>_upkeep` runs (expiry and orphans, beside the sync), the `<table>_maintenance` job and the orders load."""
+`streamed_upkeep` runs (expiry and orphans, beside the sync), the `<table>_maintenance` job and the orders load."""
 
 from datetime import datetime, timedelta
 

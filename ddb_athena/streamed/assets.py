@@ -47,7 +47,7 @@ from ddb_athena.streamed.check_results import cycle_check_results
 from ddb_athena.streamed.cycle import StreamSync
 from ddb_athena.streamed.handover import waiting_writers
 from ddb_athena.streamed.run_loop import StopRequest, run_cycles
-from ddb_athena.streamed.sync_run import SyncCadence, SyncRun
+from ddb_athena.streamed.sync_run import SyncCadence, SyncRun, TableCadence, table_cadences
 
 
 @dataclass(frozen=True)
@@ -261,13 +261,13 @@ class TableInRun:
         self.target = sync.iceberg_table_of(self.table)
         self.run: SyncRun | None = None
         self._writer: WriterBranch | None = None
-        self._cycle_started: float | None = None
+        # Set by the run, which knows every table's interval (table_cadences).
+        self.cadence: TableCadence | None = None
 
-    def due(self, run_interval: float, at_once: bool = False) -> bool:
-        """Whether the table's own interval has gone by since its last cycle, to within half the run's interval (the
-        run cycles at its shortest table interval: a table of a longer one sits out the cycles in between); every
-        cycle `at_once` (a run riding out ECS's stop: its last commits as late as they can be)."""
-        return at_once or self._cycle_started is None or self._clock() - self._cycle_started >= self.interval - run_interval / 2
+    def due(self, at_once: bool = False) -> bool:
+        """Whether the table's cadence has its next cycle due; every cycle `at_once` (a run riding out ECS's stop: its
+        last commits as late as they can be)."""
+        return self.cadence.due(self._clock(), at_once)
 
     @property
     def held(self) -> bool:
@@ -318,8 +318,11 @@ class TableInRun:
 
     def cycle(self, number: int, bootstrap: bool) -> bool:
         """One cycle of the table, its events logged; whether it found work."""
-        self._cycle_started = self._clock()
-        report = self.run.cycle(f"{self.context.run.run_id}-{number}", bootstrap=bootstrap)
+        started, report = self._clock(), None
+        try:
+            report = self.run.cycle(f"{self.context.run.run_id}-{number}", bootstrap=bootstrap)
+        finally:
+            self.cadence.cycled(started, report)
         for message in report.messages:
             self.context.log.info(message)
         if report.recorded:
@@ -359,8 +362,10 @@ def sync_cycles(
     run_interval = sync.merge_interval_seconds if config.merge_interval_seconds is None else config.merge_interval_seconds
     progress, clock = RunProgress(spark), clock or RUN_CLOCK
     in_run = [TableInRun(context, assets, aws, spark, sync, leases, run_interval, progress, clock) for assets in tables]
-    # The run cycles at its tables' shortest interval; each table merges at its own.
-    interval = min(table.interval for table in in_run)
+    # The run cycles at its tables' shortest interval; each table merges at its own cadence.
+    for table, cadence in zip(in_run, table_cadences([table.interval for table in in_run], sync.merge_buffer_changes), strict=True):
+        table.cadence = cadence
+    interval = in_run[0].cadence.run_interval
     alone = len(in_run) == 1
     waiting = waiting_writers(context.instance, other_than=context.run.run_id) if gives_way else {}
     for table in in_run:
@@ -389,7 +394,7 @@ def sync_cycles(
         for table in in_run:
             writer = waiting.get(table.table.writer_pool)
             # A table another writer waits for is not taken again; one held is given up after its cycle.
-            if (writer is None or table.held) and table.due(interval, at_once=stop.riding_out):
+            if (writer is None or table.held) and table.due(at_once=stop.riding_out):
                 busy |= cycle_table(table, number)
             if writer is not None and table.held:
                 table.give_up(f"run {writer.run_id} ({writer.job_name}) waits to write it")

@@ -40,7 +40,8 @@ def backlog_result(aws: AwsClientsResource, sync: SyncSettings, table: TableDecl
     metadata = {"unmerged_files": len(pending), "oldest_unmerged_seconds": oldest.total_seconds()}
     if stream_lag_seconds is not None:
         metadata["stream_behind_seconds"] = stream_lag_seconds
-    return AssetCheckResult(passed=oldest <= sync.backlog_limit and behind <= sync.backlog_limit, metadata=metadata)
+    limit = sync.backlog_limit_of(table)
+    return AssetCheckResult(passed=oldest <= limit and behind <= limit, metadata=metadata)
 
 
 def quarantine_result(aws: AwsClientsResource, sync: SyncSettings, table: TableDeclaration) -> AssetCheckResult:

@@ -1,15 +1,15 @@
 """The streamed tables' jobs: the long-lived sync of every streamed table (books_sync), and per table the bootstrap
-(recovery from a stream gap), the daily key parity check, the upkeep beside the sync (expiry, orphans) and maintenance
-on demand. Every writer but the sync is in its table's writers' pool (`<name>_writer`), which dagster.yaml limits to
+(recovery from a stream gap), the daily key parity check and maintenance on demand; the upkeep of every streamed table
+beside the sync (expiry, orphans: streamed_upkeep). Every writer but the sync is in its table's writers' pool (`<name>_writer`), which dagster.yaml limits to
 one run at a time; sync runs hand the tables over to each other and give a table up to those (streamed/handover.py).
-The upkeep runs write no row and move no branch: they are in a pool of their own (`<name>_upkeep`), and the sync keeps
+The upkeep runs write no row and move no branch: each table's op is in a pool of its own (`<name>_upkeep`), and the sync keeps
 its table while they run."""
 
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from dagster import AssetSelection, JobDefinition, OpExecutionContext, define_asset_job, job, op
+from dagster import AssetSelection, JobDefinition, OpDefinition, OpExecutionContext, define_asset_job, in_process_executor, job, op
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from ddb_athena.lake.change_merge import table_exists, warm_up
@@ -107,7 +107,6 @@ def sync_job():
 class StreamedJobs:
     bootstrap: UnresolvedAssetJobDefinition
     key_parity: UnresolvedAssetJobDefinition
-    upkeep: JobDefinition
     maintenance: JobDefinition
 
 
@@ -134,31 +133,6 @@ def streamed_jobs(assets: StreamedAssets) -> StreamedJobs:
     )
 
     @op(
-        name=f"trim_{table.name}_history",
-        description=f"Expires the snapshots of <namespace>.{table.iceberg_table} and its tombstones past their retention and, "
-        "once orphan_sweep_interval_hours has gone by, removes their orphan files. Neither changes a row or moves main: it "
-        "runs beside the sync, which keeps the table.",
-        pool=table.upkeep_pool,
-    )
-    def trim_table_history(context: OpExecutionContext, spark: IcebergSparkResource, sync: SyncSettings) -> None:
-        target = sync.iceberg_table_of(table)
-        if not table_exists(spark.spark_session, target):
-            context.log.info(f"{target} does not exist yet (its first sync creates it): nothing to expire")
-            return
-        now = datetime.now(UTC)
-        sweep = maintenance_state(spark.spark_session, target).orphan_sweep_due(timedelta(hours=sync.orphan_sweep_interval_hours), now)
-        result = trim(spark, sync, table, now, remove_orphans=sweep)
-        swept = f", removed {result.orphan_files_removed} orphan files" if sweep else " (no orphan sweep due)"
-        context.log.info(f"Expired {result.expired_snapshots} snapshots of {target}{swept}")
-        context.log_event(maintenance_observation(result, assets))
-        context.log_event(evaluation(files_compact_result(result.after), f"{table.name}_files_compact", assets))
-
-    # Launched every maintenance_interval_minutes by the upkeep_when_due sensor (streamed/schedules.py).
-    @job(name=f"{table.name}_upkeep", description=f"Snapshot expiry and the orphan sweep of <namespace>.{table.iceberg_table}, beside the sync.")
-    def upkeep():
-        trim_table_history()
-
-    @op(
         name=f"maintain_{table.name}_table",
         description=f"Compacts <namespace>.{table.iceberg_table}, expires old snapshots, removes orphan files and prunes old tombstones.",
         pool=table.writer_pool,
@@ -182,7 +156,49 @@ def streamed_jobs(assets: StreamedAssets) -> StreamedJobs:
     def maintenance():
         maintain_table()
 
-    return StreamedJobs(bootstrap, key_parity, upkeep, maintenance)
+    return StreamedJobs(bootstrap, key_parity, maintenance)
 
 
 JOBS = {name: streamed_jobs(assets) for name, assets in STREAMED.items()}
+
+
+def trim_history_op(assets: StreamedAssets) -> OpDefinition:
+    table = assets.table
+
+    @op(
+        name=f"trim_{table.name}_history",
+        description=f"Expires the snapshots of <namespace>.{table.iceberg_table} and its tombstones past their retention and, "
+        "once orphan_sweep_interval_hours has gone by, removes their orphan files. Neither changes a row or moves main: it "
+        "runs beside the sync, which keeps the table.",
+        pool=table.upkeep_pool,
+    )
+    def trim_table_history(context: OpExecutionContext, spark: IcebergSparkResource, sync: SyncSettings) -> None:
+        target = sync.iceberg_table_of(table)
+        if not table_exists(spark.spark_session, target):
+            context.log.info(f"{target} does not exist yet (its first sync creates it): nothing to expire")
+            return
+        now = datetime.now(UTC)
+        sweep = maintenance_state(spark.spark_session, target).orphan_sweep_due(timedelta(hours=sync.orphan_sweep_interval_hours), now)
+        result = trim(spark, sync, table, now, remove_orphans=sweep)
+        swept = f", removed {result.orphan_files_removed} orphan files" if sweep else " (no orphan sweep due)"
+        context.log.info(f"Expired {result.expired_snapshots} snapshots of {target}{swept}")
+        context.log_event(maintenance_observation(result, assets))
+        context.log_event(evaluation(files_compact_result(result.after), f"{table.name}_files_compact", assets))
+
+    return trim_table_history
+
+
+UPKEEP_JOB_NAME = "streamed_upkeep"
+_TRIM_OPS = [trim_history_op(assets) for assets in STREAMED.values()]
+
+
+# Launched every maintenance_interval_minutes by the upkeep_when_due sensor (streamed/schedules.py). One run, one process
+# (in_process: one SparkSession) for every streamed table: on ECS one short task per interval, not one per table.
+@job(
+    name=UPKEEP_JOB_NAME,
+    executor_def=in_process_executor,
+    description="Snapshot expiry and the orphan sweep of every streamed table, one after the other, beside the sync.",
+)
+def upkeep_job():
+    for trim_table_history in _TRIM_OPS:
+        trim_table_history()

@@ -2,9 +2,8 @@
 its way or running, so a run that ended or crashed is replaced within a minute; the run compacts its tables itself),
 and each table's daily key parity check. Beside them, the sensor that launches a sync run's successor at once when ECS
 stops the run's task (a Spot interruption: two minutes' warning, less than a minute tick and a task's start), and the
-one that launches each table's upkeep run (expiry, orphans) every maintenance interval."""
+one that launches the tables' upkeep run (expiry, orphans) every maintenance interval."""
 
-import json
 import time
 from itertools import takewhile
 
@@ -28,7 +27,7 @@ from ddb_athena.lib.run_capacity import capacity_tags
 from ddb_athena.lib.settings import Settings
 from ddb_athena.streamed.assets import STREAMED
 from ddb_athena.streamed.handover import INTERRUPTED_TAG, SYNC_RUN_SLACK_MINUTES, SYNC_SCHEDULE_NAME, SyncHandover, planned_end, waiting_writers
-from ddb_athena.streamed.jobs import JOBS, sync_job
+from ddb_athena.streamed.jobs import JOBS, sync_job, upkeep_job
 
 # A successor is launched this long before the running sync run's planned end: its process, its JVM (and on ECS its
 # task) start while that run still cycles, which hands over once the successor is ready (streamed/handover.py).
@@ -120,29 +119,16 @@ KEY_PARITY_SCHEDULES = {
 UPKEEP_SENSOR_SECONDS = 60
 
 
-@sensor(
-    jobs=[jobs.upkeep for jobs in JOBS.values()],
-    minimum_interval_seconds=UPKEEP_SENSOR_SECONDS,
-    default_status=DefaultSensorStatus.RUNNING,
-)
+@sensor(job=upkeep_job, minimum_interval_seconds=UPKEEP_SENSOR_SECONDS, default_status=DefaultSensorStatus.RUNNING)
 def upkeep_when_due(context: SensorEvaluationContext, sync: SyncSettings):
-    """Launches each streamed table's `<table>_upkeep` run every maintenance_interval_minutes (read at each look: set
-    in the environment, not in code), counted from the last launch, the first one interval after the sensor first sees
-    the table; on Spot like the sync. Never while one of the table's is on its way or running: it then launches once
-    that one is done. Its cursor holds, by table, the time counted from."""
-    counted_from: dict[str, float] = json.loads(context.cursor) if context.cursor else {}
+    """Launches a streamed_upkeep run (every streamed table, one after the other) every maintenance_interval_minutes
+    (read at each look: set in the environment, not in code), counted from the last launch, the first one interval
+    after the sensor first looks; on Spot like the sync. Never while one is on its way or running: it then launches once
+    that one is done. Its cursor holds the time counted from."""
     now, interval = time.time(), sync.maintenance_interval_minutes * 60
-    requests = []
-    for name, jobs in JOBS.items():
-        since = counted_from.setdefault(name, now)
-        if now - since < interval:
-            continue
-        if context.instance.get_runs(filters=RunsFilter(job_name=jobs.upkeep.name, statuses=_WAITING + _RUNNING), limit=1):
-            continue
-        counted_from[name] = now
-        requests.append(RunRequest(job_name=jobs.upkeep.name, tags=capacity_tags(sync.run_capacity)))
-    return SensorResult(
-        run_requests=requests,
-        cursor=json.dumps(counted_from),
-        skip_reason=None if requests else f"no table's upkeep is due (every {sync.maintenance_interval_minutes:g} minutes)",
-    )
+    counted_from = float(context.cursor) if context.cursor else now
+    if now - counted_from < interval:
+        return SensorResult(cursor=str(counted_from), skip_reason=f"upkeep not due yet (every {sync.maintenance_interval_minutes:g} minutes)")
+    if context.instance.get_runs(filters=RunsFilter(job_name=upkeep_job.name, statuses=_WAITING + _RUNNING), limit=1):
+        return SensorResult(cursor=str(counted_from), skip_reason=f"a {upkeep_job.name} run is on its way or running")
+    return SensorResult(run_requests=[RunRequest(tags=capacity_tags(sync.run_capacity))], cursor=str(now))

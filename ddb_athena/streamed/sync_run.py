@@ -1,7 +1,7 @@
 """One sync run's state across its cycles, no Dagster: the pace (an idle cycle is recorded at most once a minute; the
 log says when cycles back off), the cadence of the checks, and the upkeep that needs the writer's fence, between merges
 (compaction of the table and its tombstones once their files call for it, the tombstones past their retention pruned
-once a day; never beside a merge). Expiry and the orphan sweep need no writer: the `<table>_upkeep` runs do them beside
+once a day; never beside a merge). Expiry and the orphan sweep need no writer: the `streamed_upkeep` runs do them beside
 the sync (streamed/jobs.py), and no cycle waits for them. The books asset turns each CycleReport into Dagster events; a
 benchmark runs the same object.
 
@@ -30,6 +30,52 @@ class SyncCadence:
     # The checks that list S3 or read the table run with every this many recorded merges.
     table_checks_every_cycles: int
     tombstone_pruning_interval: timedelta
+
+
+@dataclass
+class TableCadence:
+    """When a table's next cycle is due in a run whose cycles come every `run_interval` seconds: once its own `interval`
+    has gone by (to within half the run's interval: the run's cycles are that far apart), or, for a table of a longer
+    interval, at the run's interval as soon as its changes come fast enough to reach `buffer_changes` by then (size or
+    time, whichever first, as Firehose's buffering hints): quiet, it commits once its interval; busy, it merges with the
+    run. Its first cycle counts as `phase` seconds earlier, so tables of one long interval take turns in the run's
+    cycles instead of all coming due in the same one."""
+
+    interval: float
+    run_interval: float
+    buffer_changes: int
+    phase: float = 0.0
+    _last_start: float | None = None
+    _changes_per_second: float = 0.0
+
+    def due(self, now: float, at_once: bool = False) -> bool:
+        if at_once or self._last_start is None:
+            return True
+        elapsed, slack = now - self._last_start, self.run_interval / 2
+        if elapsed >= self.interval - slack:
+            return True
+        return elapsed >= self.run_interval - slack and self._changes_per_second * elapsed >= self.buffer_changes
+
+    def cycled(self, started: float, report: "CycleReport | None") -> None:
+        """After a cycle that started at `started` (its report, None when it failed): its changes over the time since
+        the one before are the table's rate."""
+        self._last_start = started - (self.phase if self._last_start is None else 0.0)
+        self._changes_per_second = 0.0
+        if report is not None and report.seconds_since_previous_cycle > 0:
+            changes = report.outcome.source.get("records_captured") or report.outcome.merged.get("records_consumed") or 0
+            self._changes_per_second = changes / report.seconds_since_previous_cycle
+
+
+def table_cadences(intervals: list[float], buffer_changes: int) -> list[TableCadence]:
+    """The cadences of a run's tables, given their intervals in order: the run cycles at the shortest; the k-th table of
+    a longer interval has its first cycle count k run intervals early (modulo its own), so they take turns."""
+    run_interval, longer, cadences = min(intervals), 0, []
+    for interval in intervals:
+        phase = 0.0
+        if interval > run_interval:
+            phase, longer = (longer * run_interval) % interval, longer + 1
+        cadences.append(TableCadence(interval, run_interval, buffer_changes, phase))
+    return cadences
 
 
 class TableUpkeep(Protocol):

@@ -86,8 +86,13 @@ def test_a_table_with_a_composite_key_is_a_declaration():
         (('type = "S" }', 'type = "S", size = 3 }'), "table reviews, field partition_key: unknown field 'size'"),
         (('kind = "streamed"', 'kind = "exported"'), "table reviews, field partition_by: an exported table needs a timestamp partition column"),
         (("freshness_minutes = 2", "freshness_minutes = 2\nsnapshot_retention_hours = 0.5"), "snapshot_retention_hours: expected a number of hours, at least"),
-        (("freshness_minutes = 2", "freshness_minutes = 2\nmerge_interval_seconds = 90"), "merge_interval_seconds: expected seconds from 1 to 60"),
-        (("freshness_minutes = 2", "freshness_minutes = 2\nmerge_interval_seconds = true"), "merge_interval_seconds: expected seconds from 1 to 60"),
+        (("freshness_minutes = 2", "freshness_minutes = 60\nmerge_interval_seconds = 901"), "merge_interval_seconds: expected seconds from 1 to 900"),
+        (("freshness_minutes = 2", "freshness_minutes = 2\nmerge_interval_seconds = true"), "merge_interval_seconds: expected seconds from 1 to 900"),
+        (
+            ("freshness_minutes = 2", "freshness_minutes = 2\nmerge_interval_seconds = 90"),
+            "merge_interval_seconds: 90 s is more than 1/2 of freshness_minutes (2): its freshness check would turn red between two merges; "
+            "raise freshness_minutes to 3 or more",
+        ),
         (("[reviews]", "[reviews"), "not valid TOML"),
         (("[reviews]", '["re views"]'), "table re views, field [name]: table name 're views' is not allowed"),
     ],
@@ -107,6 +112,9 @@ def test_an_own_merge_interval_is_a_streamed_tables_only():
     with pytest.raises(DeclarationError, match="table audits, field merge_interval_seconds: only a streamed table is merged every few seconds"):
         parse_declarations(exported)
     assert parse_declarations(REVIEWS + "merge_interval_seconds = 10\n")["reviews"].merge_interval_seconds == 10
+    # Longer than the run's may go (a quiet table commits less), as far as half its freshness bound.
+    slow = parse_declarations(REVIEWS.replace("freshness_minutes = 2", "freshness_minutes = 5") + "merge_interval_seconds = 150\n")["reviews"]
+    assert slow.merge_interval_seconds == 150
     assert declared("books").merge_interval_seconds is None  # the run's
 
 

@@ -304,3 +304,15 @@ def aws_env_variables() -> dict[str, str]:
     import os
 
     return {name: value for name, value in os.environ.items() if name.startswith(("AWS_", "DDB_ATHENA_"))}
+
+
+def test_a_table_of_a_longer_interval_has_a_backlog_limit_of_two_of_its_intervals():
+    from dataclasses import replace
+    from datetime import timedelta
+
+    from ddb_athena.lib.declarations import declared
+
+    sync = sync_settings(Settings.from_env({}))
+    reviews = declared("reviews")
+    assert sync.backlog_limit_of(reviews) == timedelta(minutes=2)
+    assert sync.backlog_limit_of(replace(reviews, merge_interval_seconds=150.0)) == timedelta(seconds=300)

@@ -26,7 +26,7 @@ from ddb_athena.streamed.capture.checkpoints import positions_from_json, positio
 from ddb_athena.streamed.capture.commit_manifests import committed_files
 from ddb_athena.streamed.capture.lambda_handler import handle_stream_event
 from ddb_athena_tests import aws_calls
-from ddb_athena_tests.books_and_orders import books_upkeep
+from ddb_athena_tests.books_and_orders import streamed_upkeep
 from ddb_athena_tests.dagster_helpers import check_results, local_resources, materialization_metadata, materializations_metadata, sync_books
 from ddb_athena_tests.fake_clock import SkippingClock
 from ddb_athena_tests.lake.helpers import plant_file
@@ -302,8 +302,8 @@ def test_a_run_killed_after_its_commit_before_it_moves_its_positions_resumes_fro
 
 
 def upkeep_run(instance, **sync_options):
-    """A books_upkeep run, as the upkeep_when_due sensor launches it."""
-    return books_upkeep.execute_in_process(resources=local_resources(**sync_options), instance=instance)
+    """A streamed_upkeep run (books, and reviews: not created here, skipped), as the upkeep_when_due sensor launches it."""
+    return streamed_upkeep.execute_in_process(resources=local_resources(**sync_options), instance=instance)
 
 
 def maintenance_metadata(result) -> dict:

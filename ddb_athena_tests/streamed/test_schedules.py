@@ -145,37 +145,32 @@ def test_an_interrupted_sync_run_has_its_successor_launched_at_once_and_only_onc
         assert isinstance(successor_tick(instance), SkipReason)
 
 
-def upkeep_tick(instance, counted_from: dict[str, float] | None, maintenance_interval_minutes: float = 15):
-    """The upkeep sensor's look with `counted_from` as its cursor: (its runs requested by job, its new cursor)."""
-    import json
-
+def upkeep_tick(instance, counted_from: float | None, maintenance_interval_minutes: float = 15):
+    """The upkeep sensor's look with `counted_from` as its cursor: (its run requests, its new cursor)."""
     sync = settings_from(Settings.from_env(), maintenance_interval_minutes=maintenance_interval_minutes)
-    cursor = json.dumps(counted_from) if counted_from is not None else None
+    cursor = str(counted_from) if counted_from is not None else None
     with build_sensor_context(instance=instance, resources={"sync": sync}, cursor=cursor) as context:
         result = upkeep_when_due(context)
-    return {request.job_name: request for request in result.run_requests}, json.loads(result.cursor)
+    return result.run_requests, float(result.cursor)
 
 
-def test_each_tables_upkeep_run_is_launched_every_maintenance_interval_on_spot_and_never_two_at_once():
-    streamed = [name for name, table in declared_tables().items() if table.kind == "streamed"]
+def test_the_upkeep_run_is_launched_every_maintenance_interval_on_spot_and_never_two_at_once():
     with instance_for_test() as instance:
         now = time.time()
         requested, cursor = upkeep_tick(instance, None)
-        # First seen now: the first runs one interval later, not at every restart of a new deployment's daemon.
-        assert requested == {} and set(cursor) == set(streamed) and all(now <= since <= time.time() for since in cursor.values())
+        # First look now: the first run one interval later, not at every restart of a new deployment's daemon.
+        assert requested == [] and now <= cursor <= time.time()
 
-        requested, cursor = upkeep_tick(instance, {**cursor, "books": now - 14 * 60})
-        assert requested == {}
-        requested, cursor = upkeep_tick(instance, {**cursor, "books": now - 15 * 60})
-        assert set(requested) == {"books_upkeep"} and cursor["books"] >= now
-        assert requested["books_upkeep"].tags == capacity_tags(sync_settings().run_capacity)  # Spot, as the sync
+        assert upkeep_tick(instance, now - 14 * 60) == ([], now - 14 * 60)
+        requested, cursor = upkeep_tick(instance, now - 15 * 60)
+        # One run for every streamed table (its ops, one a table), on Spot as the sync.
+        assert len(requested) == 1 and cursor >= now
+        assert requested[0].job_name is None and requested[0].tags == capacity_tags(sync_settings().run_capacity)
 
         # A run still on its way or running: none beside it; the next look after it ends launches one.
-        running = start(instance, add_run(instance, "books_upkeep", status=DagsterRunStatus.STARTED))
-        requested, kept = upkeep_tick(instance, {**cursor, "books": now - 20 * 60})
-        assert requested == {} and kept["books"] == now - 20 * 60
+        running = start(instance, add_run(instance, "streamed_upkeep", status=DagsterRunStatus.STARTED))
+        assert upkeep_tick(instance, now - 20 * 60) == ([], now - 20 * 60)
         fail(instance, running)
         # The interval is read at each look (the environment's setting, not the code's).
-        assert upkeep_tick(instance, {**cursor, "books": now - 3 * 60})[0] == {}
-        requested, _ = upkeep_tick(instance, {**cursor, "books": now - 3 * 60}, maintenance_interval_minutes=2)
-        assert set(requested) == {"books_upkeep"}
+        assert upkeep_tick(instance, now - 3 * 60)[0] == []
+        assert len(upkeep_tick(instance, now - 3 * 60, maintenance_interval_minutes=2)[0]) == 1

@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 from ddb_athena.lake.maintenance import CompactionResult, MaintenanceState
 from ddb_athena.streamed.cycle import CycleOutcome
-from ddb_athena.streamed.sync_run import SyncCadence, SyncRun
+from ddb_athena.streamed.sync_run import CycleReport, SyncCadence, SyncRun, table_cadences
 from ddb_athena_tests.fake_clock import FakeClock
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
@@ -127,3 +127,45 @@ def test_a_table_whose_tombstones_were_never_looked_at_prunes_them_at_its_first_
     first, second = run.cycle("b0"), run.cycle("b1")
     assert first.pruned_tombstones == 2 and second.pruned_tombstones is None
     assert script.upkeep == ["state", "prune at 12:00", "asked to compact"]
+
+
+def report_of(changes: int, seconds_since_previous: float) -> CycleReport:
+    return CycleReport(merged(records_captured=changes), recorded=True, seconds_since_previous_cycle=seconds_since_previous)
+
+
+def test_a_table_of_a_longer_interval_merges_at_it_while_quiet_and_with_the_run_once_busy():
+    """Run cycles 20 s apart; a table declared at 120 s. Quiet (2 changes a second: 1,000 would take 500 s) it is due
+    only once its 120 s have gone by (within half the run's interval); busy (100 a second) at the run's next cycle."""
+    run_table, slow = table_cadences([20.0, 120.0], buffer_changes=1000)
+    assert run_table.due(0.0) and slow.due(0.0)  # first cycles: every table
+    run_table.cycled(0.0, report_of(50, 0))
+    slow.cycled(0.0, report_of(50, 0))
+    assert run_table.due(20.0) and not slow.due(20.0) and not slow.due(100.0) and slow.due(110.0)
+    slow.cycled(110.0, report_of(220, 110.0))  # 2 a second
+    assert not slow.due(130.0) and not slow.due(200.0) and slow.due(220.0)
+    slow.cycled(220.0, report_of(11_000, 110.0))  # 100 a second: 1,000 in 10 s
+    assert not slow.due(225.0) and slow.due(240.0)
+    # A failed cycle tells nothing of the rate: the table waits its interval again.
+    slow.cycled(240.0, None)
+    assert not slow.due(260.0) and slow.due(350.0)
+    # Riding out a stop, every table every cycle.
+    assert slow.due(241.0, at_once=True)
+
+
+def test_ten_tables_of_a_longer_interval_take_turns_in_the_runs_cycles():
+    """Books at the run's 20 s and ten quiet tables at 120 s: after their first cycle together, no run cycle has more
+    than two of them (ten over six turns), and each still merges every 120 s."""
+    cadences = table_cadences([20.0] + [120.0] * 10, buffer_changes=1000)
+    merges: dict[int, list[float]] = {index: [] for index in range(11)}
+    due_per_cycle = []
+    for cycle in range(60):
+        now = cycle * 20.0
+        due = [index for index, cadence in enumerate(cadences) if cadence.due(now)]
+        for index in due:
+            cadences[index].cycled(now, report_of(10, 20.0))
+            merges[index].append(now)
+        due_per_cycle.append(len(due) - 1)
+    assert due_per_cycle[0] == 10 and max(due_per_cycle[1:]) == 2 and merges[0] == [cycle * 20.0 for cycle in range(60)]
+    for index in range(1, 11):
+        gaps = {later - earlier for earlier, later in zip(merges[index][1:], merges[index][2:], strict=False)}
+        assert gaps == {120.0}, (index, merges[index])
