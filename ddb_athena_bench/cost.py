@@ -62,9 +62,15 @@ class RequestMeter:
     def __init__(self, endpoint: str):
         self.endpoint = endpoint
         self.by_step: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-        self._step = "between"
+        # The steps running now, newest last: tables cycling side by side overlap theirs, and the emulator counts for the
+        # whole process, so what comes while they overlap is the newest one's.
+        self._running: list[str] = []
         self._lock = threading.Lock()
         request_counts(endpoint, reset=True)
+
+    @property
+    def _step(self) -> str:
+        return self._running[-1] if self._running else "between"
 
     def _flush(self) -> None:
         self.by_step[self._step].update(request_counts(self.endpoint, reset=True))
@@ -73,13 +79,13 @@ class RequestMeter:
         def counted(*args, **kwargs):
             with self._lock:
                 self._flush()
-                previous, self._step = self._step, name
+                self._running.append(name)
             try:
                 return call(*args, **kwargs)
             finally:
                 with self._lock:
                     self._flush()
-                    self._step = previous
+                    del self._running[max(index for index, running in enumerate(self._running) if running == name)]
 
         return counted
 

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -39,7 +40,7 @@ from ddb_athena.lib.settings import Settings
 from ddb_athena.resources import resources_from_settings
 from ddb_athena.streamed.assets import StreamedUpkeep, stream_syncer, sync_cadence, writer_branch_of
 from ddb_athena.streamed.check_results import cycle_check_results
-from ddb_athena.streamed.sync_run import SyncRun, table_cadences
+from ddb_athena.streamed.sync_run import SyncRun, TableCadence, table_cadences
 from ddb_athena_bench.freshness import OUT, _percentile, local_stack
 from ddb_athena_bench.memory_dynamodb import MemoryDynamoDB
 from ddb_athena_bench.sync_cpu import _children_cpu, _cpu
@@ -231,6 +232,7 @@ def measure(
     pass_seconds: dict[str, list[float]] = {"compaction": [], "pruning": []}
     upkeep.compact, upkeep.prune_tombstones = _timed(upkeep.compact, "compaction", pass_seconds), _timed(upkeep.prune_tombstones, "pruning", pass_seconds)
     beside_runs = [other.start(stack, interval, instruments) for other in beside]
+    side_by_side = ThreadPoolExecutor(max_workers=max(1, len(beside)), thread_name_prefix="table-beside")
     intervals = [interval, *(other.table.merge_interval_seconds or interval for other in beside)]
     _, *beside_cadences = table_cadences(intervals, stack.resources["sync"].merge_buffer_changes)
     simulator = BookSimulator(table, sync.dynamodb_tables["books"], rng=stack.rng, summary_bytes=stack.summary_bytes)
@@ -258,14 +260,12 @@ def measure(
         measuring = cycle_started >= measuring_from
         if measuring and cpu_at_start is None:
             cpu_at_start = (_cpu(me) - loads_cpu(), _children_cpu(me, excluded), load.writes, cycle_started)
+        # The tables beside that are due run side by side with books, as a sync run's (streamed/assets.sync_cycles).
+        due = [(other, cadence) for other, cadence in zip(beside_runs, beside_cadences, strict=True) if cadence.due(cycle_started)]
+        beside_cycles = [side_by_side.submit(_cadenced_cycle, stack, other, cadence, f"cycle-{number}", cycle_started) for other, cadence in due]
         report = run.cycle(f"cycle-{number}")
-        for other, cadence in zip(beside_runs, beside_cadences, strict=True):
-            if cadence.due(time.monotonic()):
-                started, other_report = time.monotonic(), None
-                try:
-                    other_report = other.cycle(f"cycle-{number}")
-                finally:
-                    cadence.cycled(started, other_report)
+        for beside_cycle in beside_cycles:
+            beside_cycle.result()
         outcome = report.outcome
         # When the commit was done (the merge's lag is measured then), not after the checks and upkeep that follow.
         merged = outcome.merged
@@ -303,6 +303,7 @@ def measure(
             )
             minute_at, minute_freshness = time.monotonic(), []
         time.sleep(max(0.0, cycle_started + interval - time.monotonic()))
+    side_by_side.shutdown(wait=True)
     elapsed_minutes = (time.monotonic() - cpu_at_start[3]) / 60
     load.stop()
     for other in beside:
@@ -336,6 +337,15 @@ def measure(
         "peak_pss_mib": {"jvm_and_workers": peak_jvm, "python_with_memory_table": peak_python},
         "peak_jvm_heap_mib": peak_heap,
     }
+
+
+def _cadenced_cycle(stack: CapacityStack, run: SyncRun, cadence: TableCadence, batch: str, run_cycle_started: float) -> None:
+    report = None
+    try:
+        stack.resources["spark"].activate_in_this_thread()
+        report = run.cycle(batch)
+    finally:
+        cadence.cycled(run_cycle_started, report)
 
 
 def _timed(call: Callable, kind: str, seconds: dict[str, list[float]]) -> Callable:

@@ -190,6 +190,16 @@ class IcebergSparkResource(ConfigurableResource):
             self._pyspark = pyspark
         return self._pyspark.spark_session
 
+    @property
+    def session_started(self) -> bool:
+        return self._pyspark is not None
+
+    def activate_in_this_thread(self) -> None:
+        """Makes the session this thread's active one in the JVM: a thread of its own otherwise plans its queries with
+        another session's settings (SQLConf is read from the thread's active session), its catalogs among them."""
+        session = self.spark_session
+        session._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
+
     def tasks_in_progress(self) -> tuple:
         """The active Spark stages and the tasks each has completed; empty before the session exists (not created
         here). What a writer's lease watches for progress during a long Spark job."""

@@ -10,6 +10,7 @@ quarantine every time, the checks that read the table every few cycles.
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -316,13 +317,14 @@ class TableInRun:
             self._writer = None
             self._leases.release(self.target)
 
-    def cycle(self, number: int, bootstrap: bool) -> bool:
-        """One cycle of the table, its events logged; whether it found work."""
-        started, report = self._clock(), None
+    def cycle(self, number: int, bootstrap: bool, run_cycle_started: float) -> bool:
+        """One cycle of the table in the run's cycle that started at `run_cycle_started` (its cadence counts from there:
+        a table that waited for another's cycle is not a cycle late), its events logged; whether it found work."""
+        report = None
         try:
             report = self.run.cycle(f"{self.context.run.run_id}-{number}", bootstrap=bootstrap)
         finally:
-            self.cadence.cycled(started, report)
+            self.cadence.cycled(run_cycle_started, report)
         for message in report.messages:
             self.context.log.info(message)
         if report.recorded:
@@ -390,12 +392,16 @@ def sync_cycles(
             context.log.info(f"Ending the sync of {', '.join(table.target for table in in_run)} after this cycle: {reason}")
             stop.end_after_cycle()
         waiting = waiting_writers(context.instance, other_than=context.run.run_id) if gives_way else {}
-        busy = False
+        # A table another writer waits for is not taken again; one held is given up after its cycle.
+        started = clock()
+        due = [table for table in in_run if (table.table.writer_pool not in waiting or table.held) and table.due(at_once=stop.riding_out)]
+        if spark.session_started and len(due) > 1:
+            found_work = list(side_by_side.map(lambda table: cycle_table(table, number, started, spark.activate_in_this_thread), due))  # all done
+        else:
+            found_work = [cycle_table(table, number, started) for table in due]
+        busy = any(found_work)
         for table in in_run:
             writer = waiting.get(table.table.writer_pool)
-            # A table another writer waits for is not taken again; one held is given up after its cycle.
-            if (writer is None or table.held) and table.due(at_once=stop.riding_out):
-                busy |= cycle_table(table, number)
             if writer is not None and table.held:
                 table.give_up(f"run {writer.run_id} ({writer.job_name}) waits to write it")
         if waiting and all(table.table.writer_pool in waiting for table in in_run):
@@ -403,11 +409,12 @@ def sync_cycles(
             stop.end_after_cycle()
         return busy
 
-    def cycle_table(table: TableInRun, number: int) -> bool:
+    def cycle_table(table: TableInRun, number: int, started: float, in_thread: Callable[[], None] = lambda: None) -> bool:
         try:
+            in_thread()
             if not table.held:
                 table.take(wait_seconds=0)
-            return table.cycle(number, bootstrap=config.bootstrap and number == 1)
+            return table.cycle(number, config.bootstrap and number == 1, started)
         except LeaseHeldError:
             return False
         except MainMovedError as error:
@@ -427,9 +434,14 @@ def sync_cycles(
             context.log.error(f"{table.target}: its cycle failed ({type(error).__name__}: {error}); the other tables go on, this one tries again")
             return False
 
+    # The tables due in a cycle run side by side, each in a thread of its own, in the one SparkSession (created first, in
+    # the main thread: PySpark sets signal handlers as it starts): a table's cycle is mostly waiting on S3 and the
+    # catalog, so a small table's does not add to a large one's. The cycle ends when the last of them is done.
+    side_by_side = ThreadPoolExecutor(max_workers=len(in_run), thread_name_prefix="table-cycle")
     try:
         cycles = run_cycles(cycle, interval, run_seconds, stop=stop, clock=clock, sleep=clock.sleep, idle_interval_seconds=sync.longest_merge_interval_seconds)
     finally:
+        side_by_side.shutdown(wait=True)
         for table in in_run:
             if table.held:
                 table.give_up("the run ends")

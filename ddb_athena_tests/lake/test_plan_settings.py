@@ -14,3 +14,26 @@ def test_settings_apply_inside_and_the_sessions_own_come_back_after_a_failure(sp
         raise RuntimeError("step failed")
     assert spark.conf.get("spark.sql.shuffle.partitions") == "4"
     assert spark.conf.get(UNSET, None) is None  # unset again, not left at the step's value
+
+
+def test_two_threads_under_the_same_settings_keep_them_until_the_last_is_done(spark):
+    """Tables merged side by side in one session: the first merge to end must not take the settings from the other."""
+    import threading
+
+    spark.conf.set("spark.sql.shuffle.partitions", "4")
+    settings = {"spark.sql.shuffle.partitions": "1"}
+    inside, first_done, seen = threading.Event(), threading.Event(), []
+
+    def second() -> None:
+        with session_settings(spark, settings):
+            inside.set()
+            first_done.wait(30)
+            seen.append(spark.conf.get("spark.sql.shuffle.partitions"))
+
+    other = threading.Thread(target=second)
+    with session_settings(spark, settings):
+        other.start()
+        inside.wait(30)
+    first_done.set()
+    other.join(30)
+    assert seen == ["1"] and spark.conf.get("spark.sql.shuffle.partitions") == "4"

@@ -133,6 +133,9 @@ def test_a_sync_job_run_rides_out_ecs_stopping_its_task_and_ends_by_itself_withi
     def stop_the_task_after_the_first_cycle():
         while not instance.fetch_materializations(AssetKey("books_iceberg"), limit=1).records:
             time.sleep(0.2)
+        # A change already in the stream as ECS stops the task (its tables' first cycles end together, side by side).
+        simulator.insert()
+        time.sleep(1)
         signalled.append((time.time(), run_clock()))
         os.kill(os.getpid(), signal.SIGTERM)
         while not run_over.wait(0.3):
