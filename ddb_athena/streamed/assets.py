@@ -435,8 +435,8 @@ def sync_cycles(
             return False
 
     # The tables due in a cycle run side by side, each in a thread of its own, in the one SparkSession (created first, in
-    # the main thread: PySpark sets signal handlers as it starts): a table's cycle is mostly waiting on S3 and the
-    # catalog, so a small table's does not add to a large one's. The cycle ends when the last of them is done.
+    # the main thread: PySpark sets signal handlers as it starts): their waits on S3 and the catalog overlap, their
+    # CPU still shares the task's (docs/performance-log.md, 3 December). The cycle ends when the last of them is done.
     side_by_side = ThreadPoolExecutor(max_workers=len(in_run), thread_name_prefix="table-cycle")
     try:
         cycles = run_cycles(cycle, interval, run_seconds, stop=stop, clock=clock, sleep=clock.sleep, idle_interval_seconds=sync.longest_merge_interval_seconds)
