@@ -5,8 +5,8 @@ held until the cycle has finished, then delivered again with the previous handle
 whatever the process does on that signal (Dagster: end the run as canceled) happens between cycles.
 
 A signal the loop's owner chooses to ride out (`rides_out`: ECS stopping a Fargate Spot task, SIGTERM then SIGKILL
-a grace later) stops nothing at once: the loop goes on, each cycle that found work followed at once by the next (the
-successor, starting meanwhile, takes over from the freshest commit), and its last cycle is the last that ends
+a grace later) stops nothing at once: the loop goes on, each cycle followed at once by the next, whether or not it found
+work (the successor, starting meanwhile, takes over from the freshest commit), and its last cycle is the last that ends
 `grace_seconds` after the signal. No Dagster here.
 """
 
@@ -121,19 +121,20 @@ def run_cycles(
             busy = cycle(number)
             recent.append(clock() - started)
             wait = interval_seconds if busy else min(longest_interval, wait * 2)
-            if not _wait_for_next(stop, clock, sleep, started + wait, busy, deadline, max(recent)):
+            if not _wait_for_next(stop, clock, sleep, started + wait, deadline, max(recent)):
                 break
     stop.deliver()
     return number
 
 
-def _wait_for_next(stop: StopRequest, clock, sleep, at_interval: float, busy: bool, deadline: float, longest_cycle: float) -> bool:
-    """Waits for the next cycle's start (`at_interval`, or at once riding a stop out after a cycle that found work); False
-    when the loop ends instead."""
+def _wait_for_next(stop: StopRequest, clock, sleep, at_interval: float, deadline: float, longest_cycle: float) -> bool:
+    """Waits for the next cycle's start (`at_interval`, or at once riding a stop out); False when the loop ends instead."""
     while True:
         stop.settle()
-        # Riding a stop out, a cycle that found work is followed at once: the run's last commit comes as late as it can.
-        next_start = clock() if stop.riding_out and busy else max(at_interval, clock())
+        # Riding a stop out, every cycle is followed at once, an idle one too (backing off would spend the grace
+        # waiting): the run's last commit comes as late as it can, and a change made meanwhile is not left to the
+        # successor's first cycle.
+        next_start = clock() if stop.riding_out else max(at_interval, clock())
         if stop.requested or next_start >= stop.last_start(deadline, longest_cycle):
             return False
         if clock() >= next_start:

@@ -106,12 +106,12 @@ def test_a_signal_ridden_out_keeps_the_loop_cycling_back_to_back_and_its_last_cy
         return number != 6  # the sixth finds nothing to merge
 
     before = signal.getsignal(signal.SIGTERM)
-    ran = run_cycles(cycle, interval_seconds=10, run_seconds=3600, stop=stop, clock=clock, sleep=clock.sleep)
+    ran = run_cycles(cycle, interval_seconds=10, run_seconds=3600, stop=stop, clock=clock, sleep=clock.sleep, idle_interval_seconds=60)
     assert decided == [signal.SIGTERM] and stop.ridden_out_at == 10 and not stop.requested
-    # From the signal on, a cycle that found work is followed at once (an idle one waits the interval); none starts
-    # that a cycle as long as the longest of the last five could not end by 10 + 100 s (the 12-s one bounds the
+    # From the signal on, every cycle is followed at once, the idle sixth too (not 20 s later, backing off); none
+    # starts that a cycle as long as the longest of the last five could not end by 10 + 100 s (the 12-s one bounds the
     # starts until four cycles have followed it).
-    assert starts == [0, 10, 15, 27, 32, 37, 47, 52, 57, 62, 67, 72, 77, 82, 87, 92, 97, 102] and ran == 18
+    assert starts == [0, 10, 15, *range(27, 103, 5)] and ran == 19
     assert clock.now == 107 <= 10 + 100
     assert signal.getsignal(signal.SIGTERM) is before  # nothing delivered, handlers back
 
