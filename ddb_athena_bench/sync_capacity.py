@@ -16,6 +16,7 @@ compares the table's keys, read with PyIceberg from its metadata as Athena reads
 """
 
 import argparse
+import functools
 import gc
 import json
 import random
@@ -40,7 +41,7 @@ from ddb_athena.lib.settings import Settings
 from ddb_athena.resources import resources_from_settings
 from ddb_athena.streamed.assets import StreamedUpkeep, stream_syncer, sync_cadence, writer_branch_of
 from ddb_athena.streamed.check_results import cycle_check_results
-from ddb_athena.streamed.sync_run import SyncRun, TableCadence, table_cadences
+from ddb_athena.streamed.sync_run import CycleReport, SyncRun, TableCadence, table_cadences, turns
 from ddb_athena_bench.freshness import OUT, _percentile, local_stack
 from ddb_athena_bench.memory_dynamodb import MemoryDynamoDB
 from ddb_athena_bench.sync_cpu import _children_cpu, _cpu
@@ -232,9 +233,9 @@ def measure(
     pass_seconds: dict[str, list[float]] = {"compaction": [], "pruning": []}
     upkeep.compact, upkeep.prune_tombstones = _timed(upkeep.compact, "compaction", pass_seconds), _timed(upkeep.prune_tombstones, "pruning", pass_seconds)
     beside_runs = [other.start(stack, interval, instruments) for other in beside]
-    side_by_side = ThreadPoolExecutor(max_workers=max(1, len(beside)), thread_name_prefix="table-beside")
+    side_by_side = ThreadPoolExecutor(max_workers=len(beside) + 1, thread_name_prefix="table-beside")
     intervals = [interval, *(other.table.merge_interval_seconds or interval for other in beside)]
-    _, *beside_cadences = table_cadences(intervals, stack.resources["sync"].merge_buffer_changes)
+    books_cadence, *beside_cadences = table_cadences(intervals, stack.resources["sync"].merge_buffer_changes)
     simulator = BookSimulator(table, sync.dynamodb_tables["books"], rng=stack.rng, summary_bytes=stack.summary_bytes)
     simulator.load_existing_ids()
     gc.freeze()
@@ -260,12 +261,13 @@ def measure(
         measuring = cycle_started >= measuring_from
         if measuring and cpu_at_start is None:
             cpu_at_start = (_cpu(me) - loads_cpu(), _children_cpu(me, excluded), load.writes, cycle_started)
-        # The tables beside that are due run side by side with books, as a sync run's (streamed/assets.sync_cycles).
-        due = [(other, cadence) for other, cadence in zip(beside_runs, beside_cadences, strict=True) if cadence.due(cycle_started)]
-        beside_cycles = [side_by_side.submit(_cadenced_cycle, stack, other, cadence, f"cycle-{number}", cycle_started) for other, cadence in due]
-        report = run.cycle(f"cycle-{number}")
-        for beside_cycle in beside_cycles:
-            beside_cycle.result()
+        # Books and the tables beside that are due, in a sync run's turns, each turn side by side
+        # (streamed/assets.sync_cycles): books' interval is the run's, so it takes the first.
+        due = [(run, books_cadence), *((other, cadence) for other, cadence in zip(beside_runs, beside_cadences, strict=True) if cadence.due(cycle_started))]
+        reports, cycle_of = {}, functools.partial(_cadenced_cycle, stack, f"cycle-{number}", cycle_started)
+        for turn in turns(due, lambda entry: entry[1]):
+            reports.update(side_by_side.map(cycle_of, turn) if len(turn) > 1 else [cycle_of(turn[0])])
+        report = reports[run]
         outcome = report.outcome
         # When the commit was done (the merge's lag is measured then), not after the checks and upkeep that follow.
         merged = outcome.merged
@@ -339,11 +341,12 @@ def measure(
     }
 
 
-def _cadenced_cycle(stack: CapacityStack, run: SyncRun, cadence: TableCadence, batch: str, run_cycle_started: float) -> None:
-    report = None
+def _cadenced_cycle(stack: CapacityStack, batch: str, run_cycle_started: float, entry: tuple[SyncRun, TableCadence]) -> tuple[SyncRun, CycleReport]:
+    (run, cadence), report = entry, None
     try:
         stack.resources["spark"].activate_in_this_thread()
         report = run.cycle(batch)
+        return run, report
     finally:
         cadence.cycled(run_cycle_started, report)
 

@@ -48,7 +48,7 @@ from ddb_athena.streamed.check_results import cycle_check_results
 from ddb_athena.streamed.cycle import StreamSync
 from ddb_athena.streamed.handover import waiting_writers
 from ddb_athena.streamed.run_loop import StopRequest, run_cycles
-from ddb_athena.streamed.sync_run import SyncCadence, SyncRun, TableCadence, table_cadences
+from ddb_athena.streamed.sync_run import SyncCadence, SyncRun, TableCadence, table_cadences, turns
 
 
 @dataclass(frozen=True)
@@ -395,10 +395,12 @@ def sync_cycles(
         # A table another writer waits for is not taken again; one held is given up after its cycle.
         started = clock()
         due = [table for table in in_run if (table.table.writer_pool not in waiting or table.held) and table.due(at_once=stop.riding_out)]
-        if spark.session_started and len(due) > 1:
-            found_work = list(side_by_side.map(lambda table: cycle_table(table, number, started, spark.activate_in_this_thread), due))  # all done
-        else:
-            found_work = [cycle_table(table, number, started) for table in due]
+        found_work = []
+        for turn in turns(due, lambda table: table.cadence):
+            if spark.session_started and len(turn) > 1:
+                found_work += side_by_side.map(lambda table: cycle_table(table, number, started, spark.activate_in_this_thread), turn)  # all done
+            else:
+                found_work += [cycle_table(table, number, started) for table in turn]
         busy = any(found_work)
         for table in in_run:
             writer = waiting.get(table.table.writer_pool)
@@ -434,9 +436,9 @@ def sync_cycles(
             context.log.error(f"{table.target}: its cycle failed ({type(error).__name__}: {error}); the other tables go on, this one tries again")
             return False
 
-    # The tables due in a cycle run side by side, each in a thread of its own, in the one SparkSession (created first, in
-    # the main thread: PySpark sets signal handlers as it starts): their waits on S3 and the catalog overlap, their
-    # CPU still shares the task's (docs/performance-log.md, 3 December). The cycle ends when the last of them is done.
+    # The tables of a turn run side by side, each in a thread of its own, in the one SparkSession (created first, in the
+    # main thread: PySpark sets signal handlers as it starts): their waits on S3 and the catalog overlap, their CPU
+    # still shares the task's (docs/performance-log.md, 3 December). The cycle ends when the last of them is done.
     side_by_side = ThreadPoolExecutor(max_workers=len(in_run), thread_name_prefix="table-cycle")
     try:
         cycles = run_cycles(cycle, interval, run_seconds, stop=stop, clock=clock, sleep=clock.sleep, idle_interval_seconds=sync.longest_merge_interval_seconds)

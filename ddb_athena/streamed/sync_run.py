@@ -13,13 +13,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from ddb_athena.lake.maintenance import CompactionResult, MaintenanceState
 from ddb_athena.streamed.cycle import CycleOutcome, StreamSync
 
 # An idle cycle is recorded at most this often: enough for freshness and the plots, little for the event log.
 IDLE_RECORD_SECONDS = 60.0
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,16 @@ def table_cadences(intervals: list[float], buffer_changes: int) -> list[TableCad
             phase, longer = (longer * run_interval) % interval, longer + 1
         cadences.append(TableCadence(interval, run_interval, buffer_changes, phase))
     return cadences
+
+
+def turns(due: list[T], cadence_of: Callable[[T], TableCadence]) -> list[list[T]]:
+    """The tables due in a run's cycle, in the turns they take: first those that merge at the run's own interval (the
+    tightest freshness bound), then those that declared a longer one, in what is left of the interval. A table bound
+    to the run's pace never shares the task's CPU with a slower one's cycle, nor waits for it to commit (measured:
+    docs/performance-log.md, 3 December). Empty turns are left out."""
+    first = [table for table in due if cadence_of(table).interval <= cadence_of(table).run_interval]
+    then = [table for table in due if cadence_of(table).interval > cadence_of(table).run_interval]
+    return [turn for turn in (first, then) if turn]
 
 
 class TableUpkeep(Protocol):

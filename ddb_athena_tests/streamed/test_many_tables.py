@@ -1,6 +1,7 @@
 """Several streamed tables in one sync run, one JVM: each cycle merges every table; one table's failure (a bad batch,
 a lost lease) leaves the others syncing, and the failed one comes back by itself."""
 
+import itertools
 import json
 import os
 import random
@@ -347,21 +348,30 @@ def test_a_table_declared_with_its_own_interval_merges_at_it_beside_a_faster_one
         dynamodb.put_item(TableName="reviews", Item={"book_id": {"S": "b"}, "review_id": {"N": str(number)}, "stars": {"N": "4"}})
 
     write(0)
-    run_two_tables(instance, write, cycles=12, tables=(BOOKS, slow))
-
-    def gaps(asset: str) -> list[float]:
-        """Between its merges from its third on: the run's first cycle runs its tables one after the other (it starts
-        the SparkSession), and a table's cadence counts from the start of the run's cycle, not its own."""
-        records = instance.fetch_materializations(AssetKey(asset), limit=100).records
-        by_cycle = sorted(records, key=lambda record: record.asset_materialization.metadata["cycle"].value)
-        return [record.asset_materialization.metadata["seconds_since_previous_cycle"].value for record in by_cycle][2:]
+    out, _ = run_two_tables(instance, write, cycles=12, tables=(BOOKS, slow))
 
     books_cycles, reviews_cycles = merged_cycles(instance, "books_iceberg"), merged_cycles(instance, "reviews_iceberg")
     # How many of the run's cycles that is depends on how long each takes on the host: the gaps say it.
     assert books_cycles == list(range(1, 13)) and 2 <= len(reviews_cycles) < len(books_cycles), (books_cycles, reviews_cycles)
-    assert min(gaps("reviews_iceberg")) >= 6.0 - 0.5 and min(gaps("books_iceberg")) < 6.0 - 0.5
+    # A table's cadence counts from the start of the run's cycle, not its own (reviews starts after books' turn). Books
+    # takes each cycle's first turn, so its starts are the run's; the gaps from reviews' second merge on (the run's
+    # first cycle runs its tables one after the other: it starts the SparkSession).
+    books_metadata = sorted(
+        (record.asset_materialization.metadata for record in instance.fetch_materializations(AssetKey("books_iceberg"), limit=100).records),
+        key=lambda metadata: metadata["cycle"].value,
+    )
+    books_gaps = [metadata["seconds_since_previous_cycle"].value for metadata in books_metadata]
+    run_cycle_starts = dict(zip(books_cycles, itertools.accumulate(books_gaps), strict=True))
+    reviews_gaps = [run_cycle_starts[later] - run_cycle_starts[earlier] for earlier, later in zip(reviews_cycles[1:], reviews_cycles[2:], strict=False)]
+    assert min(reviews_gaps) >= 6.0 - 0.5 and min(books_gaps[2:]) < 6.0 - 0.5, (reviews_gaps, books_gaps)
     # The changes of every cycle up to reviews' last are in it (later ones wait for its next cycle).
     assert {review for _, review in rows(spark, f"{settings.namespace}.reviews")} >= set(range(reviews_cycles[-1]))
+    # Books, at the run's pace, takes a cycle's first turn: reviews' merge starts once books' cycle has committed.
+    merging = [(index, message.rsplit(".", 1)[-1]) for index, message in enumerate(out) if message.startswith("Merging ")]
+    for index, table in merging:
+        if table == "reviews":
+            books_merge = max((earlier for earlier, other in merging if other == "books" and earlier < index), default=index)
+            assert "Materialized value books_iceberg." in out[books_merge:index], out[books_merge : index + 1]
 
 
 def test_key_parity_of_the_declared_composite_key_table_end_to_end(spark, settings, instance):

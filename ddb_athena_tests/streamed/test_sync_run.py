@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 from ddb_athena.lake.maintenance import CompactionResult, MaintenanceState
 from ddb_athena.streamed.cycle import CycleOutcome
-from ddb_athena.streamed.sync_run import CycleReport, SyncCadence, SyncRun, table_cadences
+from ddb_athena.streamed.sync_run import CycleReport, SyncCadence, SyncRun, table_cadences, turns
 from ddb_athena_tests.fake_clock import FakeClock
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
@@ -169,3 +169,9 @@ def test_ten_tables_of_a_longer_interval_take_turns_in_the_runs_cycles():
     for index in range(1, 11):
         gaps = {later - earlier for earlier, later in zip(merges[index][1:], merges[index][2:], strict=False)}
         assert gaps == {120.0}, (index, merges[index])
+
+
+def test_the_tables_of_the_runs_interval_take_a_cycles_first_turn_and_the_slower_ones_the_next():
+    cadences = dict(zip("abcd", table_cadences([20.0, 150.0, 20.0, 60.0], buffer_changes=1000), strict=True))
+    assert turns(["d", "a", "b", "c"], cadences.get) == [["a", "c"], ["d", "b"]]
+    assert turns(["b", "d"], cadences.get) == [["b", "d"]] and turns(["c"], cadences.get) == [["c"]] and turns([], cadences.get) == []
