@@ -261,12 +261,14 @@ def measure(
         measuring = cycle_started >= measuring_from
         if measuring and cpu_at_start is None:
             cpu_at_start = (_cpu(me) - loads_cpu(), _children_cpu(me, excluded), load.writes, cycle_started)
-        # Books and the tables beside that are due, in a sync run's turns, each turn side by side
-        # (streamed/assets.sync_cycles): books' interval is the run's, so it takes the first.
+        # Books and the tables beside that are due, in a sync run's turns (streamed/assets.sync_cycles): books' interval
+        # is the run's, so it takes the first (side by side with any beside it at that interval); then the slower ones,
+        # each as it fits what is left of the interval.
         due = [(run, books_cadence), *((other, cadence) for other, cadence in zip(beside_runs, beside_cadences, strict=True) if cadence.due(cycle_started))]
-        reports, cycle_of = {}, functools.partial(_cadenced_cycle, stack, f"cycle-{number}", cycle_started)
-        for turn in turns(due, lambda entry: entry[1]):
-            reports.update(side_by_side.map(cycle_of, turn) if len(turn) > 1 else [cycle_of(turn[0])])
+        first, then = turns(due, lambda entry: entry[1])
+        cycle_of = functools.partial(_cadenced_cycle, stack, f"cycle-{number}", cycle_started)
+        reports = dict(side_by_side.map(cycle_of, first) if len(first) > 1 else [cycle_of(first[0])])
+        reports.update(cycle_of(entry) for entry in then if entry[1].fits(time.monotonic(), cycle_started))
         report = reports[run]
         outcome = report.outcome
         # When the commit was done (the merge's lag is measured then), not after the checks and upkeep that follow.
@@ -342,13 +344,13 @@ def measure(
 
 
 def _cadenced_cycle(stack: CapacityStack, batch: str, run_cycle_started: float, entry: tuple[SyncRun, TableCadence]) -> tuple[SyncRun, CycleReport]:
-    (run, cadence), report = entry, None
+    (run, cadence), report, started = entry, None, time.monotonic()
     try:
         stack.resources["spark"].activate_in_this_thread()
         report = run.cycle(batch)
         return run, report
     finally:
-        cadence.cycled(run_cycle_started, report)
+        cadence.cycled(run_cycle_started, report, time.monotonic() - started)
 
 
 def _timed(call: Callable, kind: str, seconds: dict[str, list[float]]) -> Callable:

@@ -320,11 +320,11 @@ class TableInRun:
     def cycle(self, number: int, bootstrap: bool, run_cycle_started: float) -> bool:
         """One cycle of the table in the run's cycle that started at `run_cycle_started` (its cadence counts from there:
         a table that waited for another's cycle is not a cycle late), its events logged; whether it found work."""
-        report = None
+        report, started = None, self._clock()
         try:
             report = self.run.cycle(f"{self.context.run.run_id}-{number}", bootstrap=bootstrap)
         finally:
-            self.cadence.cycled(run_cycle_started, report)
+            self.cadence.cycled(run_cycle_started, report, self._clock() - started)
         for message in report.messages:
             self.context.log.info(message)
         if report.recorded:
@@ -395,12 +395,13 @@ def sync_cycles(
         # A table another writer waits for is not taken again; one held is given up after its cycle.
         started = clock()
         due = [table for table in in_run if (table.table.writer_pool not in waiting or table.held) and table.due(at_once=stop.riding_out)]
-        found_work = []
-        for turn in turns(due, lambda table: table.cadence):
-            if spark.session_started and len(turn) > 1:
-                found_work += side_by_side.map(lambda table: cycle_table(table, number, started, spark.activate_in_this_thread), turn)  # all done
-            else:
-                found_work += [cycle_table(table, number, started) for table in turn]
+        first, then = turns(due, lambda table: table.cadence)
+        if spark.session_started and len(first) > 1:
+            found_work = list(side_by_side.map(lambda table: cycle_table(table, number, started, spark.activate_in_this_thread), first))  # all done
+        else:
+            found_work = [cycle_table(table, number, started) for table in first]
+        # A slower table that does not fit what is left of the interval stays due for the next cycle.
+        found_work += [cycle_table(table, number, started) for table in then if table.cadence.fits(clock(), started, at_once=stop.riding_out)]
         busy = any(found_work)
         for table in in_run:
             writer = waiting.get(table.table.writer_pool)
@@ -436,9 +437,9 @@ def sync_cycles(
             context.log.error(f"{table.target}: its cycle failed ({type(error).__name__}: {error}); the other tables go on, this one tries again")
             return False
 
-    # The tables of a turn run side by side, each in a thread of its own, in the one SparkSession (created first, in the
-    # main thread: PySpark sets signal handlers as it starts): their waits on S3 and the catalog overlap, their CPU
-    # still shares the task's (docs/performance-log.md, 3 December). The cycle ends when the last of them is done.
+    # The tables of the first turn run side by side, each in a thread of its own, in the one SparkSession (created first,
+    # in the main thread: PySpark sets signal handlers as it starts): their waits on S3 and the catalog overlap, their
+    # CPU still shares the task's (docs/performance-log.md, 3 December). The turn ends when the last of them is done.
     side_by_side = ThreadPoolExecutor(max_workers=len(in_run), thread_name_prefix="table-cycle")
     try:
         cycles = run_cycles(cycle, interval, run_seconds, stop=stop, clock=clock, sleep=clock.sleep, idle_interval_seconds=sync.longest_merge_interval_seconds)

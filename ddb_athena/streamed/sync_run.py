@@ -49,6 +49,7 @@ class TableCadence:
     phase: float = 0.0
     _last_start: float | None = None
     _changes_per_second: float = 0.0
+    _last_seconds: float = 0.0
 
     def due(self, now: float, at_once: bool = False) -> bool:
         if at_once or self._last_start is None:
@@ -58,10 +59,20 @@ class TableCadence:
             return True
         return elapsed >= self.run_interval - slack and self._changes_per_second * elapsed >= self.buffer_changes
 
-    def cycled(self, started: float, report: "CycleReport | None") -> None:
-        """After a cycle that started at `started` (its report, None when it failed): its changes over the time since
-        the one before are the table's rate."""
+    def fits(self, now: float, run_cycle_started: float, at_once: bool = False) -> bool:
+        """Whether a table of a longer interval, due, starts its cycle `now` in the run's cycle that started at
+        `run_cycle_started`: when a cycle as long as its last ends within the run's interval (it takes what is left of
+        it, as Firehose's buffer waits; the run's next cycle is not held), or it is late by half its interval (its
+        freshness bound is two of them at least), or every table cycles `at_once`."""
+        if at_once or self._last_start is None or run_cycle_started - self._last_start >= 1.5 * self.interval:
+            return True
+        return now + self._last_seconds <= run_cycle_started + self.run_interval
+
+    def cycled(self, started: float, report: "CycleReport | None", seconds: float = 0.0) -> None:
+        """After a cycle that started at `started` and took `seconds` (its report, None when it failed): its changes over
+        the time since the one before are the table's rate."""
         self._last_start = started - (self.phase if self._last_start is None else 0.0)
+        self._last_seconds = seconds
         self._changes_per_second = 0.0
         if report is not None and report.seconds_since_previous_cycle > 0:
             changes = report.outcome.source.get("records_captured") or report.outcome.merged.get("records_consumed") or 0
@@ -80,14 +91,14 @@ def table_cadences(intervals: list[float], buffer_changes: int) -> list[TableCad
     return cadences
 
 
-def turns(due: list[T], cadence_of: Callable[[T], TableCadence]) -> list[list[T]]:
-    """The tables due in a run's cycle, in the turns they take: first those that merge at the run's own interval (the
-    tightest freshness bound), then those that declared a longer one, in what is left of the interval. A table bound
-    to the run's pace never shares the task's CPU with a slower one's cycle, nor waits for it to commit (measured:
-    docs/performance-log.md, 3 December). Empty turns are left out."""
+def turns(due: list[T], cadence_of: Callable[[T], TableCadence]) -> tuple[list[T], list[T]]:
+    """The tables due in a run's cycle, in the two turns they take: first those that merge at the run's own interval
+    (the tightest freshness bound), side by side; then those that declared a longer one, one after the other, each as
+    it fits what is left of the interval (`TableCadence.fits`). A table bound to the run's pace never shares the task's
+    CPU with a slower one's cycle, nor waits for one (measured: docs/performance-log.md, 3 December)."""
     first = [table for table in due if cadence_of(table).interval <= cadence_of(table).run_interval]
     then = [table for table in due if cadence_of(table).interval > cadence_of(table).run_interval]
-    return [turn for turn in (first, then) if turn]
+    return first, then
 
 
 class TableUpkeep(Protocol):

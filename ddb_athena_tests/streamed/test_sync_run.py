@@ -173,5 +173,17 @@ def test_ten_tables_of_a_longer_interval_take_turns_in_the_runs_cycles():
 
 def test_the_tables_of_the_runs_interval_take_a_cycles_first_turn_and_the_slower_ones_the_next():
     cadences = dict(zip("abcd", table_cadences([20.0, 150.0, 20.0, 60.0], buffer_changes=1000), strict=True))
-    assert turns(["d", "a", "b", "c"], cadences.get) == [["a", "c"], ["d", "b"]]
-    assert turns(["b", "d"], cadences.get) == [["b", "d"]] and turns(["c"], cadences.get) == [["c"]] and turns([], cadences.get) == []
+    assert turns(["d", "a", "b", "c"], cadences.get) == (["a", "c"], ["d", "b"])
+    assert turns(["b", "d"], cadences.get) == ([], ["b", "d"]) and turns(["c"], cadences.get) == (["c"], []) and turns([], cadences.get) == ([], [])
+
+
+def test_a_slower_table_starts_only_if_its_cycle_fits_what_is_left_of_the_interval_unless_late_by_half_its_own():
+    """Run cycles 30 s apart; a table at 150 s whose last cycle took 8 s. In a run cycle that started at 300 s, it
+    starts at 310 s (ends by 318, within the 330 s the next cycle starts at), not at 325; once half its interval late
+    (225 s since its last start), whatever is left; riding out a stop, always."""
+    _, slow = table_cadences([30.0, 150.0], buffer_changes=1000)
+    assert slow.fits(5.0, 0.0)  # its first cycle: its length is not known yet
+    slow.cycled(150.0, report_of(300, 150.0), seconds=8.0)
+    assert slow.due(300.0) and slow.fits(310.0, 300.0) and slow.fits(322.0, 300.0) and not slow.fits(325.0, 300.0)
+    assert slow.fits(325.0, 300.0, at_once=True)
+    assert not slow.fits(395.0, 360.0) and slow.fits(395.0, 375.0)  # late by half its interval at 375 s
