@@ -41,7 +41,7 @@ from ddb_athena.lib.settings import Settings
 from ddb_athena.resources import resources_from_settings
 from ddb_athena.streamed.assets import StreamedUpkeep, stream_syncer, sync_cadence, writer_branch_of
 from ddb_athena.streamed.check_results import cycle_check_results
-from ddb_athena.streamed.sync_run import CycleReport, SyncRun, TableCadence, table_cadences, turns
+from ddb_athena.streamed.sync_run import CycleReport, SyncRun, TableCadence, cycle_in_turns, table_cadences
 from ddb_athena_bench.freshness import OUT, _percentile, local_stack
 from ddb_athena_bench.memory_dynamodb import MemoryDynamoDB
 from ddb_athena_bench.sync_cpu import _children_cpu, _cpu
@@ -261,14 +261,11 @@ def measure(
         measuring = cycle_started >= measuring_from
         if measuring and cpu_at_start is None:
             cpu_at_start = (_cpu(me) - loads_cpu(), _children_cpu(me, excluded), load.writes, cycle_started)
-        # Books and the tables beside that are due, in a sync run's turns (streamed/assets.sync_cycles): books' interval
-        # is the run's, so it takes the first (side by side with any beside it at that interval); then the slower ones,
-        # each as it fits what is left of the interval.
+        # Books and the tables beside that are due, in a sync run's turns (`cycle_in_turns`): books first, being at the
+        # run's interval; then the slower ones, each as it fits what is left of the interval.
         due = [(run, books_cadence), *((other, cadence) for other, cadence in zip(beside_runs, beside_cadences, strict=True) if cadence.due(cycle_started))]
-        first, then = turns(due, lambda entry: entry[1])
         cycle_of = functools.partial(_cadenced_cycle, stack, f"cycle-{number}", cycle_started)
-        reports = dict(side_by_side.map(cycle_of, first) if len(first) > 1 else [cycle_of(first[0])])
-        reports.update(cycle_of(entry) for entry in then if entry[1].fits(time.monotonic(), cycle_started))
+        reports = dict(cycle_in_turns(due, lambda entry: entry[1], cycle_of, cycle_started, time.monotonic, side_by_side))
         report = reports[run]
         outcome = report.outcome
         # When the commit was done (the merge's lag is measured then), not after the checks and upkeep that follow.

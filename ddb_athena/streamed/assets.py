@@ -8,6 +8,7 @@ minute, so freshness holds and the event log stays small), with the table's chec
 quarantine every time, the checks that read the table every few cycles.
 """
 
+import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -48,7 +49,7 @@ from ddb_athena.streamed.check_results import cycle_check_results
 from ddb_athena.streamed.cycle import StreamSync
 from ddb_athena.streamed.handover import waiting_writers
 from ddb_athena.streamed.run_loop import StopRequest, run_cycles
-from ddb_athena.streamed.sync_run import SyncCadence, SyncRun, TableCadence, table_cadences, turns
+from ddb_athena.streamed.sync_run import SyncCadence, SyncRun, TableCadence, cycle_in_turns, table_cadences
 
 
 @dataclass(frozen=True)
@@ -395,13 +396,11 @@ def sync_cycles(
         # A table another writer waits for is not taken again; one held is given up after its cycle.
         started = clock()
         due = [table for table in in_run if (table.table.writer_pool not in waiting or table.held) and table.due(at_once=stop.riding_out)]
-        first, then = turns(due, lambda table: table.cadence)
-        if spark.session_started and len(first) > 1:
-            found_work = list(side_by_side.map(lambda table: cycle_table(table, number, started, spark.activate_in_this_thread), first))  # all done
-        else:
-            found_work = [cycle_table(table, number, started) for table in first]
-        # A slower table that does not fit what is left of the interval stays due for the next cycle.
-        found_work += [cycle_table(table, number, started) for table in then if table.cadence.fits(clock(), started, at_once=stop.riding_out)]
+        # Threads once the session exists (the first cycle creates it in the main thread).
+        threads = side_by_side if spark.session_started else None
+        in_thread = spark.activate_in_this_thread if threads else lambda: None
+        cycle_one = functools.partial(cycle_table, number=number, started=started, in_thread=in_thread)
+        found_work = cycle_in_turns(due, lambda table: table.cadence, cycle_one, started, clock, threads, at_once=stop.riding_out)
         busy = any(found_work)
         for table in in_run:
             writer = waiting.get(table.table.writer_pool)
@@ -412,7 +411,7 @@ def sync_cycles(
             stop.end_after_cycle()
         return busy
 
-    def cycle_table(table: TableInRun, number: int, started: float, in_thread: Callable[[], None] = lambda: None) -> bool:
+    def cycle_table(table: TableInRun, number: int, started: float, in_thread: Callable[[], None]) -> bool:
         try:
             in_thread()
             if not table.held:

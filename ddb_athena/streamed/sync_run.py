@@ -11,6 +11,7 @@ pruning (its properties, `maintenance_state`).
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, TypeVar
@@ -22,6 +23,7 @@ from ddb_athena.streamed.cycle import CycleOutcome, StreamSync
 IDLE_RECORD_SECONDS = 60.0
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class TableCadence:
     phase: float = 0.0
     _last_start: float | None = None
     _changes_per_second: float = 0.0
-    _last_seconds: float = 0.0
+    _last_seconds: float | None = None
 
     def due(self, now: float, at_once: bool = False) -> bool:
         if at_once or self._last_start is None:
@@ -63,16 +65,19 @@ class TableCadence:
         """Whether a table of a longer interval, due, starts its cycle `now` in the run's cycle that started at
         `run_cycle_started`: when a cycle as long as its last ends within the run's interval (it takes what is left of
         it, as Firehose's buffer waits; the run's next cycle is not held), or it is late by half its interval (its
-        freshness bound is two of them at least), or every table cycles `at_once`."""
+        freshness bound is two of them at least), or every table cycles `at_once`. Its first cycle in the run starts at
+        once; its length is no estimate, so the second waits to be late, and the run's cycles are never held on a guess."""
         if at_once or self._last_start is None or run_cycle_started - self._last_start >= 1.5 * self.interval:
             return True
-        return now + self._last_seconds <= run_cycle_started + self.run_interval
+        return self._last_seconds is not None and now + self._last_seconds <= run_cycle_started + self.run_interval
 
     def cycled(self, started: float, report: "CycleReport | None", seconds: float = 0.0) -> None:
         """After a cycle that started at `started` and took `seconds` (its report, None when it failed): its changes over
-        the time since the one before are the table's rate."""
+        the time since the one before are the table's rate. A table's first cycle in a run is no estimate of the next
+        ones' length (`fits`): it starts the session's and the table's work (a bootstrap reads the whole table)."""
+        if self._last_start is not None:
+            self._last_seconds = seconds
         self._last_start = started - (self.phase if self._last_start is None else 0.0)
-        self._last_seconds = seconds
         self._changes_per_second = 0.0
         if report is not None and report.seconds_since_previous_cycle > 0:
             changes = report.outcome.source.get("records_captured") or report.outcome.merged.get("records_consumed") or 0
@@ -91,14 +96,25 @@ def table_cadences(intervals: list[float], buffer_changes: int) -> list[TableCad
     return cadences
 
 
-def turns(due: list[T], cadence_of: Callable[[T], TableCadence]) -> tuple[list[T], list[T]]:
-    """The tables due in a run's cycle, in the two turns they take: first those that merge at the run's own interval
-    (the tightest freshness bound), side by side; then those that declared a longer one, one after the other, each as
-    it fits what is left of the interval (`TableCadence.fits`). A table bound to the run's pace never shares the task's
-    CPU with a slower one's cycle, nor waits for one (measured: docs/performance-log.md, 3 December)."""
+def cycle_in_turns(
+    due: list[T],
+    cadence_of: Callable[[T], TableCadence],
+    cycle_one: Callable[[T], R],
+    started: float,
+    clock: Callable[[], float],
+    side_by_side: Executor | None = None,
+    at_once: bool = False,
+) -> list[R]:
+    """Cycles the tables `due` in the run's cycle that started at `started`, in two turns, and returns what each
+    `cycle_one` returned: first those that merge at the run's own interval (the tightest freshness bound), in
+    `side_by_side`'s threads when there are several; once all of them are done, those that declared a longer one, one
+    after the other, each only if its cycle fits what is left of the interval by `clock` (`TableCadence.fits`; one
+    that does not stays due). A table bound to the run's pace never shares the task's CPU with a slower one's cycle,
+    nor waits for one (measured: docs/performance-log.md, 3 December)."""
     first = [table for table in due if cadence_of(table).interval <= cadence_of(table).run_interval]
     then = [table for table in due if cadence_of(table).interval > cadence_of(table).run_interval]
-    return first, then
+    done = list(side_by_side.map(cycle_one, first)) if side_by_side is not None and len(first) > 1 else [cycle_one(table) for table in first]
+    return done + [cycle_one(table) for table in then if cadence_of(table).fits(clock(), started, at_once=at_once)]
 
 
 class TableUpkeep(Protocol):

@@ -26,7 +26,7 @@ from ddb_athena.streamed.assets import STREAMED, SyncConfig, streamed_assets, sy
 from ddb_athena.streamed.check_results import observe_key_parity
 from ddb_athena_tests.books_and_orders import BOOKS
 from ddb_athena_tests.dagster_helpers import local_resources
-from ddb_athena_tests.fake_clock import CountedProbe, FakeClock
+from ddb_athena_tests.fake_clock import CountedProbe, FakeClock, FastClock
 from ddb_athena_tests.frozen_process import FrozenProcess
 from ddb_athena_tests.lake.test_schema_evolution import read_by_pyiceberg
 from ddb_athena_tests.lib.test_declarations import REVIEWS as REVIEWS_DECLARATION
@@ -335,11 +335,13 @@ def test_a_run_frozen_past_its_leases_mid_cycle_changes_neither_table_once_resum
     assert {table: main_snapshot(settings, table) for table in (books, reviews)} == heads  # not one snapshot published
 
 
-def test_a_table_declared_with_its_own_interval_merges_at_it_beside_a_faster_one_in_the_same_run(spark, settings, instance):
+def test_a_table_declared_with_its_own_interval_merges_at_it_beside_a_faster_one_in_the_same_run(spark, settings, instance, monkeypatch):
     """reviews declared with merge_interval_seconds = 8 beside books at the run's 1 s: books merges in each cycle;
-    reviews, due once its own interval has gone by, waits for a cycle with room for it after books' turn; books'
-    cycles outlast the run's second, so there is none, and it merges once half its interval late (every 12 s of the
-    run's cycles), taking every change all the same. The run's cycles are never held for it."""
+    reviews, due once its own interval has gone by, waits for a cycle with room for it after books' turn. The run's
+    clock runs four times as fast, so books' cycles outlast the run's second on any host: there is no room, and
+    reviews merges once half its interval late (every 12 s of the run's cycles), taking every change all the same.
+    The run's cycles are never held for it."""
+    monkeypatch.setattr("ddb_athena.streamed.assets.RUN_CLOCK", FastClock(speed=4.0))
     dynamodb = settings.client("dynamodb")
     reviews_table(dynamodb)
     slow = streamed_assets(replace(declared("reviews"), merge_interval_seconds=8.0))
@@ -349,7 +351,7 @@ def test_a_table_declared_with_its_own_interval_merges_at_it_beside_a_faster_one
         dynamodb.put_item(TableName="reviews", Item={"book_id": {"S": "b"}, "review_id": {"N": str(number)}, "stars": {"N": "4"}})
 
     write(0)
-    out, _ = run_two_tables(instance, write, cycles=14, tables=(BOOKS, slow))  # past 12 s even at 1 s a cycle
+    out, _ = run_two_tables(instance, write, cycles=14, tables=(BOOKS, slow))  # past 12 s of the run's clock even at 1 s a cycle
 
     books_cycles, reviews_cycles = merged_cycles(instance, "books_iceberg"), merged_cycles(instance, "reviews_iceberg")
     # How many of the run's cycles that is depends on how long each takes on the host: the gaps say it.

@@ -1,10 +1,12 @@
 """A sync run's state across cycles (no Spark, no Dagster): what is recorded, when the checks and the upkeep run."""
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 from ddb_athena.lake.maintenance import CompactionResult, MaintenanceState
 from ddb_athena.streamed.cycle import CycleOutcome
-from ddb_athena.streamed.sync_run import CycleReport, SyncCadence, SyncRun, table_cadences, turns
+from ddb_athena.streamed.sync_run import CycleReport, SyncCadence, SyncRun, cycle_in_turns, table_cadences
 from ddb_athena_tests.fake_clock import FakeClock
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
@@ -171,19 +173,44 @@ def test_ten_tables_of_a_longer_interval_take_turns_in_the_runs_cycles():
         assert gaps == {120.0}, (index, merges[index])
 
 
-def test_the_tables_of_the_runs_interval_take_a_cycles_first_turn_and_the_slower_ones_the_next():
+def test_the_tables_of_the_runs_interval_cycle_side_by_side_first_and_the_slower_ones_after_them_as_they_fit():
+    """Run cycles 20 s apart: a and c (20 s) side by side, both started before either ends; d (60 s) and b (150 s)
+    only once both are done, one after the other, b left due when its last cycle's length no longer fits what is
+    left of the interval, taken all the same riding out a stop."""
     cadences = dict(zip("abcd", table_cadences([20.0, 150.0, 20.0, 60.0], buffer_changes=1000), strict=True))
-    assert turns(["d", "a", "b", "c"], cadences.get) == (["a", "c"], ["d", "b"])
-    assert turns(["b", "d"], cadences.get) == ([], ["b", "d"]) and turns(["c"], cadences.get) == (["c"], []) and turns([], cadences.get) == ([], [])
+    cadences["b"].cycled(-170.0, report_of(10, 150.0))  # b's first cycle at -170 s; its second took 12 s
+    cadences["b"].cycled(-20.0, report_of(10, 150.0), seconds=12.0)
+    now, events, both_started = [0.0], [], threading.Barrier(2, timeout=10)
+
+    def cycle_one(table: str) -> str:
+        events.append(f"{table} starts")
+        if table in "ac":
+            both_started.wait()  # fails unless a and c run at once
+        now[0] += 5.0  # each cycle takes 5 s of the run's clock
+        events.append(f"{table} ends")
+        return table
+
+    with ThreadPoolExecutor(max_workers=4) as side_by_side:
+        assert cycle_in_turns(list("dabc"), cadences.get, cycle_one, 0.0, lambda: now[0], side_by_side) == ["a", "c", "d"]
+        assert set(events[:2]) == {"a starts", "c starts"} and set(events[2:4]) == {"a ends", "c ends"}
+        assert events[4:] == ["d starts", "d ends"]  # b at 15 s + 12 s would end after the next cycle's 20 s
+        now[0], events[:] = 0.0, []
+        assert cycle_in_turns(["b", "d"], cadences.get, cycle_one, 0.0, lambda: now[0], side_by_side, at_once=True) == ["b", "d"]
+    assert cycle_in_turns([], cadences.get, cycle_one, 0.0, lambda: now[0]) == []
 
 
 def test_a_slower_table_starts_only_if_its_cycle_fits_what_is_left_of_the_interval_unless_late_by_half_its_own():
-    """Run cycles 30 s apart; a table at 150 s whose last cycle took 8 s. In a run cycle that started at 300 s, it
-    starts at 310 s (ends by 318, within the 330 s the next cycle starts at), not at 325; once half its interval late
-    (225 s since its last start), whatever is left; riding out a stop, always."""
+    """Run cycles 30 s apart; a table at 150 s. Its first cycle in the run (90 s: a bootstrap) starts at once and is
+    no estimate: the second waits until half its interval late (225 s after the first: the run's cycle at 240 s),
+    and takes 8 s. Then, in the run's cycle at 390 s, it starts at 400 s (ends by 408, within the 420 s the next cycle
+    starts at), not at 415; once half its interval late again (the cycle at 480 s), whatever is left; riding out a
+    stop, always."""
     _, slow = table_cadences([30.0, 150.0], buffer_changes=1000)
-    assert slow.fits(5.0, 0.0)  # its first cycle: its length is not known yet
-    slow.cycled(150.0, report_of(300, 150.0), seconds=8.0)
-    assert slow.due(300.0) and slow.fits(310.0, 300.0) and slow.fits(322.0, 300.0) and not slow.fits(325.0, 300.0)
-    assert slow.fits(325.0, 300.0, at_once=True)
-    assert not slow.fits(395.0, 360.0) and slow.fits(395.0, 375.0)  # late by half its interval at 375 s
+    assert slow.fits(5.0, 0.0)
+    slow.cycled(0.0, report_of(300, 150.0), seconds=90.0)
+    assert slow.due(150.0) and not slow.fits(151.0, 150.0) and not slow.fits(211.0, 210.0) and slow.fits(241.0, 240.0)
+    slow.cycled(240.0, report_of(300, 240.0), seconds=8.0)
+    assert not slow.due(360.0) and slow.due(390.0)
+    assert slow.fits(400.0, 390.0) and slow.fits(412.0, 390.0) and not slow.fits(415.0, 390.0)
+    assert slow.fits(415.0, 390.0, at_once=True)
+    assert slow.fits(455.0, 450.0) and not slow.fits(475.0, 450.0) and slow.fits(505.0, 480.0)
