@@ -5,6 +5,7 @@ import itertools
 import json
 import os
 import random
+import signal
 import textwrap
 import threading
 from dataclasses import replace
@@ -24,6 +25,7 @@ from ddb_athena.lib.writer_lease import WriterLease
 from ddb_athena.streamed import cycle as stream_cycle
 from ddb_athena.streamed.assets import STREAMED, SyncConfig, streamed_assets, sync_cycles
 from ddb_athena.streamed.check_results import observe_key_parity
+from ddb_athena.streamed.run_loop import StopRequest
 from ddb_athena_tests.books_and_orders import BOOKS
 from ddb_athena_tests.dagster_helpers import local_resources
 from ddb_athena_tests.fake_clock import CountedProbe, FakeClock, FastClock
@@ -49,9 +51,11 @@ def instance():
         yield instance
 
 
-def run_two_tables(instance, on_cycle, cycles: int = CYCLES, tables=(BOOKS, REVIEW_ASSETS), **sync_options) -> tuple[list[str], list]:
-    """A sync run of books and reviews (or `tables`), `cycles` cycles a second apart; `on_cycle(number)` runs after
-    each. Its log and its check evaluations."""
+def run_two_tables(
+    instance, on_cycle, cycles: int = CYCLES, tables=(BOOKS, REVIEW_ASSETS), stop: StopRequest | None = None, **sync_options
+) -> tuple[list[str], list]:
+    """A sync run of books and reviews (or `tables`), `cycles` cycles a second apart; `on_cycle(number)` runs before
+    each (`stop` says which signals the run rides out). Its log and its check evaluations."""
     resources = local_resources(dynamodb_tables={"reviews": "reviews"}, **sync_options)
     numbers = iter(range(1, 1000))
 
@@ -63,7 +67,7 @@ def run_two_tables(instance, on_cycle, cycles: int = CYCLES, tables=(BOOKS, REVI
             return "its cycles are done" if number >= cycles else None
 
         config = SyncConfig(merge_interval_seconds=1)
-        sync_cycles(context, config, aws, spark, sync, leases, list(tables), run_seconds=600, end_reason=end_reason)
+        sync_cycles(context, config, aws, spark, sync, leases, list(tables), run_seconds=600, end_reason=end_reason, stop=stop)
 
     @job(resource_defs=resources)
     def two_tables():
@@ -374,6 +378,31 @@ def test_a_table_declared_with_its_own_interval_merges_at_it_beside_a_faster_one
         if table == "reviews":
             books_merge = max((earlier for earlier, other in merging if other == "books" and earlier < index), default=index)
             assert "Materialized value books_iceberg." in out[books_merge:index], out[books_merge : index + 1]
+
+
+def test_riding_out_a_stop_every_table_merges_in_every_cycle_a_slower_one_too(spark, settings, instance):
+    """reviews declared at 60 s beside books at the run's 1 s: after its first cycle it is not due again within the
+    run, until SIGTERM is ridden out (ECS stopping a Spot task): then both merge in every cycle, back to back, to the
+    grace's end (20 s), and the run ends by itself. Nothing a slower table holds is left to the successor's first
+    cycle."""
+    dynamodb = settings.client("dynamodb")
+    reviews_table(dynamodb)
+    slow = streamed_assets(replace(declared("reviews"), merge_interval_seconds=60.0))
+    signalled_in = 6  # its first cycle (the session's warm-up) out of the five that bound the grace's last start
+
+    def write(number: int) -> None:
+        dynamodb.put_item(TableName=settings.dynamodb_tables["books"], Item={"id": {"S": f"book-{number}"}, "name": {"S": "n"}})
+        dynamodb.put_item(TableName="reviews", Item={"book_id": {"S": "b"}, "review_id": {"N": str(number)}, "stars": {"N": "4"}})
+        if number == signalled_in:
+            os.kill(os.getpid(), signal.SIGTERM)  # held by the run's loop, then ridden out after this cycle
+
+    out, _ = run_two_tables(instance, write, cycles=1000, tables=(BOOKS, slow), stop=StopRequest(rides_out=lambda _: True, grace_seconds=20.0))
+
+    books_cycles, reviews_cycles = merged_cycles(instance, "books_iceberg"), merged_cycles(instance, "reviews_iceberg")
+    last = books_cycles[-1]
+    assert books_cycles == list(range(1, last + 1)) and last >= signalled_in + 3, books_cycles
+    assert reviews_cycles == [1, *range(signalled_in + 1, last + 1)], (reviews_cycles, books_cycles)
+    assert any(message.startswith("Sync run done after") for message in out)
 
 
 def test_key_parity_of_the_declared_composite_key_table_end_to_end(spark, settings, instance):
