@@ -8,7 +8,8 @@ the requests, the Iceberg commits, the bytes stored; then `bill.py` prices them 
 with the pass of an upkeep run (expiry, the run's own task beside the sync's), priced as a task and its requests at
 its cadence. `--tables-beside` adds small streamed tables to the
 same loop (shaped as reviews, a composite key, written at `--beside-rate` a second each): the bill of books with them,
-less books' alone, is the marginal table's.
+less books' alone, is the marginal table's. `--copies 10` measures books at ten times its seeded size (10 GB from 1 GB):
+Spark copies the bootstrapped rows under new keys, and the memory table holds the copies as they are read.
 
 The sync runs within the task's size (`--vcpu`, `--memory-gb`: a CPU quota and a memory limit, `task_limits.py`); the
 emulator and the load generator outside it. `--spark-memory` sets the JVM's heap. `--write-docs` writes docs/cost.md from the results
@@ -17,10 +18,12 @@ emulator and the load generator outside it. `--spark-memory` sets the JVM's heap
 
     .venv/bin/python -m ddb_athena_bench.cost --rates 230 --intervals 10,20,30,60,120 --minutes 5 --vcpu 0.5 --memory-gb 3
     .venv/bin/python -m ddb_athena_bench.cost --rates 230 --intervals 30 --minutes 10 --tables-beside 0,3
+    .venv/bin/python -m ddb_athena_bench.cost --rates 230 --intervals 20 --minutes 60 --warm-up-minutes 3 --copies 10
 """
 
 import argparse
 import collections
+import itertools
 import json
 import subprocess
 import sys
@@ -167,7 +170,8 @@ def measure_cell(
     measured_ms = (int(warm_until * 1000), int(time.time() * 1000))
     # The upkeep run's pass, counted apart: its own task, priced at its cadence.
     result["upkeep_run"] = _upkeep_pass(stack, meter)
-    item_bytes = sum(len(json.dumps(item, default=str)) for item in list(stack.table.items.values())[:1000]) / min(len(stack.table.items), 1000)
+    sample = list(itertools.islice(stack.table.items.values(), 1000))
+    item_bytes = sum(len(json.dumps(item, default=str)) for item in sample) / len(sample)
     return {
         **result,
         "measured_seconds": result["minutes"] * 60,
@@ -470,7 +474,7 @@ def _lease(stack: CapacityStack, table: str) -> WriterLease:
 
 
 def _cell_key(cell: dict) -> tuple:
-    return cell["rate"], cell["interval_seconds"], cell["vcpu"], cell["memory_gb"], billing.streamed_tables(cell)
+    return cell["rate"], cell["interval_seconds"], cell["vcpu"], cell["memory_gb"], billing.streamed_tables(cell), cell.get("copies", 1)
 
 
 def _load() -> list[dict]:
@@ -485,6 +489,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-up-minutes", type=float, default=1.0)
     parser.add_argument("--initial-books", type=int, default=1_000_000, help="1 GB of ~1 KB items")
     parser.add_argument("--summary-bytes", type=int, default=700)
+    parser.add_argument(
+        "--copies", type=int, default=1, help="books grown by Spark after its bootstrap to this many copies of each item (10 with 1,000,000: 10 GB)"
+    )
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--vcpu", type=float, default=DEFAULT_TASK.vcpu, help="the task's vCPU: the sync's CPU quota")
     parser.add_argument("--memory-gb", type=float, default=DEFAULT_TASK.memory_gb, help="the task's memory")
@@ -504,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         scratch = OUT / "cost-stack"
         billing.Task(arguments.vcpu, arguments.memory_gb)  # a size Fargate offers, before an hour is spent on it
         limits = TaskLimits("ddb_athena_bench", arguments.vcpu, arguments.memory_gb)
-        stack_options = {"warehouse_on_s3": True, "spark_memory": arguments.spark_memory, "limits": limits}
+        stack_options = {"warehouse_on_s3": True, "spark_memory": arguments.spark_memory, "limits": limits, "copies": arguments.copies}
         with capacity_stack(scratch, arguments.initial_books, arguments.summary_bytes, arguments.shards, **stack_options) as stack:
             limits.release_this_process_memory()
             sync = stack.resources["sync"]
@@ -524,7 +531,10 @@ def main(argv: list[str] | None = None) -> int:
                     memory_gb=arguments.memory_gb,
                     spark_memory=arguments.spark_memory,
                     maintenance_interval_minutes=stack.resources["sync"].maintenance_interval_minutes,
+                    copies=arguments.copies,
                 )
+                if arguments.copies > 1:
+                    cell["note"] = f"books {cell['items'] / 1e6:.1f} M items, {cell['table_bytes'] / 1e9:.1f} GB (copied by Spark)"
                 cells = [old for old in cells if _cell_key(old) != _cell_key(cell)] + [cell]
                 RESULTS.write_text(json.dumps(cells, indent=2))
                 print(report([cell]), flush=True)

@@ -11,12 +11,71 @@ import re
 import threading
 import zlib
 from bisect import bisect_right
+from collections.abc import Iterator, MutableMapping
 from datetime import UTC, datetime
 
 STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/{table}/stream/2026-11-25T00:00:00.000"
 FIRST_SEQUENCE_NUMBER = 10**20
 PAGE_LIMIT = 1000
 _SET_CLAUSE = re.compile(r"(\w+)\s*=\s*(:\w+)")
+# A copy's key: its original's, this, and the copy's number (`CopiedItems`).
+COPY_SEPARATOR = "~"
+
+
+class CopiedItems(MutableMapping):
+    """A table's items and `copies - 1` more of each, keyed `<key>~<n>` (n from 1), the same but for their key. The
+    copies are made as they are read, and only the writes since are held: ten million ~1 KB items do not fit this
+    process, one million and an hour of changes do."""
+
+    def __init__(self, originals: dict[str, dict], key_attribute: str, copies: int):
+        self._originals, self._key_attribute, self._copies = originals, key_attribute, copies
+        self._written: dict[str, dict] = {}
+        # Keys of originals or copies deleted since (and not written again).
+        self._deleted: set[str] = set()
+        self._size = len(originals) * copies
+
+    def _copied(self, key: str) -> dict | None:
+        """The original or copy of that key as it was copied, if there is one."""
+        if key in self._originals:
+            return self._originals[key]
+        original, separator, number = key.rpartition(COPY_SEPARATOR)
+        if not separator or not number.isdigit() or not 1 <= int(number) < self._copies or original not in self._originals:
+            return None
+        return {**self._originals[original], self._key_attribute: {"S": key}}
+
+    def __getitem__(self, key: str) -> dict:
+        if key in self._written:
+            return self._written[key]
+        item = None if key in self._deleted else self._copied(key)
+        if item is None:
+            raise KeyError(key)
+        return item
+
+    def __setitem__(self, key: str, item: dict) -> None:
+        self._size += key not in self
+        self._deleted.discard(key)
+        self._written[key] = item
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self:
+            raise KeyError(key)
+        self._size -= 1
+        self._written.pop(key, None)
+        if self._copied(key) is not None:
+            self._deleted.add(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._written or (key not in self._deleted and self._copied(key) is not None)
+
+    def __iter__(self) -> Iterator[str]:
+        for original in self._originals:
+            for key in (original, *(f"{original}{COPY_SEPARATOR}{number}" for number in range(1, self._copies))):
+                if key not in self._written and key not in self._deleted:
+                    yield key
+        yield from self._written
+
+    def __len__(self) -> int:
+        return self._size
 
 
 class MemoryDynamoDB:
@@ -37,6 +96,11 @@ class MemoryDynamoDB:
     def seed(self, items: list[dict]) -> None:
         """Items written before the stream was enabled: in the table, not in the stream (a bootstrap finds them)."""
         self.items.update((item[self.key_attribute]["S"], item) for item in items)
+
+    def copy_items(self, copies: int) -> None:
+        """The table holds `copies` of each item it holds now (`CopiedItems`), as one that many times larger would."""
+        with self._lock:
+            self.items = CopiedItems(self.items, self.key_attribute, copies)
 
     def describe_table(self, TableName: str) -> dict:
         self._check(TableName)
@@ -79,9 +143,10 @@ class MemoryDynamoDB:
 
     def paginate(self, TableName: str, **_options):
         self._check(TableName)
-        items = list(self.items.values())
-        for start in range(0, max(len(items), 1), PAGE_LIMIT):
-            yield {"Items": items[start : start + PAGE_LIMIT]}
+        with self._lock:
+            keys = list(self.items)  # the keys as the scan starts; an item deleted since is not in its page
+        for start in range(0, max(len(keys), 1), PAGE_LIMIT):
+            yield {"Items": [item for key in keys[start : start + PAGE_LIMIT] if (item := self.items.get(key)) is not None]}
 
     # dynamodbstreams
 

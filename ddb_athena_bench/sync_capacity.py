@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -36,6 +36,8 @@ import psutil
 
 from ddb_athena.dev.local_stack import create_dynamodb_table
 from ddb_athena.dev.simulate import BookSimulator, SeededTraffic, book_item, seed_items
+from ddb_athena.lake.identifiers import dotted_name, string_literal, validate_identifier
+from ddb_athena.lake.table_spec import ITEM_COLUMN
 from ddb_athena.lib.declarations import FRESHNESS_INTERVALS, TableDeclaration, declared
 from ddb_athena.lib.settings import Settings
 from ddb_athena.resources import resources_from_settings
@@ -43,7 +45,7 @@ from ddb_athena.streamed.assets import StreamedUpkeep, stream_syncer, sync_caden
 from ddb_athena.streamed.check_results import cycle_check_results
 from ddb_athena.streamed.sync_run import CycleReport, SyncRun, TableCadence, cycle_in_turns, table_cadences
 from ddb_athena_bench.freshness import OUT, _percentile, local_stack
-from ddb_athena_bench.memory_dynamodb import MemoryDynamoDB
+from ddb_athena_bench.memory_dynamodb import COPY_SEPARATOR, MemoryDynamoDB
 from ddb_athena_bench.sync_cpu import _children_cpu, _cpu
 from ddb_athena_bench.volume import _books_table, _memory
 
@@ -103,10 +105,19 @@ class CapacityStack:
 
 @contextmanager
 def capacity_stack(
-    scratch: Path, initial_books: int, summary_bytes: int, shards: int, warehouse_on_s3: bool = False, spark_memory: str | None = None, limits=None
+    scratch: Path,
+    initial_books: int,
+    summary_bytes: int,
+    shards: int,
+    warehouse_on_s3: bool = False,
+    spark_memory: str | None = None,
+    limits=None,
+    copies: int = 1,
 ) -> Iterator[CapacityStack]:
     """`spark_memory`: the JVM's heap (`spark.driver.memory`). `limits` (task_limits.TaskLimits): the task's size,
-    entered once the emulator runs and the table is seeded, before the JVM starts."""
+    entered once the emulator runs and the table is seeded, before the JVM starts. `copies` > 1: after the bootstrap,
+    the table holds that many of each item, written into Iceberg by Spark (`copy_rows`, every core) and held by the
+    memory table as they are read (`CopiedItems`): a table ten times as large as this process can seed."""
     with local_stack(scratch, rate=None, with_dagster=False, warehouse_on_s3=warehouse_on_s3) as (env, processes), ExitStack() as limited:
         table = MemoryDynamoDB(Settings.from_env(env).dynamodb_tables["books"], declared("books").spec.key.attribute, shards)
         rng = random.Random(7)
@@ -127,7 +138,35 @@ def capacity_stack(
         started = time.monotonic()
         _syncer(stack, MemoryClients(table, resources["aws"])).cycle("bootstrap")
         print(f"bootstrap of {initial_books:,} items: {time.monotonic() - started:.0f} s", flush=True)
+        if copies > 1:
+            started = time.monotonic()
+            with limits.cpu_unlimited() if limits is not None else nullcontext():
+                copy_rows(resources["spark"].spark_session, settings.iceberg_table_of(declared("books")), declared("books"), copies)
+            table.copy_items(copies)
+            print(f"copied by Spark to {len(table.items):,} items: {time.monotonic() - started:.0f} s", flush=True)
         yield stack
+
+
+def copy_rows(spark, iceberg_table: str, declaration: TableDeclaration, copies: int) -> None:
+    """Appends to `iceberg_table` (on `main`) `copies - 1` more of each row, as `CopiedItems` holds them: the key
+    `<key>~<n>`, in its column and in the item's JSON, every other column as it is (their sequence numbers older than
+    any change in the stream, as a bootstrap's are)."""
+    spec = declaration.spec
+    if spec.sort_key is not None or spec.key.transform != "string":
+        raise ValueError(f"{declaration.name}: only a table keyed by one string attribute is copied")
+    key = validate_identifier(spec.key.name)
+    copied_key = f"concat({key}, '{COPY_SEPARATOR}', copy_number)"
+    # The key attribute in the item's JSON as the sync writes it (compact): "id":{"S":"book-1"}.
+    attribute = string_literal(json.dumps(spec.key.attribute) + ":")
+
+    def in_item(value: str) -> str:
+        return f"concat({attribute}, to_json(named_struct('S', {value})))"
+
+    columns = [validate_identifier(column) for column in spark.table(iceberg_table).columns]
+    copied = {key: copied_key, ITEM_COLUMN: f"replace({ITEM_COLUMN}, {in_item(key)}, {in_item(copied_key)})"}
+    selected = [f"{copied[column]} AS {column}" if column in copied else column for column in columns]
+    table = dotted_name(iceberg_table)
+    spark.sql(f"INSERT INTO {table} SELECT {', '.join(selected)} FROM {table} LATERAL VIEW explode(sequence(1, {int(copies) - 1})) copied AS copy_number")
 
 
 def _writer(stack: CapacityStack, table: TableDeclaration):

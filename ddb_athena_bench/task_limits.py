@@ -8,6 +8,8 @@ memory, which the task would not, so it leaves the group once they run, and the 
 """
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")
@@ -52,6 +54,15 @@ class TaskLimits:
         that the table it serves from memory, which a task would not hold, is not counted. Memory already charged
         stays with the group until freed (cgroup v1 does not move it)."""
         (MEMORY_ROOT / "cgroup.procs").write_text(str(os.getpid()))
+
+    @contextmanager
+    def cpu_unlimited(self) -> Iterator[None]:
+        """Within the block, the group's processes take every core: work that prepares a measurement, not part of it."""
+        (self.cpu / "cpu.cfs_quota_us").write_text("-1")
+        try:
+            yield
+        finally:
+            (self.cpu / "cpu.cfs_quota_us").write_text(str(int(self.vcpu * PERIOD_MICROSECONDS)))
 
     def throttled_seconds(self) -> float:
         stats = dict(line.split() for line in (self.cpu / "cpu.stat").read_text().splitlines())
