@@ -141,7 +141,7 @@ def capacity_stack(
         if copies > 1:
             started = time.monotonic()
             with limits.cpu_unlimited() if limits is not None else nullcontext():
-                copy_rows(resources["spark"].spark_session, settings.iceberg_table_of(declared("books")), declared("books"), copies)
+                copy_rows(resources["spark"].spark_session, resources["sync"].iceberg_table_of(declared("books")), declared("books"), copies)
             table.copy_items(copies)
             print(f"copied by Spark to {len(table.items):,} items: {time.monotonic() - started:.0f} s", flush=True)
         yield stack
