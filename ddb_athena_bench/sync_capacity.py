@@ -390,12 +390,13 @@ def _cadenced_cycle(stack: CapacityStack, batch: str, run_cycle_started: float, 
 
 
 def _timed(call: Callable, kind: str, seconds: dict[str, list[float]]) -> Callable:
-    """`call`, appending to `seconds[kind]` how long each call took that did something (returned other than None)."""
+    """`call`, appending to `seconds[kind]` how long each call took that did something (returned other than None or
+    an empty dict: a compaction that found nothing due)."""
 
     def run(*args, **kwargs):
         started = time.monotonic()
         result = call(*args, **kwargs)
-        if result is not None:
+        if result is not None and result != {}:
             seconds[kind].append(time.monotonic() - started)
             print(f"  {kind} pass: {seconds[kind][-1]:.1f} s", flush=True)
         return result

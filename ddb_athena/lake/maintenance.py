@@ -7,6 +7,7 @@ taken for an orphan. Old metadata files go at each commit (the tables' `write.me
 """
 
 import math
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -16,15 +17,13 @@ from pyspark.sql import SparkSession
 from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY, table_properties, tombstone_table
 from ddb_athena.lake.commit_properties import branch_summary, iceberg_table, newest_carriers_committed_at
 from ddb_athena.lake.identifiers import dotted_name, validate_identifier
-from ddb_athena.lake.table_spec import set_properties_sql, timestamp_literal
+from ddb_athena.lake.table_spec import TARGET_FILE_BYTES, set_properties_sql, timestamp_literal
 from ddb_athena.lake.writer_branch import FENCE_EPOCH_PROPERTY, WriterBranch
 
 # Floors: the longest query we document (Athena's DML queries time out after 30 minutes by default), and the
 # age below which a file may belong to a commit still being written.
 MIN_SNAPSHOT_RETENTION = timedelta(hours=1)
 MIN_ORPHAN_AGE = timedelta(days=1)
-# What compaction aims at per data file (Iceberg's default is 512 MB: too big for a small, busy table).
-TARGET_FILE_BYTES = 128 * 1024 * 1024
 # Only files under this share of the target are rewritten for their size (Iceberg's default, 3/4, took in the files
 # its own rewrite leaves: a table's bytes split evenly over its output files leave them all under 3/4 of the target
 # unless the table is a multiple of it, so a 1 GB table was rewritten whole at every compaction, ~50 s within half a
@@ -89,16 +88,6 @@ def table_files(spark: SparkSession, target: str) -> TableFiles:
     return TableFiles(totals.data_files, totals.files_bytes, totals.delete_files, snapshots, versions + snapshots + manifests)
 
 
-@dataclass
-class CompactionResult:
-    rewritten_data_files: int
-    added_data_files: int
-    # Position delete files merged into fewer (without rewriting the data files they apply to).
-    rewritten_delete_files: int = 0
-    # The table's data files once compacted: the next compaction is due that many files later.
-    data_files_after: int | None = None
-
-
 @dataclass(frozen=True)
 class TableTotals:
     """A table's live files and rows, as Iceberg counts them in every snapshot's summary: reading them costs nothing."""
@@ -124,6 +113,12 @@ class TableTotals:
         """Whether a reader now opens `file_threshold` delete files, or as many data files more than it needs."""
         return self.delete_files >= file_threshold or self.surplus_data_files(settled) >= file_threshold
 
+    @property
+    def deleted_share(self) -> float:
+        """Of the rows in the table's data files, the share its position deletes hide (or did, in files since rewritten:
+        counted until the delete files are merged)."""
+        return self.position_deletes / max(self.records, 1)
+
 
 def table_totals(spark: SparkSession, target: str) -> TableTotals:
     return TableTotals.of(branch_summary(spark, target, "main"))
@@ -131,33 +126,118 @@ def table_totals(spark: SparkSession, target: str) -> TableTotals:
 
 # A reader pays for each delete file (every data file's scan reads the deletes that may apply to it: a sync commit's
 # one file spans the whole table) and for the rows those hide; compaction pays for what it rewrites. So delete files
-# are merged into one (their own rows only: small), and data files are rewritten only when they are small or the rows
-# deleted from them reach this share of the table: a busy 1 GB table was otherwise rewritten whole at every pass.
+# are merged into one (their own rows only: small), and data files are rewritten for their deleted rows only once
+# those reach this share of the table: a busy 1 GB table was otherwise rewritten whole at every pass.
 DELETED_SHARE_REWRITE = 0.2
+# Past this share a table's deleted rows are rewritten out even when no cycle has the time to spare (one file at least).
+DELETED_SHARE_OVERDUE = 2 * DELETED_SHARE_REWRITE
+# How fast deleted rows are rewritten out, until a sync run has timed its own: a 1 GB table in ~66 s within half a
+# vCPU (docs/performance-log.md, 3 December). It sizes a run's first slice only.
+FIRST_REWRITE_BYTES_PER_SECOND = 15 * 1024 * 1024
 _NEVER = str(2**31 - 1)
 
 
-def compact(spark: SparkSession, catalog: str, target: str) -> CompactionResult:
-    """Small data files into files of about TARGET_FILE_BYTES; the position delete files into one, or, once the rows
-    they delete reach DELETED_SHARE_REWRITE of the table, the data files they apply to rewritten without them."""
+@dataclass
+class CompactionResult:
+    rewritten_data_files: int
+    added_data_files: int
+    # Position delete files merged into fewer (without rewriting the data files they apply to).
+    rewritten_delete_files: int = 0
+    # The table's data files once compacted: the next compaction is due that many files later.
+    data_files_after: int | None = None
+    # Of the data files rewritten, those rewritten for their deleted rows, and their bytes.
+    deleted_rows_files: int = 0
+    deleted_rows_bytes: int = 0
+
+
+def compact(spark: SparkSession, catalog: str, target: str, deleted_rows_bytes: int | None = None, pack_small_files: bool = True) -> CompactionResult:
+    """Once the rows deleted reach DELETED_SHARE_REWRITE of the table, data files rewritten without them, oldest first,
+    up to `deleted_rows_bytes` of them (every one when None; `rewrite_deleted_rows`); small data files into files of
+    about TARGET_FILE_BYTES (with `pack_small_files`); then the position delete files merged into one, which drops the
+    positions in the files rewritten. Deleted rows first: a file packed first would be one more they apply to."""
     catalog = validate_identifier(catalog, "catalog name")
     table = dotted_name(target)
     totals = table_totals(spark, target)
-    rewrite_deleted = totals.position_deletes >= DELETED_SHARE_REWRITE * max(totals.records, 1)
-    rewrite = spark.sql(
-        f"CALL {catalog}.system.rewrite_data_files(table => '{table}', options => map("
-        f"'min-input-files', '2', 'delete-file-threshold', '{1 if rewrite_deleted else _NEVER}', 'remove-dangling-deletes', 'true', "
-        f"'target-file-size-bytes', '{TARGET_FILE_BYTES}', 'min-file-size-bytes', '{TARGET_FILE_BYTES // SMALL_FILE_SHARE}', "
-        f"'max-file-size-bytes', '{NEVER_TOO_BIG_BYTES}'))"
-    ).collect()[0]
+    deleted = (0, 0, 0)
+    if totals.deleted_share >= DELETED_SHARE_REWRITE:
+        deleted = rewrite_deleted_rows(spark, target, deleted_rows_bytes, at_least_one=totals.deleted_share >= DELETED_SHARE_OVERDUE)
+    packed = (0, 0)
+    if pack_small_files:
+        row = spark.sql(
+            f"CALL {catalog}.system.rewrite_data_files(table => '{table}', options => map("
+            f"'min-input-files', '2', 'delete-file-threshold', '{_NEVER}', 'remove-dangling-deletes', 'true', "
+            f"'target-file-size-bytes', '{TARGET_FILE_BYTES}', 'min-file-size-bytes', '{TARGET_FILE_BYTES // SMALL_FILE_SHARE}', "
+            f"'max-file-size-bytes', '{NEVER_TOO_BIG_BYTES}'))"
+        ).collect()[0]
+        packed = (row["rewritten_data_files_count"], row["added_data_files_count"])
     merged_deletes = 0
-    # Merged when there are several; after the data they applied to was rewritten, rewritten to drop them (Iceberg's
-    # dangling-delete removal left a partition-wide delete file behind, read by nobody but listed forever).
-    if totals.delete_files > 1 or (rewrite_deleted and totals.delete_files):
+    # Merged when there are several; after data files were rewritten for their deleted rows, rewritten to drop the
+    # positions in those files (Iceberg's dangling-delete removal drops only a delete file no live data file is older
+    # than: a sync commit's one file spans the table).
+    if (pack_small_files and totals.delete_files > 1) or (deleted[0] and totals.delete_files):
         deletes = spark.sql(f"CALL {catalog}.system.rewrite_position_delete_files(table => '{table}', options => map('rewrite-all', 'true'))").collect()[0]
         merged_deletes = deletes["rewritten_delete_files_count"]
     after = table_totals(spark, target).data_files
-    return CompactionResult(rewrite["rewritten_data_files_count"], rewrite["added_data_files_count"], merged_deletes, after)
+    return CompactionResult(packed[0] + deleted[0], packed[1] + deleted[2], merged_deletes, after, deleted[0], deleted[1])
+
+
+def rewrite_deleted_rows(spark: SparkSession, target: str, byte_budget: int | None, at_least_one: bool = False) -> tuple[int, int, int]:
+    """The data files that deletes apply to, rewritten without their deleted rows in one commit to `main`, those the
+    longest without a rewrite first (the lowest data sequence number: a file this rewrites comes back last, so no file is
+    rewritten twice before every other one has been), as many as fit `byte_budget` (all when None; with `at_least_one`,
+    the oldest even when it alone is over). Iceberg's rewrite_data_files can cap how many files it takes, not which: it
+    took the file it had just written again, first. So the files are chosen here and rewritten the way that procedure
+    rewrites a group (a staged scan of them, written as their replacement). -> (files, bytes, files added)"""
+    jvm, table = spark._jvm, iceberg_table(spark, target)
+    snapshot = table.currentSnapshot()
+    if snapshot is None:
+        return (0, 0, 0)
+    tasks, planned = [], table.newScan().planFiles()
+    try:
+        iterator = planned.iterator()
+        while iterator.hasNext():
+            task = iterator.next()
+            if not task.deletes().isEmpty():
+                tasks.append((task.file().dataSequenceNumber(), task.file().location(), task.file().fileSizeInBytes(), task))
+    finally:
+        planned.close()
+    chosen, total = [], 0
+    for _, _, size, task in sorted(tasks, key=lambda entry: entry[:2]):
+        if byte_budget is not None and total + size > byte_budget and not (at_least_one and not chosen):
+            break
+        chosen.append(task)
+        total += size
+    if not chosen:
+        return (0, 0, 0)
+    group, staged = str(uuid.uuid4()), jvm.java.util.ArrayList()
+    for task in chosen:
+        staged.add(task)
+    cache, task_sets, coordinator = (
+        jvm.org.apache.iceberg.spark.SparkTableCache.get(),
+        jvm.org.apache.iceberg.spark.ScanTaskSetManager.get(),
+        jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get(),
+    )
+    cache.add(group, table)
+    task_sets.stageTasks(table, group, staged)
+    try:
+        rows = spark.read.format("iceberg").option("scan-task-set-id", group).option("split-size", str(total)).option("file-open-cost", "0").load(group)
+        rows.write.format("iceberg").option("rewritten-file-scan-task-set-id", group).option("target-file-size-bytes", str(TARGET_FILE_BYTES)).option(
+            "distribution-mode", "none"
+        ).mode("append").save(group)
+        added = coordinator.fetchNewFiles(table, group)
+        # Refused if anything since `snapshot` deleted rows from these files: their rows would come back.
+        rewrite = table.newRewrite().validateFromSnapshot(snapshot.snapshotId())
+        for task in chosen:
+            rewrite.deleteFile(task.file())
+        files = added.iterator()
+        while files.hasNext():
+            rewrite.addFile(files.next())
+        rewrite.commit()
+        return (len(chosen), total, added.size())
+    finally:
+        cache.remove(group)
+        task_sets.removeTasks(table, group)
+        coordinator.clearRewrite(table, group)
 
 
 def compact_if_due(
@@ -167,15 +247,20 @@ def compact_if_due(
     file_threshold: int,
     before_rewrite: Callable[[], None] = lambda: None,
     settled: int | None = None,
+    deleted_rows_bytes: int | None = None,
 ) -> CompactionResult | None:
     """Compaction only (no expiry, no orphan listing) once the table's readers open `file_threshold` files more than
-    they need, or than the `settled` count its last compaction left (TableTotals.compaction_due); None when not due.
-    The sync run asks after every merge, for the table and its tombstones: a busy table is compacted often, a quiet
-    one not at all. `before_rewrite` raises when this writer may no longer commit to `main`."""
-    if not table_totals(spark, target).compaction_due(file_threshold, settled):
+    they need, or than the `settled` count its last compaction left (TableTotals.compaction_due), or its deleted rows
+    are due for a rewrite and `deleted_rows_bytes` leaves room for one (or they are overdue); None when not due. The
+    sync run asks after every merge, for the table and its tombstones, with the bytes it can rewrite in what is left of
+    the cycle's interval: a busy table is compacted often, a quiet one not at all, and the deleted rows go a slice at a
+    time. `before_rewrite` raises when this writer may no longer commit to `main`."""
+    totals = table_totals(spark, target)
+    files_due = totals.compaction_due(file_threshold, settled)
+    if not (files_due or totals.deleted_share >= (DELETED_SHARE_REWRITE if deleted_rows_bytes != 0 else DELETED_SHARE_OVERDUE)):
         return None
     before_rewrite()
-    return compact(spark, catalog, target)
+    return compact(spark, catalog, target, deleted_rows_bytes, pack_small_files=files_due)
 
 
 @dataclass

@@ -350,6 +350,12 @@ METADATA_UPKEEP_PROPERTIES = (
     ("commit.manifest.min-count-to-merge", "2"),
 )
 
+# What every writer of a streamed table and every compaction aims at per data file (Iceberg's default is 512 MB: too
+# big for a small, busy table). A sync cycle rewrites a table's deleted rows out a few files at a time in what is left
+# of its interval: ~7 s at 20 s within half a vCPU, where a whole-table pass went at ~15 MB/s (66 s a GB): a 64 MB file
+# fits in it, a 128 MB one would not.
+TARGET_FILE_BYTES = 64 * 1024 * 1024
+
 # The properties of every table of a kind (lib/declarations.py): "stream" tables merge every few seconds, "export"
 # tables load a day of immutable documents at a time.
 SOURCE_PROPERTIES = {
@@ -359,6 +365,7 @@ SOURCE_PROPERTIES = {
         # commit touched all the files the previous ones added, so a 10-s cycle wrote up to 12 delete files
         # (`make bench-requests`); the one file's few thousand positions cost a reader nothing to skip.
         ("write.delete.granularity", "partition"),
+        ("write.target-file-size-bytes", str(TARGET_FILE_BYTES)),
     ),
     "export": (
         # Ids and the item JSON never fit a dictionary, yet Parquet builds one per row group up to

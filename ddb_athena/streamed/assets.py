@@ -29,6 +29,7 @@ from pydantic import Field
 
 from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY, tombstone_table
 from ddb_athena.lake.maintenance import (
+    FIRST_REWRITE_BYTES_PER_SECOND,
     CompactionResult,
     MaintenanceResult,
     MaintenanceState,
@@ -158,6 +159,8 @@ class StreamedUpkeep:
     writer: WriterBranch | None = None
     # By table, its data files after this run's last compaction of it (files left near their target are no surplus).
     settled: dict[str, int] = field(default_factory=dict)
+    # By table, how fast this run's last compaction that rewrote deleted rows went: what sizes the next slice.
+    rewrite_bytes_per_second: dict[str, float] = field(default_factory=dict)
 
     @property
     def _target(self) -> str:
@@ -175,15 +178,18 @@ class StreamedUpkeep:
         record_tombstones_pruned(spark, self._target, now)
         return pruned
 
-    def compact(self) -> dict[str, CompactionResult]:
+    def compact(self, spare_seconds: float) -> dict[str, CompactionResult]:
         self.before_write()
-        compacted = {}
+        compacted, deadline = {}, time.monotonic() + spare_seconds
         for table in (self._target, tombstone_table(self._target)):
-            threshold = self.sync.compaction_file_threshold
-            result = compact_if_due(self.spark.spark_session, self.spark.catalog, table, threshold, self._check_fence, self.settled.get(table))
+            threshold, started = self.sync.compaction_file_threshold, time.monotonic()
+            budget = int(max(0.0, deadline - started) * self.rewrite_bytes_per_second.get(table, FIRST_REWRITE_BYTES_PER_SECOND))
+            result = compact_if_due(self.spark.spark_session, self.spark.catalog, table, threshold, self._check_fence, self.settled.get(table), budget)
             if result is not None:
                 compacted[table] = result
                 self.settled[table] = result.data_files_after
+                if result.deleted_rows_bytes:
+                    self.rewrite_bytes_per_second[table] = result.deleted_rows_bytes / max(time.monotonic() - started, 1e-3)
         if compacted and self.writer is not None:
             for table in self.writer.tables:
                 self.writer.follow_main(table)

@@ -1,7 +1,8 @@
 """One sync run's state across its cycles, no Dagster: the pace (an idle cycle is recorded at most once a minute; the
 log says when cycles back off), the cadence of the checks, and the upkeep that needs the writer's fence, between merges
-(compaction of the table and its tombstones once their files call for it, the tombstones past their retention pruned
-once a day; never beside a merge). Expiry and the orphan sweep need no writer: the `streamed_upkeep` runs do them beside
+(compaction of the table and its tombstones once their files call for it, their deleted rows rewritten out a slice at a
+time in what is left of a cycle's interval, the tombstones past their retention pruned once a day; never beside a
+merge). Expiry and the orphan sweep need no writer: the `streamed_upkeep` runs do them beside
 the sync (streamed/jobs.py), and no cycle waits for them. The books asset turns each CycleReport into Dagster events; a
 benchmark runs the same object.
 
@@ -123,8 +124,9 @@ class TableUpkeep(Protocol):
     def prune_tombstones(self, now: datetime) -> int:
         """Prunes the tombstones past their retention (how many), and records the pass on the table."""
 
-    def compact(self) -> dict[str, CompactionResult]:
-        """Compacts the table and its tombstones, each if its files call for it: by table, those compacted."""
+    def compact(self, spare_seconds: float) -> dict[str, CompactionResult]:
+        """Compacts the table and its tombstones, each if its files call for it, rewriting deleted rows out only as
+        many as fit `spare_seconds` (unless overdue): by table, those compacted."""
 
 
 # The checks a cycle evaluates: (stream_lag_seconds, list_s3, quarantined) -> results by check name.
@@ -190,10 +192,10 @@ class SyncRun:
         self._recorded_merges += not outcome.idle
         # What needs the fence runs inside the loop, between merges, never beside them. Idle tables need none.
         if not outcome.idle:
-            self._keep_up(report)
+            self._keep_up(report, spare_seconds=self._cadence.interval_seconds - (self._clock() - started))
         return report
 
-    def _keep_up(self, report: CycleReport) -> None:
+    def _keep_up(self, report: CycleReport, spare_seconds: float) -> None:
         if self._upkeep_state is None:
             self._upkeep_state = self._upkeep.state()
         now = self._now()
@@ -202,8 +204,8 @@ class SyncRun:
             self._upkeep_state = replace(self._upkeep_state, tombstones_pruned_at=now)
             report.messages.append(f"Tombstones past their retention pruned: {report.pruned_tombstones}")
             return
-        for table, compaction in self._upkeep.compact().items():
+        for table, compaction in self._upkeep.compact(spare_seconds).items():
             report.messages.append(
-                f"Compaction of {table}: {compaction.rewritten_data_files} data files rewritten into {compaction.added_data_files}, "
-                f"{compaction.rewritten_delete_files} delete files merged"
+                f"Compaction of {table}: {compaction.rewritten_data_files} data files rewritten into {compaction.added_data_files} "
+                f"({compaction.deleted_rows_files} of them for their deleted rows), {compaction.rewritten_delete_files} delete files merged"
             )

@@ -21,6 +21,7 @@ from ddb_athena.lib.declarations import declared
 from ddb_athena_tests.books_and_orders import books_maintenance
 from ddb_athena_tests.dagster_helpers import local_resources
 from ddb_athena_tests.lake.helpers import ChangeFiles, change, plant_file
+from ddb_athena_tests.lake.test_schema_evolution import read_by_pyiceberg
 
 
 def test_maintenance_compacts_keeps_recent_snapshots_and_prunes_only_old_tombstones(spark, settings):
@@ -84,6 +85,55 @@ def test_compaction_merges_delete_files_and_rewrites_the_data_they_apply_to_only
     assert compact(spark, "lake", files.table).rewritten_data_files == 0
 
 
+def _data_files_oldest_first(spark, table: str) -> list[tuple[str, int]]:
+    """(path, bytes) of the live data files, by data sequence number (then path, as the rewrite orders them)."""
+    rows = spark.sql(
+        f"SELECT data_file.file_path AS path, data_file.file_size_in_bytes AS size, sequence_number FROM {table}.entries "
+        "WHERE status < 2 AND data_file.content = 0"
+    ).collect()
+    return [(row["path"], row["size"]) for row in sorted(rows, key=lambda row: (row["sequence_number"], row["path"]))]
+
+
+def test_deleted_rows_go_a_slice_at_a_time_the_oldest_files_first_none_twice_and_every_reader_sees_the_same_rows(spark, settings):
+    """A slice rewrites what fits the cycle's spare time; Iceberg's own cap (max-files-to-rewrite) took the file it had
+    just written again, first, so a table's files were rewritten over and over while the oldest kept their deletes."""
+    files = ChangeFiles(spark, settings)
+    for batch in range(4):  # four data files of 10 rows, a commit each
+        files.merge([files.write(*[change(batch * 10 + i, f"k{batch}{i}", "INSERT") for i in range(10)])])
+    removed = [(batch, i) for batch in range(4) for i in range(3)]  # 12 of 40 rows, 3 in each file: due, not overdue
+    files.merge([files.write(*[change(100 + n, f"k{batch}{i}", "REMOVE") for n, (batch, i) in enumerate(removed)])])
+    oldest = _data_files_oldest_first(spark, files.table)
+    expected = files.rows()
+    assert len(oldest) == 4 and len(expected) == 28
+
+    # No spare time and not overdue: nothing to do, not even a look at the files.
+    assert compact_if_due(spark, "lake", files.table, file_threshold=100, deleted_rows_bytes=0) is None
+    one = max(size for _, size in oldest)  # room for one file, not two
+    first = compact_if_due(spark, "lake", files.table, file_threshold=100, deleted_rows_bytes=one)
+    assert (first.deleted_rows_files, first.deleted_rows_bytes, first.rewritten_delete_files) == (1, oldest[0][1], 1)
+    after_first = _data_files_oldest_first(spark, files.table)
+    assert oldest[0] not in after_first and oldest[1:] == after_first[:3]  # the new file comes last
+    second = compact_if_due(spark, "lake", files.table, file_threshold=100, deleted_rows_bytes=one)
+    after_second = _data_files_oldest_first(spark, files.table)
+    assert second.deleted_rows_files == 1 and oldest[1] not in after_second and after_first[3] in after_second
+    # 6 of 34 rows deleted now (the merge dropped the positions in the files rewritten): under a fifth, no slice.
+    assert table_totals(spark, files.table).deleted_share < 0.2
+    assert compact_if_due(spark, "lake", files.table, file_threshold=100, deleted_rows_bytes=10 * one) is None
+    assert files.rows() == expected
+    assert {book_id: row["name"] for book_id, row in read_by_pyiceberg(settings, files.table).items()} == files.names()
+
+
+def test_overdue_deleted_rows_go_even_with_no_spare_time_one_file_at_least(spark, settings):
+    files = ChangeFiles(spark, settings)
+    for batch in range(2):
+        files.merge([files.write(*[change(batch * 10 + i, f"k{batch}{i}", "INSERT") for i in range(10)])])
+    files.merge([files.write(*[change(100 + i, f"k0{i}", "REMOVE") for i in range(9)])])  # 9 of 20: 45%, overdue
+    oldest = _data_files_oldest_first(spark, files.table)
+    done = compact_if_due(spark, "lake", files.table, file_threshold=100, deleted_rows_bytes=0)
+    assert done.deleted_rows_files == 1 and oldest[0] not in _data_files_oldest_first(spark, files.table)
+    assert spark.table(files.table).count() == 11 and table_totals(spark, files.table).position_deletes == 0
+
+
 def test_the_sync_compacts_once_readers_open_the_threshold_of_files_counted_from_the_commits_own_summary(spark, settings):
     files = ChangeFiles(spark, settings)
     files.merge([files.write(*[change(i, f"k{i:03}", "INSERT") for i in range(10)])])
@@ -95,10 +145,13 @@ def test_the_sync_compacts_once_readers_open_the_threshold_of_files_counted_from
     assert (totals.data_files, totals.delete_files, totals.records, totals.position_deletes) == (counted[0], counted[1], 13, 3)
     assert totals.surplus_data_files() == 3 and totals.compaction_due(3) and not totals.compaction_due(4)
 
-    assert compact_if_due(spark, "lake", files.table, file_threshold=4) is None  # not due yet
+    # Not due yet (3 of 13 rows deleted is due for a rewrite, but this cycle has no time to spare and it is not overdue).
+    assert compact_if_due(spark, "lake", files.table, file_threshold=4, deleted_rows_bytes=0) is None
     assert _files(spark, files.table) == counted
     done = compact_if_due(spark, "lake", files.table, file_threshold=3)
-    assert done is not None and done.rewritten_data_files == 4
+    # The file the three updates deleted from, rewritten for its deleted rows (a fifth of the table's), then the four
+    # small ones packed into one.
+    assert done is not None and (done.deleted_rows_files, done.rewritten_data_files) == (1, 5)
     after = table_totals(spark, files.table)
     assert (after.data_files, after.delete_files, after.records) == (1, 0, 10) and not after.compaction_due(2)
     assert spark.table(files.table).count() == 10
@@ -109,10 +162,10 @@ def test_table_totals_of_a_summary_without_them_call_for_no_compaction():
 
 
 def test_after_a_compaction_the_files_it_left_are_no_surplus():
-    """A 10 GB table compacted into 85 files of ~120 MB needs 80 by its size: counted from its size alone, it would be
+    """A 10 GB table compacted into 170 files of ~60 MB needs 160 by its size: counted from its size alone, it would be
     due at every cycle, each compaction rewriting nothing."""
-    totals = TableTotals(data_files=85 + 3, delete_files=1, records=10**7, position_deletes=0, files_bytes=10 * 1024**3)
-    assert totals.compaction_due(8) and not totals.compaction_due(8, settled=85) and totals.compaction_due(3, settled=85)
+    totals = TableTotals(data_files=170 + 3, delete_files=1, records=10**7, position_deletes=0, files_bytes=10 * 1024**3)
+    assert totals.compaction_due(8) and not totals.compaction_due(8, settled=170) and totals.compaction_due(3, settled=170)
 
 
 def test_compaction_leaves_files_near_their_target_size_and_packs_the_small_ones(spark, settings, monkeypatch):

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import pytest
 from dagster import AssetKey, DagsterInstance
@@ -17,8 +18,10 @@ from dagster import AssetKey, DagsterInstance
 from ddb_athena.dev.simulate import BookSimulator
 from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY
 from ddb_athena.lake.commit_properties import empty_commit, newest_published
+from ddb_athena.lake.maintenance import CompactionResult
 from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed import assets
 from ddb_athena.streamed import cycle as books_cycle
 from ddb_athena.streamed.capture import bootstrap
 from ddb_athena.streamed.capture.change_files import list_change_files, list_keys
@@ -706,3 +709,29 @@ def test_behind_the_stream_a_cycle_merges_what_it_read_within_its_interval_and_t
     assert materialization_metadata(caught_up, "books_source")["stream_caught_up"] is True
     assert check_results(caught_up)["books_backlog"].passed
     assert_same_keys(spark, settings, dynamodb)
+
+
+def test_a_cycles_deleted_rows_slice_is_sized_by_its_spare_seconds_at_the_pace_the_runs_last_slice_went(monkeypatch):
+    """The first slice at the first guess; then the measured pace, each table its own; the tombstones get what the
+    table's compaction left of the spare time."""
+    now, budgets, mib = [100.0], [], 1024 * 1024
+
+    def compact_if_due(spark, catalog, table, threshold, before_rewrite, settled, deleted_rows_bytes):
+        budgets.append((table, deleted_rows_bytes))
+        now[0] += 4.0  # each compaction takes 4 s and rewrites 40 MiB of deleted rows
+        return CompactionResult(1, 1, 1, 9, deleted_rows_files=1, deleted_rows_bytes=40 * mib)
+
+    monkeypatch.setattr(assets, "compact_if_due", compact_if_due)
+    monkeypatch.setattr(assets.time, "monotonic", lambda: now[0])
+    spark = SimpleNamespace(spark_session=None, catalog="lake")
+    sync = SimpleNamespace(compaction_file_threshold=16, iceberg_table_of=lambda table: "ns.books")
+    upkeep = assets.StreamedUpkeep(spark, sync, declared("books"))
+    upkeep.compact(spare_seconds=10.0)
+    upkeep.compact(spare_seconds=10.0)
+    first_guess = assets.FIRST_REWRITE_BYTES_PER_SECOND
+    assert budgets == [
+        ("ns.books", int(10 * first_guess)),
+        ("ns.books_tombstones", int(6 * first_guess)),  # 6 s left, no pace of its own yet
+        ("ns.books", 100 * mib),  # 10 s at the 10 MiB/s measured
+        ("ns.books_tombstones", 60 * mib),
+    ]

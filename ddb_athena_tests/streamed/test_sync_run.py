@@ -45,8 +45,8 @@ class Script:
         self.upkeep.append(f"prune at {now:%H:%M}")
         return 2
 
-    def compact(self) -> dict[str, CompactionResult]:
-        self.upkeep.append("asked to compact")
+    def compact(self, spare_seconds: float) -> dict[str, CompactionResult]:
+        self.upkeep.append(f"asked to compact in {spare_seconds:g} s")
         return {table: CompactionResult(4, 1) for table in (self.compaction_due.pop(0) if self.compaction_due else ())}
 
 
@@ -113,10 +113,11 @@ def test_upkeep_reads_the_tables_state_once_compacts_when_files_call_for_it_and_
     wall[0] = T0 + timedelta(minutes=30)
     run.cycle("b5")  # idle: no upkeep
     # No expiry, no orphan sweep: those are the upkeep runs', beside the loop.
-    assert script.upkeep == ["state", "asked to compact", "asked to compact", "asked to compact", "prune at 12:05", "asked to compact"]
+    # Each asked with what is left of the cycle's 10-s interval after its 3-s merge: the time deleted rows may take.
+    assert script.upkeep == ["state", *["asked to compact in 7 s"] * 3, "prune at 12:05", "asked to compact in 7 s"]
     assert compacted.messages == [
-        "Compaction of lake.books: 4 data files rewritten into 1, 0 delete files merged",
-        "Compaction of lake.books_tombstones: 4 data files rewritten into 1, 0 delete files merged",
+        "Compaction of lake.books: 4 data files rewritten into 1 (0 of them for their deleted rows), 0 delete files merged",
+        "Compaction of lake.books_tombstones: 4 data files rewritten into 1 (0 of them for their deleted rows), 0 delete files merged",
     ]
     assert pruned.pruned_tombstones == 2 and pruned.messages == ["Tombstones past their retention pruned: 2"]
     assert quiet.messages == [] and quiet.pruned_tombstones is None and not script.compaction_due
@@ -128,7 +129,7 @@ def test_a_table_whose_tombstones_were_never_looked_at_prunes_them_at_its_first_
     script.next = [merged(), merged()]
     first, second = run.cycle("b0"), run.cycle("b1")
     assert first.pruned_tombstones == 2 and second.pruned_tombstones is None
-    assert script.upkeep == ["state", "prune at 12:00", "asked to compact"]
+    assert script.upkeep == ["state", "prune at 12:00", "asked to compact in 7 s"]
 
 
 def report_of(changes: int, seconds_since_previous: float) -> CycleReport:
