@@ -13,6 +13,7 @@ from ddb_athena.lake.maintenance import (
     maintain_table,
     maintenance_state,
     record_maintained,
+    rewrite_deleted_rows,
     table_totals,
     trim_history,
 )
@@ -132,6 +133,19 @@ def test_overdue_deleted_rows_go_even_with_no_spare_time_one_file_at_least(spark
     done = compact_if_due(spark, "lake", files.table, file_threshold=100, deleted_rows_bytes=0)
     assert done.deleted_rows_files == 1 and oldest[0] not in _data_files_oldest_first(spark, files.table)
     assert spark.table(files.table).count() == 11 and table_totals(spark, files.table).position_deletes == 0
+
+
+def test_deleted_rows_of_a_partitioned_table_are_rewritten_out_of_files_of_several_partitions_at_once(spark, settings):
+    table = f"lake.{settings.namespace}.partitioned"
+    spark.sql(
+        f"CREATE TABLE {table} (id bigint, day string) USING iceberg PARTITIONED BY (day) TBLPROPERTIES ('format-version'='2', "
+        "'write.delete.mode'='merge-on-read', 'write.delete.granularity'='partition')"
+    )
+    for day in ("a", "b"):
+        spark.sql(f"INSERT INTO {table} SELECT id, '{day}' FROM range(10)")
+    spark.sql(f"DELETE FROM {table} WHERE id < 3")  # 6 of 20 rows, 3 in each partition
+    assert rewrite_deleted_rows(spark, f"{settings.namespace}.partitioned", byte_budget=None)[0] == 2
+    assert sorted(tuple(row) for row in spark.table(table).collect()) == sorted((i, day) for day in ("a", "b") for i in range(3, 10))
 
 
 def test_the_sync_compacts_once_readers_open_the_threshold_of_files_counted_from_the_commits_own_summary(spark, settings):
