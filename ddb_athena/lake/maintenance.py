@@ -212,11 +212,7 @@ def rewrite_deleted_rows(spark: SparkSession, target: str, byte_budget: int | No
     group, staged = str(uuid.uuid4()), jvm.java.util.ArrayList()
     for task in chosen:
         staged.add(task)
-    cache, task_sets, coordinator = (
-        jvm.org.apache.iceberg.spark.SparkTableCache.get(),
-        jvm.org.apache.iceberg.spark.ScanTaskSetManager.get(),
-        jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get(),
-    )
+    cache, task_sets, coordinator = (_instance(spark, name) for name in ("SparkTableCache", "ScanTaskSetManager", "FileRewriteCoordinator"))
     cache.add(group, table)
     task_sets.stageTasks(table, group, staged)
     try:
@@ -238,6 +234,16 @@ def rewrite_deleted_rows(spark: SparkSession, target: str, byte_budget: int | No
         cache.remove(group)
         task_sets.removeTasks(table, group)
         coordinator.clearRewrite(table, group)
+
+
+def _instance(spark: SparkSession, name: str):
+    """The instance of one of Iceberg's Spark singletons (`org.apache.iceberg.spark.<name>.get()`), called through Java's
+    reflection: py4j's lookup of a static method takes the first member of that name the JVM lists, and SparkTableCache
+    also has an instance `get(String)` (in the cost bench's JVM it came first: "SparkTableCache.get does not exist")."""
+    jvm, gateway = spark._jvm, spark.sparkContext._gateway
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    singleton = jvm.java.lang.Class.forName(f"org.apache.iceberg.spark.{name}", True, loader)
+    return singleton.getMethod("get", gateway.new_array(jvm.java.lang.Class, 0)).invoke(None, gateway.new_array(jvm.java.lang.Object, 0))
 
 
 def compact_if_due(
