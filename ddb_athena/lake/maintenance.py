@@ -150,14 +150,22 @@ class CompactionResult:
     deleted_rows_bytes: int = 0
 
 
-def compact(spark: SparkSession, catalog: str, target: str, deleted_rows_bytes: int | None = None, pack_small_files: bool = True) -> CompactionResult:
+def compact(
+    spark: SparkSession,
+    catalog: str,
+    target: str,
+    deleted_rows_bytes: int | None = None,
+    pack_small_files: bool = True,
+    totals: TableTotals | None = None,
+) -> CompactionResult:
     """Once the rows deleted reach DELETED_SHARE_REWRITE of the table, data files rewritten without them, oldest first,
     up to `deleted_rows_bytes` of them (every one when None; `rewrite_deleted_rows`); small data files into files of
     about TARGET_FILE_BYTES (with `pack_small_files`); then the position delete files merged into one, which drops the
-    positions in the files rewritten. Deleted rows first: a file packed first would be one more they apply to."""
+    positions in the files rewritten. Deleted rows first: a file packed first would be one more they apply to. `totals`:
+    the table's, when the caller has just read them."""
     catalog = validate_identifier(catalog, "catalog name")
     table = dotted_name(target)
-    totals = table_totals(spark, target)
+    totals = totals or table_totals(spark, target)
     deleted = (0, 0, 0)
     if totals.deleted_share >= DELETED_SHARE_REWRITE:
         deleted = rewrite_deleted_rows(spark, target, deleted_rows_bytes, at_least_one=totals.deleted_share >= DELETED_SHARE_OVERDUE)
@@ -266,7 +274,7 @@ def compact_if_due(
     if not (files_due or totals.deleted_share >= (DELETED_SHARE_REWRITE if deleted_rows_bytes != 0 else DELETED_SHARE_OVERDUE)):
         return None
     before_rewrite()
-    return compact(spark, catalog, target, deleted_rows_bytes, pack_small_files=files_due)
+    return compact(spark, catalog, target, deleted_rows_bytes, pack_small_files=files_due, totals=totals)
 
 
 @dataclass
