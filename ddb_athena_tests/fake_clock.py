@@ -17,15 +17,18 @@ class FakeClock:
 
 class SkippingClock:
     """Monotonic time, moved on by `sleep(s)` instead of waiting: a loop paced by it runs its cycles back to back, each
-    in its real time, and reaches its deadlines as it would have (a sync run's `RUN_CLOCK`)."""
+    in its real time, and reaches its deadlines as it would have (a sync run's `RUN_CLOCK`). What happens in the world
+    while the loop waits is `during_each_wait`'s (e.g. a writer's change): it runs once in each skipped wait."""
 
     def __init__(self):
         self.skipped = 0.0
+        self.during_each_wait: Callable[[], None] = lambda: None
 
     def __call__(self) -> float:
         return time.monotonic() + self.skipped
 
     def sleep(self, seconds: float) -> None:
+        self.during_each_wait()
         self.skipped += seconds
 
 

@@ -51,19 +51,28 @@ def run_clock(monkeypatch) -> SkippingClock:
 
 
 @contextmanager
-def simulator_writing(simulator: BookSimulator, every_seconds: float) -> Iterator[None]:
-    """The simulator writes a change every `every_seconds` while the block runs (a sync run beside live traffic)."""
-    stop = threading.Event()
+def simulator_writing(simulator: BookSimulator, clock: SkippingClock, every_seconds: float = 0.3) -> Iterator[None]:
+    """Live traffic beside a run paced by `clock`: the simulator adds a book every `every_seconds` of real time and one in
+    each of the run's waits, which the clock skips. Every cycle then finds a change, whether the one before it overran
+    its interval or waited, however fast this machine is. Never an update: one that sets the value an item already has
+    leaves no stream record."""
+    lock, stop = threading.Lock(), threading.Event()
+
+    def add_a_book():
+        with lock:
+            simulator.insert()
 
     def write():
         while not stop.wait(every_seconds):
-            simulator.step()
+            add_a_book()
 
     writer = threading.Thread(target=write)
+    clock.during_each_wait = add_a_book
     writer.start()
     try:
         yield
     finally:
+        clock.during_each_wait = lambda: None
         stop.set()
         writer.join()
 
@@ -131,10 +140,9 @@ def test_one_run_cycles_with_its_warm_session_and_records_every_cycle_with_its_c
     sync_books(instance)  # the bootstrap
 
     calls_before = len(aws_calls.recorded)
-    with simulator_writing(simulator, every_seconds=0.7):
+    with simulator_writing(simulator, run_clock):
         # Long enough for three cycles even on a loaded machine, where one may take 15 s; the waits between them are
-        # skipped (`run_clock`), so a cycle every 4 s costs only the cycles: about ten on an idle machine. The back-off
-        # is held to the interval: a cycle that finds nothing would otherwise skip 8, 16, 32 s of the run's minute.
+        # skipped (`run_clock`), so a cycle every 4 s costs only the cycles: about ten on an idle machine.
         gc.disable()
         try:
             result = sync_books(instance, config={"run_minutes": 1, "merge_interval_seconds": 4}, longest_merge_interval_seconds=4)
@@ -170,9 +178,7 @@ def test_the_runs_own_capture_writes_nothing_to_s3_but_its_lease_and_lists_the_c
     layout = SourceLayout(settings.bucket, "books_source")
     calls_before = len(aws_calls.recorded)
     simulator.step()  # a change waiting for the first cycle
-    with simulator_writing(simulator, every_seconds=0.3):
-        # The back-off held to the interval: the run's waits are skipped (`run_clock`), so cycles that found nothing
-        # would otherwise back off through its 9 s before the writer's next change.
+    with simulator_writing(simulator, run_clock):
         result = sync_books(instance, config={"run_minutes": 0.15, "merge_interval_seconds": 1}, longest_merge_interval_seconds=1)
     runs = [call for call in aws_calls.recorded[calls_before:] if call.principal == aws_calls.DAGSTER_RUNS]
     cycles = int(next(e.user_message for e in instance.all_logs(result.run_id) if e.user_message.startswith("Sync run done after")).split()[4])
@@ -203,8 +209,8 @@ def test_a_quiet_table_backs_off_to_the_longest_interval_and_a_busy_one_keeps_th
     # Nothing to merge: 1, 2, 4, 4, ... s apart over 15 s (at most 6 cycles), not one a second.
     assert int(done.split()[4]) <= 6, done
 
-    simulator.step()  # a change waiting for the busy run's first cycle: the writer's first is 0.3 s away
-    with simulator_writing(simulator, every_seconds=0.3):
+    simulator.step()  # a change waiting for the busy run's first cycle, the writer's next in its first wait
+    with simulator_writing(simulator, run_clock):
         busy = sync_books(instance, config={"run_minutes": 0.15, "merge_interval_seconds": 1}, longest_merge_interval_seconds=4)
     # Every cycle finds changes: the interval (or a cycle's own length, when longer), never the back-off.
     assert len(materializations_metadata(busy, "books_iceberg")) >= 2
