@@ -40,6 +40,7 @@ from ddb_athena.lake.maintenance import (
     table_totals,
 )
 from ddb_athena.lake.session_config import runs_in_this_process
+from ddb_athena.lake.table_spec import TARGET_FILE_BYTES
 from ddb_athena.lake.writer_branch import MainMovedError, WriterBranch, WriterFencedError
 from ddb_athena.lib.declarations import MAX_MERGE_INTERVAL_SECONDS, MIN_MERGE_INTERVAL_SECONDS, TableDeclaration, declared_tables
 from ddb_athena.lib.resources import AwsClientsResource, IcebergSparkResource, SyncSettings, WriterLeases
@@ -182,8 +183,10 @@ class StreamedUpkeep:
         self.before_write()
         compacted, deadline = {}, time.monotonic() + spare_seconds
         for table in (self._target, tombstone_table(self._target)):
-            threshold, started = self.sync.compaction_file_threshold, time.monotonic()
-            budget = int(max(0.0, deadline - started) * self.rewrite_bytes_per_second.get(table, FIRST_REWRITE_BYTES_PER_SECOND))
+            threshold, started, pace = self.sync.compaction_file_threshold, time.monotonic(), self.rewrite_bytes_per_second.get(table)
+            budget = int(max(0.0, deadline - started) * (pace or FIRST_REWRITE_BYTES_PER_SECOND))
+            if pace is None:
+                budget = min(budget, TARGET_FILE_BYTES)  # one file's worth until this run has timed its own slice
             result = compact_if_due(self.spark.spark_session, self.spark.catalog, table, threshold, self._check_fence, self.settled.get(table), budget)
             if result is not None:
                 compacted[table] = result

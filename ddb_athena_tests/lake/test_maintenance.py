@@ -3,6 +3,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from ddb_athena.lake import maintenance
 from ddb_athena.lake.change_merge import STREAM_POSITIONS_PROPERTY, merge_change_files, tombstone_table
 from ddb_athena.lake.commit_properties import empty_commit, iceberg_table, newest_published
 from ddb_athena.lake.maintenance import (
@@ -146,6 +147,35 @@ def test_deleted_rows_of_a_partitioned_table_are_rewritten_out_of_files_of_sever
     spark.sql(f"DELETE FROM {table} WHERE id < 3")  # 6 of 20 rows, 3 in each partition
     assert rewrite_deleted_rows(spark, f"{settings.namespace}.partitioned", byte_budget=None)[0] == 2
     assert sorted(tuple(row) for row in spark.table(table).collect()) == sorted((i, day) for day in ("a", "b") for i in range(3, 10))
+
+
+def test_a_slice_is_refused_when_rows_of_its_files_were_deleted_while_it_was_written_and_none_comes_back(spark, settings, monkeypatch):
+    """One fenced writer compacts between its merges, so nothing should commit beside a slice; if something did (a
+    writer that lost its fence, a hand-run DELETE), the rewritten files would bring its deleted rows back. The commit
+    is validated from the snapshot the slice was planned on and refused."""
+    files = ChangeFiles(spark, settings)
+    files.merge([files.write(*[change(i, f"k{i}", "INSERT") for i in range(10)])])
+    files.merge([files.write(*[change(100 + i, f"k{i}", "REMOVE") for i in range(3)])])  # 3 of 10: due
+    coordinator = maintenance._instance(spark, "FileRewriteCoordinator")
+
+    class DeleteWhileWriting:
+        """The coordinator, with a delete of another row committed once the slice's files are written."""
+
+        def fetchNewFiles(self, table, group):  # noqa: N802 (the Java method's name)
+            spark.sql(f"DELETE FROM {files.table} WHERE id = 'k5'")
+            return coordinator.fetchNewFiles(table, group)
+
+        def __getattr__(self, name):
+            return getattr(coordinator, name)
+
+    real_instance = maintenance._instance
+    monkeypatch.setattr(maintenance, "_instance", lambda spark, name: DeleteWhileWriting() if name == "FileRewriteCoordinator" else real_instance(spark, name))
+    before = _data_files_oldest_first(spark, files.table)
+    with pytest.raises(Exception, match="found new delete for replaced data file"):
+        rewrite_deleted_rows(spark, files.table, byte_budget=None)
+    assert _data_files_oldest_first(spark, files.table) == before  # nothing replaced
+    assert sorted(files.rows()) == sorted(f"k{i}" for i in range(10) if i not in (0, 1, 2, 5))
+    assert sorted(read_by_pyiceberg(settings, files.table)) == sorted(f"k{i}" for i in range(10) if i not in (0, 1, 2, 5))
 
 
 def test_the_sync_compacts_once_readers_open_the_threshold_of_files_counted_from_the_commits_own_summary(spark, settings):

@@ -718,13 +718,13 @@ def test_behind_the_stream_a_cycle_merges_what_it_read_within_its_interval_and_t
 
 
 def test_a_cycles_deleted_rows_slice_is_sized_by_its_spare_seconds_at_the_pace_the_runs_last_slice_went(monkeypatch):
-    """The first slice at the first guess; then the measured pace, each table its own; the tombstones get what the
-    table's compaction left of the spare time."""
+    """The first slice at the first guess, one target file's worth at most; then the measured pace, each table its own;
+    the tombstones get what the table's compaction left of the spare time."""
     now, budgets, mib = [100.0], [], 1024 * 1024
 
     def compact_if_due(spark, catalog, table, threshold, before_rewrite, settled, deleted_rows_bytes):
         budgets.append((table, deleted_rows_bytes))
-        now[0] += 4.0  # each compaction takes 4 s and rewrites 40 MiB of deleted rows
+        now[0] += 8.0  # each compaction takes 8 s and rewrites 40 MiB of deleted rows
         return CompactionResult(1, 1, 1, 9, deleted_rows_files=1, deleted_rows_bytes=40 * mib)
 
     monkeypatch.setattr(assets, "compact_if_due", compact_if_due)
@@ -735,9 +735,10 @@ def test_a_cycles_deleted_rows_slice_is_sized_by_its_spare_seconds_at_the_pace_t
     upkeep.compact(spare_seconds=10.0)
     upkeep.compact(spare_seconds=10.0)
     first_guess = assets.FIRST_REWRITE_BYTES_PER_SECOND
+    assert 10 * first_guess > assets.TARGET_FILE_BYTES > 2 * first_guess
     assert budgets == [
-        ("ns.books", int(10 * first_guess)),
-        ("ns.books_tombstones", int(6 * first_guess)),  # 6 s left, no pace of its own yet
-        ("ns.books", 100 * mib),  # 10 s at the 10 MiB/s measured
-        ("ns.books_tombstones", 60 * mib),
+        ("ns.books", assets.TARGET_FILE_BYTES),  # 10 s at the guess would be more than one file
+        ("ns.books_tombstones", int(2 * first_guess)),  # 2 s left, no pace of its own yet: under one file
+        ("ns.books", 50 * mib),  # 10 s at the 5 MiB/s measured
+        ("ns.books_tombstones", 10 * mib),
     ]
