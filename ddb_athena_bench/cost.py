@@ -25,6 +25,7 @@ import argparse
 import collections
 import itertools
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -510,7 +511,9 @@ def main(argv: list[str] | None = None) -> int:
         intervals = [float(interval) for interval in arguments.intervals.split(",")]
         scratch = OUT / "cost-stack"
         billing.Task(arguments.vcpu, arguments.memory_gb)  # a size Fargate offers, before an hour is spent on it
-        limits = TaskLimits("ddb_athena_bench", arguments.vcpu, arguments.memory_gb)
+        # A group of its own: a second cell on the host would otherwise share this one's quota and memory (both were
+        # killed at once, the JVMs of two bootstraps within one 2.5 GB limit).
+        limits = TaskLimits(f"ddb_athena_bench_{os.getpid()}", arguments.vcpu, arguments.memory_gb)
         stack_options = {"warehouse_on_s3": True, "spark_memory": arguments.spark_memory, "limits": limits, "copies": arguments.copies}
         with capacity_stack(scratch, arguments.initial_books, arguments.summary_bytes, arguments.shards, **stack_options) as stack:
             limits.release_this_process_memory()

@@ -32,7 +32,7 @@ class TaskLimits:
         if not os.access(CPU_ROOT, os.W_OK) or not os.access(MEMORY_ROOT, os.W_OK):
             raise TaskLimitsUnavailable(f"cgroup v1 groups cannot be made here ({CPU_ROOT}, {MEMORY_ROOT} not writable): run as root on cgroup v1")
         for group in (self.cpu, self.memory):
-            group.mkdir(exist_ok=True)
+            group.mkdir()  # refused if it exists: a group's limits are one task's
         (self.cpu / "cpu.cfs_period_us").write_text(str(PERIOD_MICROSECONDS))
         (self.cpu / "cpu.cfs_quota_us").write_text(str(int(self.vcpu * PERIOD_MICROSECONDS)))
         (self.memory / "memory.limit_in_bytes").write_text(str(int((self.memory_gb - RUN_WORKER_GB) * 2**30)))
