@@ -43,6 +43,8 @@ setup(
             "parliament>=1.6",
             # `make lint` (part of `make test`): unused imports and names, import order.
             "ruff==0.17.6",
+            # Property tests of the pure rules (numbers, keys, DynamoDB JSON), with shrinking.
+            "hypothesis>=6.100,<7",
             # The stack tests find run workers and the JVM's sockets by process.
             "psutil>=5.9",
             # deploy/dagster.yaml's storage on a real PostgreSQL server the tests start; deploy/Dockerfile's linter.

@@ -3,17 +3,19 @@
 A key is a tuple with one value a key attribute, partition key first: S as `str`, N as an exact `Decimal` (the value,
 not its text: `1.50` and `1.5` are one key, as in DynamoDB), B as `bytes`. Never parts joined by a delimiter: (`a#b`,
 `c`) and (`a`, `b#c`) are two keys. SQL compares the typed key columns (`key_match_sql`); a number a column would
-round is refused in both (`exact_number` here, `exact_decimal_sql` there; a test holds the two to the same verdicts).
+round is refused in both (`exact_number` here, `exact_decimal_value_sql` there; a test holds the two to the same
+verdicts).
 """
 
 import base64
 import binascii
 import json
+import re
 from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation, localcontext
+from decimal import Decimal, localcontext
 from typing import Any
 
-from ddb_athena.lake.table_spec import ColumnSpec, TableSpec
+from ddb_athena.lake.table_spec import NUMBER_PATTERN, ColumnSpec, TableSpec
 
 Key = tuple[str | Decimal | bytes, ...]
 
@@ -24,11 +26,11 @@ class InvalidKeyError(ValueError):
 
 def exact_number(text: str, precision: int, scale: int) -> Decimal:
     """`text` (a DynamoDB number) as a Decimal, if a decimal(precision, scale) holds it without rounding."""
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        raise InvalidKeyError(f"is not a valid decimal({precision},{scale})") from None
-    if not value.is_finite() or (value and value.adjusted() >= precision - scale):
+    number = re.fullmatch(NUMBER_PATTERN, text) if isinstance(text, str) else None
+    if number is None or not (number[1] or number[2]):
+        raise InvalidKeyError(f"is not a valid decimal({precision},{scale})")
+    value = Decimal(text)
+    if value and value.adjusted() >= precision - scale:
         raise InvalidKeyError(f"is not a valid decimal({precision},{scale})")
     # DynamoDB numbers have up to 38 digits and exponents to 125: room for every one of them.
     with localcontext(prec=200):

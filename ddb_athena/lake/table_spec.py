@@ -46,8 +46,6 @@ INTERNAL_COLUMNS = frozenset(
 )
 # Stream sequence numbers are decimal strings of up to 40 digits; left-padding makes them sort as text.
 SEQUENCE_DIGITS = 40
-# Fractional digits a decimal attribute is compared at to tell whether the column would round it.
-EXACTNESS_SCALE = 18
 
 
 @dataclass(frozen=True)
@@ -199,7 +197,7 @@ def typed_value_sql(column: ColumnSpec, image: str = "image") -> str:
         return raw
     if column.transform == "decimal":
         # NULL, not rounded, when the column cannot hold the number exactly (a key must never move to another).
-        return f"CASE WHEN {exact_decimal_sql(raw, column.scale)} THEN try_cast({raw} AS {column.sql_type}) END"
+        return exact_decimal_value_sql(raw, column.precision, column.scale)
     if column.transform == "epoch_nanos_timestamp":
         # Iceberg timestamps are microseconds: nanoseconds are truncated, the exact value stays in `item`.
         return f"timestamp_micros(CAST(floor(try_cast({raw} AS decimal(38,0)) / 1000) AS bigint))"
@@ -247,7 +245,7 @@ def value_problem_cases(columns: Iterable[ColumnSpec], struct: str, required: se
         if column.transform == "decimal":
             # A cast rounds to the column's scale; a value that would lose digits is refused, not rounded.
             cases.append(
-                f"WHEN try_cast({raw} AS {column.sql_type}) IS NOT NULL AND NOT {exact_decimal_sql(raw, column.scale)} "
+                f"WHEN {_NumberSql(raw).rounded(column.precision, column.scale)} "
                 f"THEN 'attribute {column.attribute} has more digits than {column.sql_type} keeps'"
             )
         if column.transform not in ("string", "json_list", "json_map"):
@@ -257,19 +255,70 @@ def value_problem_cases(columns: Iterable[ColumnSpec], struct: str, required: se
     return cases
 
 
-# A number in plain notation: its fractional digits are read as text, so no cast can round them away.
-_PLAIN_NUMBER = r"^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)$"
+# A DynamoDB number as text, read alike by Python's `re` (fullmatch) and Java's regex (anchored, its length the
+# text's): sign, integer digits, fraction digits, exponent (four digits at most: DynamoDB's numbers need three). A digit
+# at least, in the integer or the fraction.
+NUMBER_PATTERN = r"[+-]?([0-9]*)(?:[.]([0-9]*))?(?:[eE]([+-]?[0-9]{1,4}))?"
 
 
-def exact_decimal_sql(raw: str, scale: int) -> str:
-    """Whether the DynamoDB number `raw` (SQL) has no non-zero digit past `scale` fractional digits: its cast to a
-    decimal of that scale loses nothing. In plain notation (DynamoDB's own), told from the digits as text; in exponent
-    notation, by comparison with a cast of EXACTNESS_SCALE digits. The same rule as table_keys.exact_number."""
-    fraction = f"regexp_extract({raw}, '[.]([0-9]*)$', 1)"
-    return (
-        f"(CASE WHEN {raw} RLIKE '{_PLAIN_NUMBER}' THEN substr({fraction}, {int(scale) + 1}) RLIKE '^0*$' "
-        f"ELSE try_cast({raw} AS decimal(38,{int(scale)})) = try_cast({raw} AS decimal(38,{EXACTNESS_SCALE})) END)"
-    )
+@dataclass(frozen=True)
+class _NumberSql:
+    """A DynamoDB number's text `raw` (SQL) read as its significant digits M (no leading or trailing zero) and the
+    exponent e of its value M x 10^e, from the digits as text: never through a cast, which rounds first."""
+
+    raw: str
+
+    def _part(self, group: int) -> str:
+        return f"regexp_extract({self.raw}, '^{NUMBER_PATTERN}', {group})"
+
+    @property
+    def _digits(self) -> str:
+        return f"concat({self._part(1)}, {self._part(2)})"
+
+    @property
+    def _kept(self) -> str:  # the digits without trailing zeros
+        return f"regexp_replace({self._digits}, '0+$', '')"
+
+    @property
+    def significant(self) -> str:
+        return f"regexp_replace({self._kept}, '^0+', '')"
+
+    @property
+    def exponent(self) -> str:
+        written = f"coalesce(try_cast(nullif({self._part(3)}, '') AS int), 0)"
+        return f"({written} - length({self._part(2)}) + length({self._digits}) - length({self._kept}))"
+
+    @property
+    def valid(self) -> str:
+        return f"(length({self._part(0)}) = length({self.raw}) AND length({self._digits}) > 0)"
+
+    def _fits_integer(self, precision: int, scale: int) -> str:  # len(M) + e <= precision - scale, or a zero
+        return f"({self.significant} = '' OR length({self.significant}) + {self.exponent} <= {int(precision) - int(scale)})"
+
+    def _fits_fraction(self, scale: int) -> str:  # -e <= scale, or a zero
+        return f"({self.significant} = '' OR -{self.exponent} <= {int(scale)})"
+
+    def exact(self, precision: int, scale: int) -> str:
+        """Whether a decimal(precision, scale) holds the number without rounding: its integer part needs at most
+        precision - scale digits and its fraction at most `scale`."""
+        return f"coalesce({self.valid} AND {self._fits_integer(precision, scale)} AND {self._fits_fraction(scale)}, false)"
+
+    def rounded(self, precision: int, scale: int) -> str:
+        """Whether it is a number the decimal would hold but for digits past `scale`: a cast would round it."""
+        return f"coalesce({self.valid} AND {self._fits_integer(precision, scale)} AND NOT {self._fits_fraction(scale)}, false)"
+
+    @property
+    def normalized(self) -> str:
+        """The number as M E e (0 for a zero): what is cast once it is exact, whatever exponent it was written with."""
+        sign = f"CASE WHEN {self.raw} LIKE '-%' THEN '-' ELSE '' END"
+        return f"CASE WHEN {self.significant} = '' THEN '0' ELSE concat({sign}, {self.significant}, 'E', {self.exponent}) END"
+
+
+def exact_decimal_value_sql(raw: str, precision: int, scale: int) -> str:
+    """The DynamoDB number `raw` (SQL) as a decimal(precision, scale); NULL, never rounded, when it does not hold it, in
+    plain or exponent notation. The same rule as table_keys.exact_number (a test holds them to the same verdicts)."""
+    number = _NumberSql(raw)
+    return f"CASE WHEN {number.exact(precision, scale)} THEN CAST({number.normalized} AS decimal({int(precision)},{int(scale)})) END"
 
 
 def create_table_sql(spec: TableSpec, catalog_table: str) -> str:

@@ -13,8 +13,8 @@ from ddb_athena.dev.local_stack import table_exists
 from ddb_athena.lake.change_merge import merge_change_files, tombstone_versions
 from ddb_athena.lake.dynamodb_json import item_to_wire
 from ddb_athena.lake.export_load import ExportDataFile, load_export_files
-from ddb_athena.lake.table_keys import InvalidKeyError, exact_number, item_key, key_text, row_key
-from ddb_athena.lake.table_spec import METADATA_UPKEEP_PROPERTIES, ColumnSpec, TableSpec, typed_columns_sql
+from ddb_athena.lake.table_keys import InvalidKeyError, item_key, key_text, row_key
+from ddb_athena.lake.table_spec import METADATA_UPKEEP_PROPERTIES, ColumnSpec, TableSpec
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.streamed.capture.change_files import ChangeRecord, change_file_name, list_change_files, parse_change_file_name, write_change_file
 from ddb_athena.streamed.capture.quarantine import quarantined_records
@@ -200,37 +200,6 @@ def test_a_number_key_is_its_value_not_its_text_and_one_a_column_would_round_is_
     # A key whose newest change is bad is held (dropped until fixed), its older changes not applied; other keys merge.
     held = merge(write_changes(s3, layout, 4, reviewed("MODIFY", 9, "a", "7", stars="1"), reviewed("MODIFY", 10, "a", "7", stars="x")))
     assert held.keys_held == 1 and ("a", Decimal(7)) not in {row_key(REVIEWS, row) for row in spark.table(table).collect()}
-
-
-# Numbers a decimal column may or may not hold exactly, each read by both columns (one attribute n, two types).
-NUMBER_TEXTS = ("7", "7.0", "7.000", "0007", "-0", "+3", ".5", "7.5", "1E+2", "1.5e1", "1.23E+1", "1e-3", "abc", "", "1" * 38, "1" * 39, "-" + "9" * 38)
-DECIMAL_COLUMNS = (ColumnSpec("n_38_0", "n", "decimal", precision=38, scale=0), ColumnSpec("n_10_2", "n", "decimal", precision=10, scale=2))
-
-
-def python_exact_number(text: str, column: ColumnSpec) -> Decimal | None:
-    try:
-        return exact_number(text, column.precision, column.scale)
-    except InvalidKeyError:
-        return None
-
-
-def test_python_and_sql_agree_on_which_numbers_a_decimal_column_holds_exactly(spark):
-    # Every case in one query (a query each took most of the time), typed by the expression the merge types an image with.
-    numbers = {f"number_{index}": text for index, text in enumerate(NUMBER_TEXTS)}
-    typed = spark.sql(
-        f"SELECT text, {', '.join(typed_columns_sql(DECIMAL_COLUMNS))} FROM (SELECT text, named_struct('n', named_struct('N', text)) AS image "
-        f"FROM VALUES {', '.join(f'(:{name})' for name in numbers)} AS numbers(text))",
-        args=numbers,
-    )
-    rows = {row["text"]: row for row in typed.collect()}
-    assert rows.keys() == set(NUMBER_TEXTS)
-    disagreements = [
-        f"{text!r} as {column.sql_type}: SQL {rows[text][column.name]!r}, Python {python_exact_number(text, column)!r}"
-        for text in NUMBER_TEXTS
-        for column in DECIMAL_COLUMNS
-        if rows[text][column.name] != python_exact_number(text, column)
-    ]
-    assert not disagreements, "\n".join(disagreements)
 
 
 def test_keys_are_shown_whole_never_joined():
