@@ -90,6 +90,17 @@ def key_parity_result(parity: KeyParity, scans: list[KeyScan], plan: ScanPlan) -
     untracked = (
         f" {parity.untracked_keys} more keys differed than the check tracks (parity_max_tracked_keys): they were not settled." if parity.untracked_keys else ""
     )
+    unholdable = sum(scan.unholdable_keys for scan in scans)
+    not_compared = (
+        f"DynamoDB items whose key the table's key columns cannot hold exactly: {unholdable}, not compared (the sync "
+        "quarantines their changes; the quarantine check names the attribute)."
+        if unholdable
+        else ""
+    )
+    differ = (
+        "Keys or values differ from DynamoDB for longer than a change takes to merge: a lost change or a hand-made edit of the "
+        "table. A bootstrap run (config bootstrap: true) rebuilds the table from DynamoDB." + untracked
+    )
     return AssetCheckResult(
         passed=parity.passed,
         severity=AssetCheckSeverity.WARN,
@@ -99,11 +110,9 @@ def key_parity_result(parity: KeyParity, scans: list[KeyScan], plan: ScanPlan) -
             "dynamodb_scans": len(scans),
             "dynamodb_read_units": sum(scan.read_units for scan in scans),
             "dynamodb_scan_seconds": sum(scan.seconds for scan in scans),
+            "dynamodb_items_with_unholdable_keys": unholdable,
         },
-        description=None
-        if parity.passed
-        else "Keys or values differ from DynamoDB for longer than a change takes to merge: a lost change or a "
-        "hand-made edit of the table. A bootstrap run (config bootstrap: true) rebuilds the table from DynamoDB." + untracked,
+        description=" ".join(text for text in ("" if parity.passed else differ, not_compared) if text) or None,
     )
 
 
