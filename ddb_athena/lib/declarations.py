@@ -46,6 +46,9 @@ _COLUMN_FIELDS = ("name", "attribute", "transform", "precision", "scale", "requi
 # DynamoDB's rule for table names; they never reach SQL.
 _DYNAMODB_TABLE = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 _VARIABLE = re.compile(r"[A-Z_][A-Z0-9_]*")
+# Glue keeps table and column names in lower case (and Athena reads them so): a name that is not would be another
+# name there, or two names one.
+_GLUE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,127}")
 
 
 class DeclarationError(ValueError):
@@ -114,6 +117,32 @@ def _typed(table: str, field: str, value: Any, kind: type, meaning: str) -> Any:
     return value
 
 
+def _glue_name(table: str, field: str, value: Any, what: str) -> str:
+    _typed(table, field, value, str, what)
+    if not _GLUE_NAME.fullmatch(value):
+        raise _fail(table, field, f"{value!r} is not a name Glue keeps as written: lower-case letters, digits and _, starting with a letter or _")
+    return value
+
+
+def _column_spec(table: str, field: str, entry: Mapping[str, Any], transform: str, required: Any) -> ColumnSpec:
+    """A key's or a column's ColumnSpec, every field of the right type (TOML's true is no precision, "10" no number)."""
+    attribute = _typed(table, f"{field}.attribute", entry["attribute"], str, "an attribute name")
+    if "name" not in entry and not _GLUE_NAME.fullmatch(attribute):
+        raise _fail(table, field, f"its column is named after its attribute, and {attribute!r} is no name Glue keeps as written: give it a name")
+    name = _glue_name(table, f"{field}.name", entry.get("name", attribute), "a column name")
+    try:
+        return ColumnSpec(
+            name=name,
+            attribute=attribute,
+            transform=transform,
+            precision=_typed(table, f"{field}.precision", entry.get("precision", 38), int, "a whole number of digits, 1 to 38"),
+            scale=_typed(table, f"{field}.scale", entry.get("scale", 0), int, "a whole number of fractional digits"),
+            required=_typed(table, f"{field}.required", required, bool, "true or false"),
+        )
+    except ValueError as error:
+        raise _fail(table, field, str(error)) from None
+
+
 def _key_column(table: str, field: str, entry: Any) -> ColumnSpec:
     _typed(table, field, entry, dict, 'a table like { attribute = "id", type = "S" }')
     _unknown_fields(table, field, entry, _KEY_FIELDS)
@@ -122,17 +151,7 @@ def _key_column(table: str, field: str, entry: Any) -> ColumnSpec:
     key_type = entry["type"]
     if key_type not in KEY_TRANSFORMS:
         raise _fail(table, f"{field}.type", f"{key_type!r} is not a key type of DynamoDB: S, N or B")
-    try:
-        return ColumnSpec(
-            name=entry.get("name", entry["attribute"]),
-            attribute=entry["attribute"],
-            transform=KEY_TRANSFORMS[key_type],
-            precision=entry.get("precision", 38),
-            scale=entry.get("scale", 0),
-            required=True,
-        )
-    except ValueError as error:
-        raise _fail(table, field, str(error)) from None
+    return _column_spec(table, field, entry, KEY_TRANSFORMS[key_type], required=True)
 
 
 def _column(table: str, index: int, entry: Any) -> ColumnSpec:
@@ -144,17 +163,17 @@ def _column(table: str, index: int, entry: Any) -> ColumnSpec:
     transform = entry.get("transform", "string")
     if transform not in TRANSFORMS:
         raise _fail(table, f"{field}.transform", f"{transform!r} is not one of {', '.join(TRANSFORMS)}")
-    try:
-        return ColumnSpec(
-            name=entry["name"],
-            attribute=entry["attribute"],
-            transform=transform,
-            precision=entry.get("precision", 38),
-            scale=entry.get("scale", 0),
-            required=entry.get("required", False),
-        )
-    except ValueError as error:
-        raise _fail(table, field, str(error)) from None
+    return _column_spec(table, field, entry, transform, required=entry.get("required", False))
+
+
+def _one_column_an_attribute(table: str, columns: Mapping[str, ColumnSpec]) -> None:
+    """Each attribute read by one column (the key's included): Spark reads the image's attributes as a struct's fields,
+    case-insensitively, and refuses a field named twice (AMBIGUOUS_REFERENCE_TO_FIELDS) at every merge."""
+    readers: dict[str, str] = {}
+    for field, column in columns.items():
+        other = readers.setdefault(column.attribute.casefold(), field)
+        if other != field:
+            raise _fail(table, field, f"attribute {column.attribute!r} is read by {other} already: one column an attribute (names equal but for case are one)")
 
 
 def declaration(name: str, entry: Any) -> TableDeclaration:
@@ -177,9 +196,11 @@ def declaration(name: str, entry: Any) -> TableDeclaration:
     variable = entry.get("dynamodb_table_variable")
     if variable is not None and not (isinstance(variable, str) and _VARIABLE.fullmatch(variable)):
         raise _fail(name, "dynamodb_table_variable", f"{variable!r} is not an environment variable name (capitals, digits, _)")
-    iceberg_table = _typed(name, "iceberg_table", entry["iceberg_table"], str, "an Iceberg table name")
+    iceberg_table = _glue_name(name, "iceberg_table", entry["iceberg_table"], "an Iceberg table name")
     columns = _typed(name, "columns", entry.get("columns", []), list, "a list of columns")
     partition_by = _typed(name, "partition_by", entry.get("partition_by", []), list, "a list of partition transforms")
+    for index, transform in enumerate(partition_by):
+        _typed(name, f"partition_by[{index}]", transform, str, 'a partition transform like "days(created_at)"')
     freshness = _typed(name, "freshness_minutes", entry["freshness_minutes"], int | float, "a number of minutes")
     if isinstance(freshness, bool) or freshness <= 0:
         raise _fail(name, "freshness_minutes", f"expected a positive number of minutes, got {freshness!r}")
@@ -204,6 +225,8 @@ def declaration(name: str, entry: Any) -> TableDeclaration:
     key = _key_column(name, "partition_key", entry["partition_key"])
     sort_key = _key_column(name, "sort_key", entry["sort_key"]) if "sort_key" in entry else None
     typed_columns = tuple(_column(name, index, column) for index, column in enumerate(columns))
+    keys = {"partition_key": key} | ({"sort_key": sort_key} if sort_key else {})
+    _one_column_an_attribute(name, keys | {f"columns[{index}]": column for index, column in enumerate(typed_columns)})
     source = KINDS[kind]
     try:
         spec = TableSpec(
@@ -219,6 +242,11 @@ def declaration(name: str, entry: Any) -> TableDeclaration:
         raise _fail(name, "iceberg_table, columns or partition_by", str(error)) from None
     if kind == "exported" and (spec.partition_column is None or spec.partition_column.sql_type != "timestamp"):
         raise _fail(name, "partition_by", "an exported table needs a timestamp partition column (its load matches on it), e.g. days(created_at)")
+    if kind == "exported" and not spec.partition_column.required and spec.partition_column not in spec.key_columns:
+        # The load's insert-only match compares it: a document without it would load with a NULL partition, never
+        # match, and load again at every load (a second row for the key).
+        field = f"columns[{typed_columns.index(spec.partition_column)}].required"
+        raise _fail(name, field, f"the partition column {spec.partition_column.name} of an exported table must be required = true (its load matches on it)")
     return TableDeclaration(name, kind, dynamodb_table, variable, spec, timedelta(minutes=freshness), retention, interval)
 
 

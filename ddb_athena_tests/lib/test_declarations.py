@@ -49,6 +49,7 @@ def test_the_dynamodb_table_is_the_declared_name_or_the_one_its_variable_gives()
     assert (settings.dynamodb_tables["books"], settings.dynamodb_tables["orders"]) == ("books", "prod.orders")
 
 
+STARS = '{ name = "stars", attribute = "stars", transform = "decimal", precision = 3 }'
 REVIEWS = """
 [reviews]
 kind = "streamed"
@@ -56,9 +57,9 @@ dynamodb_table = "reviews"
 iceberg_table = "reviews"
 partition_key = { attribute = "book_id", type = "S" }
 sort_key = { attribute = "review_id", type = "N" }
-columns = [{ name = "stars", attribute = "stars", transform = "decimal", precision = 3 }]
+columns = [STARS]
 freshness_minutes = 2
-"""
+""".replace("STARS", STARS)
 
 
 def test_a_table_with_a_composite_key_is_a_declaration():
@@ -75,7 +76,7 @@ def test_a_table_with_a_composite_key_is_a_declaration():
         (("freshness_minutes = 2", 'freshness_minutes = "2"'), "table reviews, field freshness_minutes: expected a number of minutes"),
         (("freshness_minutes = 2", "freshness_minutes = 0"), "table reviews, field freshness_minutes: expected a positive number"),
         (("freshness_minutes = 2", ""), "table reviews, field freshness_minutes: missing"),
-        (('iceberg_table = "reviews"', 'iceberg_table = "re-views"'), "table reviews, field iceberg_table, columns or partition_by: table name 're-views'"),
+        (('iceberg_table = "reviews"', 'iceberg_table = "re-views"'), "table reviews, field iceberg_table: 're-views' is not a name Glue keeps as written"),
         (('dynamodb_table = "reviews"', 'dynamodb_table = "r"'), "table reviews, field dynamodb_table: 'r' is not a DynamoDB table name"),
         (('dynamodb_table = "reviews"', 'dynamodb_table = "reviews"\ncolums = []'), "table reviews, field table: unknown field 'colums'"),
         (('transform = "decimal"', 'transform = "money"'), "table reviews, field columns[0].transform: 'money' is not one of"),
@@ -83,7 +84,22 @@ def test_a_table_with_a_composite_key_is_a_declaration():
         (('name = "stars"', 'name = "item"'), "duplicate or reserved column names ['item']"),
         (('name = "stars"', 'name = "review_id"'), "duplicate or reserved column names ['review_id']"),
         (("precision = 3", "precision = 40"), "table reviews, field columns[0]: column stars: decimal(40,0) is not valid"),
-        (('attribute = "book_id"', 'attribute = "book id"'), "table reviews, field partition_key: column name 'book id' is not allowed"),
+        (('attribute = "book_id"', 'attribute = "book id"'), "field partition_key: its column is named after its attribute, and 'book id' is no name"),
+        # Names Glue would keep as other names, or as one: refused at load, not at the first merge (issue 68).
+        (('iceberg_table = "reviews"', 'iceberg_table = "Reviews"'), "table reviews, field iceberg_table: 'Reviews' is not a name Glue keeps as written"),
+        (('name = "stars"', 'name = "Item"'), "table reviews, field columns[0].name: 'Item' is not a name Glue keeps as written"),
+        (('name = "stars"', 'name = "ID"'), "table reviews, field columns[0].name: 'ID' is not a name Glue keeps as written"),
+        # One column an attribute: Spark refuses a field read twice at every merge (AMBIGUOUS_REFERENCE_TO_FIELDS).
+        ((STARS, STARS + ', { name = "body", attribute = "stars" }'), "table reviews, field columns[1]: attribute 'stars' is read by columns[0] already"),
+        ((STARS, STARS + ', { name = "book", attribute = "book_id" }'), "field columns[1]: attribute 'book_id' is read by partition_key already"),
+        ((STARS, STARS + ', { name = "body", attribute = "Stars" }'), "table reviews, field columns[1]: attribute 'Stars' is read by columns[0] already"),
+        # Field types as TOML gives them: no bare TypeError, no True as a precision, no "false" as true.
+        (("precision = 3", "precision = true"), "table reviews, field columns[0].precision: expected a whole number of digits, 1 to 38, got True"),
+        (("precision = 3", "precision = 10.5"), "table reviews, field columns[0].precision: expected a whole number of digits, 1 to 38, got 10.5"),
+        (("precision = 3", 'precision = "10"'), "table reviews, field columns[0].precision: expected a whole number of digits, 1 to 38, got '10'"),
+        (("precision = 3", 'precision = 3, required = "false"'), "table reviews, field columns[0].required: expected true or false, got 'false'"),
+        (("freshness_minutes = 2", "freshness_minutes = 2\npartition_by = [1]"), "table reviews, field partition_by[0]: expected a partition transform"),
+        (('attribute = "stars"', "attribute = 7"), "table reviews, field columns[0].attribute: expected an attribute name, got 7"),
         (('type = "S" }', 'type = "S", size = 3 }'), "table reviews, field partition_key: unknown field 'size'"),
         (('kind = "streamed"', 'kind = "exported"'), "table reviews, field partition_by: an exported table needs a timestamp partition column"),
         (("freshness_minutes = 2", "freshness_minutes = 2\nsnapshot_retention_hours = 0.5"), "snapshot_retention_hours: expected a number of hours, at least"),
@@ -152,3 +168,15 @@ def test_a_table_keeps_its_snapshots_as_long_as_it_declares_else_as_long_as_the_
     monkeypatch.setattr(upkeep, "record_maintained", lambda *args: None)
     upkeep.maintain(type("Spark", (), {"spark_session": None, "catalog": "lake"})(), sync, kept)
     assert asked["snapshot_retention"] == timedelta(hours=24) and asked["tombstone_retention"] is not None
+
+
+def test_an_exported_tables_partition_column_must_be_required():
+    """Its load's insert-only match compares the partition column: a document without it loaded with a NULL partition,
+    never matched, and was loaded again by every load (two rows for one order after two loads)."""
+    from ddb_athena.lib.declarations import DECLARATIONS_FILE
+
+    text = DECLARATIONS_FILE.read_text(encoding="utf-8")
+    optional = text.replace('transform = "iso_timestamp", required = true }', 'transform = "iso_timestamp" }')
+    assert optional != text
+    with pytest.raises(DeclarationError, match=r"orders, field columns\[3\].required: the partition column created_at of an exported table must be"):
+        parse_declarations(optional)
