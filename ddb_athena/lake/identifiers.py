@@ -31,8 +31,17 @@ def dotted_name(name: str) -> str:
     return qualified_name(*name.split("."))
 
 
+def quoted_identifier(name: str) -> str:
+    """Any name, a DynamoDB attribute's (dashes, dots, spaces, quotes, any UTF-8), as a Spark SQL quoted identifier: in
+    backticks, a backtick in it doubled. For names that are read, never for the names of what SQL creates."""
+    if not isinstance(name, str) or not name:
+        raise InvalidIdentifierError(f"{name!r} cannot be a quoted identifier: a non-empty name is needed")
+    return "`" + name.replace("`", "``") + "`"
+
+
 def string_literal(value: str) -> str:
-    """`value` as a SQL string literal; a quote or backslash in it is refused rather than escaped."""
-    if not isinstance(value, str) or "'" in value or "\\" in value:
-        raise InvalidIdentifierError(f"{value!r} cannot be a SQL string literal here: no quotes or backslashes")
-    return f"'{value}'"
+    """Any text as a Spark SQL string literal: a backslash and a quote escaped with a backslash (Spark's parser reads
+    `\\` as one backslash, `\\'` as a quote, and nothing else in the text as an escape once every backslash is)."""
+    if not isinstance(value, str):
+        raise InvalidIdentifierError(f"{value!r} cannot be a SQL string literal: not text")
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

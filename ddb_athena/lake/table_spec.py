@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ddb_athena.lake.identifiers import InvalidIdentifierError, dotted_name, validate_identifier
+from ddb_athena.lake.identifiers import InvalidIdentifierError, dotted_name, quoted_identifier, string_literal, validate_identifier
 
 # transform -> (DynamoDB type tag it reads, Iceberg/Spark SQL type or None when it takes a parameter)
 TRANSFORMS = {
@@ -48,6 +48,10 @@ INTERNAL_COLUMNS = frozenset(
 SEQUENCE_DIGITS = 40
 
 
+# DynamoDB's limit for a key attribute's name; a typed column's is held to it too.
+MAX_ATTRIBUTE_NAME_BYTES = 255
+
+
 @dataclass(frozen=True)
 class ColumnSpec:
     name: str
@@ -59,8 +63,11 @@ class ColumnSpec:
 
     def __post_init__(self):
         validate_identifier(self.name, "column name")
-        # Attribute names are free text in DynamoDB; the ones we type must also be safe in SQL.
-        validate_identifier(self.attribute, "attribute name")
+        # Attribute names are free text in DynamoDB (dashes, dots, spaces, any UTF-8): they reach SQL only quoted
+        # (quoted_identifier) or as text (string_literal), never bare.
+        if not isinstance(self.attribute, str) or not 1 <= len(self.attribute.encode("utf-8")) <= MAX_ATTRIBUTE_NAME_BYTES:
+            limit = MAX_ATTRIBUTE_NAME_BYTES
+            raise ValueError(f"column {self.name}: attribute name {self.attribute!r} must be 1 to {limit} bytes of UTF-8, as DynamoDB's key attributes")
         if self.transform not in TRANSFORMS:
             raise ValueError(f"column {self.name}: unknown transform {self.transform!r}; known: {sorted(TRANSFORMS)}")
         if not (1 <= self.precision <= 38 and 0 <= self.scale <= self.precision):
@@ -182,12 +189,12 @@ def image_schema_ddl(spec: TableSpec) -> str:
 
 def attributes_schema_ddl(columns: Iterable[ColumnSpec]) -> str:
     """Spark DDL for from_json over DynamoDB JSON holding these attributes (an image, or a record's Keys)."""
-    fields = [f"`{column.attribute}`: struct<`{column.type_tag}`: string>" for column in columns]
+    fields = [f"{quoted_identifier(column.attribute)}: struct<`{column.type_tag}`: string>" for column in columns]
     return f"struct<{', '.join(fields)}>"
 
 
 def raw_value_sql(column: ColumnSpec, image: str = "image") -> str:
-    return f"{validate_identifier(image)}.`{column.attribute}`.`{column.type_tag}`"
+    return f"{validate_identifier(image)}.{quoted_identifier(column.attribute)}.`{column.type_tag}`"
 
 
 def typed_value_sql(column: ColumnSpec, image: str = "image") -> str:
@@ -215,11 +222,15 @@ def type_mismatch_sql(columns: Iterable[ColumnSpec], image_json: str, image: str
     """A SQL expression naming the first typed attribute whose DynamoDB type is not its column's (`image_json`, the
     image's text, holds it under another tag; the column is NULL), with both types, never the value; NULL if none."""
     cases = []
+    # The image's attributes as JSON texts by name (Spark keeps a nested value read as a string as its JSON): any
+    # attribute name, where a JSON path could not hold a quote; read only once a typed attribute came out NULL.
+    attributes = f"from_json({validate_identifier(image_json)}, 'map<string,string>')"
     for column in columns:
-        present_as = f"regexp_extract(get_json_object({validate_identifier(image_json)}, '$.{column.attribute}'), '^[{{]\"([A-Z]+)\"', 1)"
+        present_as = f"regexp_extract(element_at({attributes}, {string_literal(column.attribute)}), '^[{{]\"([A-Z]+)\"', 1)"
         cases.append(
             f"WHEN {raw_value_sql(column, image)} IS NULL AND {present_as} NOT IN ('', 'NULL') "
-            f"THEN concat('attribute {column.attribute} is ', {present_as}, ' where its column {column.name} expects {column.type_tag}')"
+            f"THEN concat({string_literal(f'attribute {column.attribute} is ')}, {present_as}, "
+            f"{string_literal(f' where its column {column.name} expects {column.type_tag}')})"
         )
     return f"CASE {' '.join(cases)} END" if cases else "CAST(NULL AS string)"
 
@@ -241,16 +252,17 @@ def value_problem_cases(columns: Iterable[ColumnSpec], struct: str, required: se
     for column in columns:
         raw = raw_value_sql(column, struct)
         if column.required or column in required:
-            cases.append(f"WHEN {raw} IS NULL THEN '{missing} {column.attribute} ({column.type_tag})'")
+            cases.append(f"WHEN {raw} IS NULL THEN {string_literal(f'{missing} {column.attribute} ({column.type_tag})')}")
         if column.transform == "decimal":
             # A cast rounds to the column's scale; a value that would lose digits is refused, not rounded.
             cases.append(
                 f"WHEN {_NumberSql(raw).rounded(column.precision, column.scale)} "
-                f"THEN 'attribute {column.attribute} has more digits than {column.sql_type} keeps'"
+                f"THEN {string_literal(f'attribute {column.attribute} has more digits than {column.sql_type} keeps')}"
             )
         if column.transform not in ("string", "json_list", "json_map"):
             cases.append(
-                f"WHEN {raw} IS NOT NULL AND {typed_value_sql(column, struct)} IS NULL THEN 'attribute {column.attribute} is not a valid {column.sql_type}'"
+                f"WHEN {raw} IS NOT NULL AND {typed_value_sql(column, struct)} IS NULL "
+                f"THEN {string_literal(f'attribute {column.attribute} is not a valid {column.sql_type}')}"
             )
     return cases
 

@@ -3,6 +3,9 @@ import json
 from decimal import Decimal
 
 import pytest
+from boto3.dynamodb.types import Binary, TypeDeserializer, TypeSerializer
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ddb_athena.lake.dynamodb_json import DynamoDBTypeError, decode_attribute, decode_item, item_problem, item_to_wire
 
@@ -103,3 +106,40 @@ def test_wire_encoding_makes_boto3_binary_json_safe_and_round_trips():
     assert decode_item(wire) == {"b": b"\x01\x02", "bs": {b"x"}, "m": {"inner": b"z"}, "l": [b"q"]}
     # Lambda events already carry base64 text, which passes through unchanged.
     assert item_to_wire({"b": {"B": "AQI="}}) == {"b": {"B": "AQI="}}
+
+
+# Python values as boto3 writes them to DynamoDB: numbers within its 38 digits and exponent range, any text, bytes,
+# booleans, None, non-empty sets and nested maps and lists.
+_numbers = (
+    st.decimals(allow_nan=False, allow_infinity=False)
+    .map(lambda number: number.normalize())
+    .filter(lambda number: not number or (-130 <= number.adjusted() <= 125 and len(number.as_tuple().digits) <= 38))
+)
+_scalars = st.one_of(st.text(), _numbers, st.binary(), st.booleans(), st.none())
+_sets = st.one_of(st.frozensets(st.text(), min_size=1), st.frozensets(_numbers, min_size=1), st.frozensets(st.binary(), min_size=1))
+_values = st.recursive(
+    st.one_of(_scalars, _sets), lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(), inner, max_size=4)), max_leaves=12
+)
+
+
+def _plain(value):
+    """boto3's deserialized values (Binary, sets) as this module's (bytes, sets)."""
+    if isinstance(value, Binary):
+        return bytes(value)
+    if isinstance(value, set | frozenset):
+        return {_plain(member) for member in value}
+    if isinstance(value, list):
+        return [_plain(member) for member in value]
+    if isinstance(value, dict):
+        return {name: _plain(member) for name, member in value.items()}
+    return value
+
+
+@given(st.dictionaries(st.text(min_size=1), _values, max_size=6))
+def test_an_item_boto3_serializes_decodes_exactly_as_boto3_deserializes_it_through_the_wire_json(item):
+    serialized = {name: TypeSerializer().serialize(value) for name, value in item.items()}
+    wire = json.loads(json.dumps(item_to_wire(serialized)))  # as it is written to a change file and read back
+    decoded = decode_item(wire)
+    assert decoded == {name: _plain(TypeDeserializer().deserialize(value)) for name, value in serialized.items()}
+    assert decoded == _plain({name: set(value) if isinstance(value, frozenset) else value for name, value in item.items()})
+    assert item_problem(json.dumps(wire)) is None

@@ -1,6 +1,8 @@
+import random
+
 import pytest
 
-from ddb_athena.lake.identifiers import InvalidIdentifierError, dotted_name, qualified_name, string_literal, validate_identifier
+from ddb_athena.lake.identifiers import InvalidIdentifierError, dotted_name, qualified_name, quoted_identifier, string_literal, validate_identifier
 
 
 @pytest.mark.parametrize("name", ["books", "library", "_sequence_number", "t_0a1b", "A" * 128])
@@ -28,11 +30,41 @@ def test_dotted_names_validate_every_part():
         dotted_name("library.books; DROP TABLE x")
 
 
-def test_string_literals_are_quoted():
-    assert string_literal("struct<`id`: struct<`S`: string>>") == "'struct<`id`: struct<`S`: string>>'"
+# Text that could end a literal or an identifier early, or read as an escape: what attribute names and messages hold.
+AWKWARD_TEXT = (
+    "it's",
+    "back\\slash",
+    "\\'",
+    "'; DROP TABLE x; --",
+    "a`b",
+    "``",
+    "\\u0041",
+    "\\n",
+    "50\\%_",
+    "line\nbreak",
+    "Ümlaut ß €",
+    "order.id",
+    "user-id",
+    " ",
+    "日本",
+)
 
 
-@pytest.mark.parametrize("value", ["it's", "back\\slash", None])
-def test_string_literals_that_could_end_early_are_refused(value):
+def test_any_text_is_itself_as_a_string_literal_and_any_name_as_a_quoted_identifier(spark):
+    rng = random.Random(68)
+    texts = [*AWKWARD_TEXT, *("".join(chr(rng.choice((rng.randrange(32, 127), rng.randrange(160, 0x2FFF)))) for _ in range(12)) for _ in range(50))]
+    literals = spark.sql("SELECT " + ", ".join(f"{string_literal(text)} AS v{index}" for index, text in enumerate(texts))).collect()[0]
+    assert [literals[f"v{index}"] for index in range(len(texts))] == texts
+    # A struct whose fields are those names, each read back by its quoted name.
+    fields = ", ".join(f"{string_literal(text)}, {index}" for index, text in enumerate(texts))
+    names = spark.sql(
+        "SELECT " + ", ".join(f"s.{quoted_identifier(text)} AS n{index}" for index, text in enumerate(texts)) + f" FROM (SELECT named_struct({fields}) AS s)"
+    )
+    assert list(names.collect()[0]) == list(range(len(texts)))
+
+
+def test_nothing_but_text_is_a_string_literal_and_no_empty_name_an_identifier():
     with pytest.raises(InvalidIdentifierError):
-        string_literal(value)
+        string_literal(None)
+    with pytest.raises(InvalidIdentifierError):
+        quoted_identifier("")

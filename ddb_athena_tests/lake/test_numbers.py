@@ -10,7 +10,7 @@ from fractions import Fraction
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddb_athena.lake.table_keys import InvalidKeyError, exact_number
+from ddb_athena.lake.table_keys import InvalidKeyError, exact_number, key_value
 from ddb_athena.lake.table_spec import ColumnSpec, typed_columns_sql
 
 
@@ -54,6 +54,20 @@ def test_a_number_is_held_exactly_when_the_model_says_so_and_then_as_its_value(t
     held = python_verdict(text, precision, scale)
     assert (held is not None) == holds_exactly(text, precision, scale)
     assert held is None or Fraction(held) == Fraction(text)
+
+
+@given(dynamodb_numbers(), decimal_types)
+def test_a_number_key_is_its_value_whatever_its_notation(text, decimal_type):
+    """7, 7.0, 0007 and 7E0 are one key (DynamoDB compares numbers by value): the canonical key is the value."""
+    column = ColumnSpec("k", "k", "decimal", precision=decimal_type[0], scale=decimal_type[1])
+    plain = format(Decimal(text), "f")  # the same value in plain notation
+    keys = []
+    for written in (text, plain, plain + ".000" if "." not in plain else plain + "000"):
+        try:
+            keys.append(key_value(column, {"N": written}))
+        except InvalidKeyError:
+            keys.append(None)
+    assert keys[0] == keys[1] == keys[2] and len({hash(key) for key in keys}) == 1
 
 
 @given(dynamodb_numbers())

@@ -15,7 +15,8 @@ def test_image_schema_reads_only_typed_attributes_with_their_tags():
 def test_typed_values_per_transform():
     assert typed_value_sql(ColumnSpec("name", "name")) == "image.`name`.`S`"
     amount = typed_value_sql(ColumnSpec("amount", "amount", "decimal", 12, 2))
-    assert amount.startswith("CASE WHEN (CASE WHEN image.`amount`.`N` RLIKE") and amount.endswith("THEN try_cast(image.`amount`.`N` AS decimal(12,2)) END")
+    # Exact or NULL, never rounded (test_numbers.py holds the rule to Python's over DynamoDB's range).
+    assert amount.startswith("CASE WHEN coalesce(") and amount.endswith("AS decimal(12,2)) END") and "image.`amount`.`N`" in amount
     nanos = typed_value_sql(ColumnSpec("published_at", "date", "epoch_nanos_timestamp"))
     assert nanos == "timestamp_micros(CAST(floor(try_cast(image.`date`.`N` AS decimal(38,0)) / 1000) AS bigint))"
     assert typed_value_sql(ColumnSpec("created_at", "created_at", "iso_timestamp")) == "try_cast(image.`created_at`.`S` AS timestamp)"
@@ -53,6 +54,12 @@ def test_merge_sql_guards_against_older_changes_and_deletes_on_remove():
     assert "WHEN NOT MATCHED AND s.event_name <> 'REMOVE' THEN INSERT (id, name, author, summary, published_at, item," in sql
 
 
+def test_an_attribute_name_reaches_sql_quoted_and_its_messages_as_text():
+    odd = ColumnSpec("odd", "it's `odd`")
+    assert typed_value_sql(odd) == "image.`it's ``odd```.`S`"
+    assert "THEN 'missing required attribute it\\'s `odd` (S)'" in image_problem_sql(TableSpec("t", odd, ()))
+
+
 def test_problem_sql_names_missing_keys_and_unparseable_values():
     sql = image_problem_sql(declared("books").spec)
     assert "WHEN image.`id`.`S` IS NULL THEN 'missing required attribute id (S)'" in sql
@@ -63,7 +70,8 @@ def test_problem_sql_names_missing_keys_and_unparseable_values():
     "make",
     [
         lambda: ColumnSpec("bad name", "x"),
-        lambda: ColumnSpec("x", "attr'); DROP"),
+        lambda: ColumnSpec("x", ""),  # attribute names are any text (quoted where they reach SQL), but not empty
+        lambda: ColumnSpec("x", "a" * 256),  # nor longer than DynamoDB's 255 bytes for a key attribute
         lambda: ColumnSpec("x", "x", "nope"),
         lambda: ColumnSpec("x", "x", "decimal", 40, 0),
         lambda: TableSpec("books;", ColumnSpec("id", "id"), ()),
