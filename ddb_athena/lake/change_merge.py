@@ -9,6 +9,7 @@ Guarantees:
 - a bad record is quarantined with its reason, and everything else is applied.
 """
 
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -57,6 +58,9 @@ STREAM_POSITIONS_PROPERTY = "ddb_athena.stream-positions"
 # The typed columns whose values are in every row: a column added to a declaration joins them once its fill is
 # published (add_columns).
 FILLED_COLUMNS_PROPERTY = "ddb_athena.filled-columns"
+# What each column's values were made from (JSON: name -> [attribute, transform]): a typed column declared to read
+# another attribute, or to derive it otherwise into the same SQL type, is filled again from `item`; a key's is refused.
+DERIVATIONS_PROPERTY = "ddb_athena.column-derivations"
 # Sorts after every change file name: no snapshot row is applicable.
 _NO_SNAPSHOT = "~"
 # A stream batch is a few rows to a few thousand: one shuffle partition and a static plan (adaptive execution
@@ -128,11 +132,39 @@ def ensure_table(spark: SparkSession, spec: TableSpec, target: str) -> list[Colu
     # A table made before columns were recorded as filled: every column it has was filled when it was created.
     filled = set(properties[FILLED_COLUMNS_PROPERTY].split(",")) if FILLED_COLUMNS_PROPERTY in properties else set(existing)
     _refuse_what_iceberg_cannot_follow(spec, target, existing)
-    _bring_properties_up_to(spark, target, {**dict(spec.properties), FILLED_COLUMNS_PROPERTY: ",".join(sorted(filled & set(existing)))})
-    return [column for column in spec.columns if column.name not in filled]
+    # A table made before derivations were recorded: its columns as declared now (there is nothing to compare with).
+    recorded = json.loads(properties.get(DERIVATIONS_PROPERTY, "{}"))
+    derivations = {column.name: recorded.get(column.name, column.derivation) for column in spec.all_columns if column.name in filled & set(existing)}
+    for column in spec.key_columns:
+        if derivations.get(column.name, column.derivation) != column.derivation:
+            raise SchemaChangeError(
+                f"{target}: key column {column.name} was made from attribute {derivations[column.name][0]!r} "
+                f"({derivations[column.name][1]}), its declaration says {column.attribute!r} ({column.transform}). " + _NEW_TABLE_FOR_A_NEW_KEY
+            )
+    rederived = [column for column in spec.columns if column.name in derivations and derivations[column.name] != column.derivation]
+    _bring_properties_up_to(
+        spark,
+        target,
+        {
+            **dict(spec.properties),
+            FILLED_COLUMNS_PROPERTY: ",".join(sorted(filled & set(existing))),
+            DERIVATIONS_PROPERTY: json.dumps(derivations, sort_keys=True, ensure_ascii=False),
+        },
+    )
+    return [column for column in spec.columns if column.name not in filled] + rederived
+
+
+_NEW_TABLE_FOR_A_NEW_KEY = (
+    "A table's key never changes in place (the rows of one key would be several, or one): declare a new iceberg_table with "
+    "the new key, and bootstrap it (streamed) or load it (exported); the old table stays readable until you drop it"
+)
 
 
 def _refuse_what_iceberg_cannot_follow(spec: TableSpec, target: str, existing: dict[str, str]) -> None:
+    missing_keys = [column.name for column in spec.key_columns if column.name not in existing]
+    if missing_keys:
+        never = ", ".join(missing_keys)
+        raise SchemaChangeError(f"{target}: its declaration's key has {never}, which the table's rows were never keyed by. " + _NEW_TABLE_FOR_A_NEW_KEY)
     declared = {column.name: column for column in spec.all_columns}
     sync = {name for name, _, _ in spec.sync_columns}
     for name, sql_type in existing.items():
@@ -150,29 +182,55 @@ def _refuse_what_iceberg_cannot_follow(spec: TableSpec, target: str, existing: d
             )
 
 
-def add_columns(spark: SparkSession, spec: TableSpec, target: str, ref: str, columns: list[ColumnSpec]) -> None:
-    """Adds the declared `columns` to `target` and fills them for every existing row from its `item`, the fill committed
-    to `ref` (the writer's branch: it reaches readers in the writer's next publication; the schema itself is the
-    table's at once, so until then the new columns read NULL on every row, never on some). Recorded as filled only
-    once published (`record_filled`): a writer fenced before that leaves them to be filled by the next."""
+def add_columns(spark: SparkSession, spec: TableSpec, target: str, ref: str, columns: list[ColumnSpec], quarantine_uri: str) -> dict[str, int]:
+    """Adds the declared `columns` to `target` (those it has not: a column declared to be made otherwise is there) and
+    fills them for every existing row from its `item`, the fill committed to `ref` (the writer's branch: it reaches
+    readers in the writer's next publication; the schema itself is the table's at once, so until then the new columns
+    read NULL on every row, never on some). Recorded as filled only once published (`record_filled`): a writer fenced
+    before that leaves them to be filled by the next. A row whose attribute has another DynamoDB type than its column is
+    filled NULL and noted in the quarantine by its reason, as an incoming change is. -> those reasons, counted."""
     existing = set(spark.table(dotted_name(target)).columns)
     new = [column for column in columns if column.name not in existing]
     if new:
         spark.sql(f"ALTER TABLE {dotted_name(target)} ADD COLUMNS ({', '.join(f'{column.name} {column.sql_type}' for column in new)})")
     image = f"from_json({ITEM_COLUMN}, {string_literal(attributes_schema_ddl(columns))}) AS image"
-    filled = f"SELECT {', '.join(spec.key_names)}, {', '.join(typed_columns_sql(columns, 'image'))} FROM (SELECT *, {image} FROM {ref})"
-    any_value = " OR ".join(f"s.{column.name} IS NOT NULL" for column in columns)
-    spark.sql(
-        f"MERGE INTO {ref} t USING ({filled}) s ON {key_match_sql(spec, 't', 's')} "
-        f"WHEN MATCHED AND ({any_value}) THEN UPDATE SET {', '.join(f't.{column.name} = s.{column.name}' for column in columns)}"
-    )
+    sequence = SEQUENCE_COLUMN if SEQUENCE_COLUMN in spec.table_column_names else "CAST(NULL AS string)"
+    filled = spark.sql(
+        f"SELECT {', '.join(spec.key_names)}, {', '.join(typed_columns_sql(columns, 'image'))}, "
+        f"{type_mismatch_sql(columns, ITEM_COLUMN)} AS type_mismatch, {sequence} AS sequence_number FROM (SELECT *, {image} FROM {ref})"
+    ).persist()
+    try:
+        mismatches = {row["type_mismatch"]: row["count"] for row in filled.where("type_mismatch IS NOT NULL").groupBy("type_mismatch").count().collect()}
+        if mismatches:
+            notes = filled.where("type_mismatch IS NOT NULL").selectExpr(
+                f"{string_literal(f'the fill of {target}')} AS source_file", "type_mismatch AS reason", "sequence_number"
+            )
+            notes.coalesce(1).write.mode("append").json(quarantine_uri)
+        view = validate_identifier(f"{spec.table}_filled_columns")  # one a table: tables are merged side by side
+        filled.createOrReplaceTempView(view)
+        any_value = " OR ".join(f"s.{column.name} IS NOT NULL" for column in columns)
+        # A column made otherwise is set on every row (NULL where it no longer has a value), a new one where it has one.
+        refill = " OR ".join(f"t.{column.name} IS NOT NULL" for column in columns if column.name not in {added.name for added in new})
+        spark.sql(
+            f"MERGE INTO {ref} t USING {view} s ON {key_match_sql(spec, 't', 's')} "
+            f"WHEN MATCHED AND ({any_value}{' OR ' + refill if refill else ''}) "
+            f"THEN UPDATE SET {', '.join(f't.{column.name} = s.{column.name}' for column in columns)}"
+        )
+    finally:
+        filled.unpersist()
+    return mismatches
 
 
 def record_filled(spark: SparkSession, target: str, columns: list[ColumnSpec]) -> None:
-    """After the publication of `add_columns`' fill: those columns are whole."""
+    """After the publication of `add_columns`' fill: those columns are whole, made as declared."""
     properties = table_properties(spark, target)
     filled = set(filter(None, properties.get(FILLED_COLUMNS_PROPERTY, "").split(","))) | {column.name for column in columns}
-    spark.sql(set_properties_sql(target, {FILLED_COLUMNS_PROPERTY: ",".join(sorted(filled))}))
+    derivations = {**json.loads(properties.get(DERIVATIONS_PROPERTY, "{}")), **{column.name: column.derivation for column in columns}}
+    spark.sql(
+        set_properties_sql(
+            target, {FILLED_COLUMNS_PROPERTY: ",".join(sorted(filled)), DERIVATIONS_PROPERTY: json.dumps(derivations, sort_keys=True, ensure_ascii=False)}
+        )
+    )
 
 
 def _bring_properties_up_to(spark: SparkSession, target: str, properties: dict[str, str]) -> None:
@@ -363,7 +421,7 @@ def merge_change_files(
     if additions:
         # After the writer took the table: a writer of the older declaration is fenced, and publishes nothing more.
         with committed_with(spark, data_properties):
-            add_columns(spark, spec, target, tables.table, additions)
+            result.type_mismatches = add_columns(spark, spec, target, tables.table, additions, quarantine_uri)
         tables.written.add(target)
         tables.additions = additions
         result.columns_added = [column.name for column in additions]

@@ -179,7 +179,8 @@ def _quarantine(spark: SparkSession, records: DataFrame, damaged: list[tuple[str
     try:
         bad.drop("loaded").coalesce(1).write.mode("append").json(quarantine_uri)
         for row in bad.groupBy("reason", "loaded").count().collect():
-            (result.type_mismatches if row["loaded"] else result.quarantine_reasons)[row["reason"]] = row["count"]
+            counted = result.type_mismatches if row["loaded"] else result.quarantine_reasons
+            counted[row["reason"]] = counted.get(row["reason"], 0) + row["count"]
     finally:
         bad.unpersist()
 
@@ -289,7 +290,7 @@ def load_export_files(
     if additions:
         # After the writer took the table: a writer of the older declaration is fenced, and publishes nothing more.
         before_commit()
-        add_columns(spark, spec, target, ref, additions)
+        result.type_mismatches = add_columns(spark, spec, target, ref, additions, quarantine_uri)
     if not files:
         _publish(spark, target, writer, additions)
         result.snapshot_id = current_snapshot_id(spark, target)

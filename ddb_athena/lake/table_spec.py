@@ -74,6 +74,11 @@ class ColumnSpec:
             raise ValueError(f"column {self.name}: decimal({self.precision},{self.scale}) is not valid")
 
     @property
+    def derivation(self) -> list[str]:
+        """What the column's values are made from: its attribute and transform (the SQL type is the schema's)."""
+        return [self.attribute, self.transform]
+
+    @property
     def type_tag(self) -> str:
         return TRANSFORMS[self.transform][0]
 
@@ -356,11 +361,8 @@ def set_properties_sql(catalog_table: str, properties: Mapping[str, str]) -> str
 
 
 def properties_sql(properties: Mapping[str, str]) -> str:
-    """`'key'='value', ...`; a quote or backslash in a key or value is refused rather than escaped."""
-    for text in (*properties.keys(), *properties.values()):
-        if not isinstance(text, str) or "'" in text or "\\" in text:
-            raise ValueError(f"table property text {text!r} is not allowed: no quotes or backslashes")
-    return ", ".join(f"'{key}'='{value}'" for key, value in properties.items())
+    """`'key'='value', ...`, any text escaped (a column's derivation holds its attribute's name)."""
+    return ", ".join(f"{string_literal(key)}={string_literal(value)}" for key, value in properties.items())
 
 
 def upsert_merge_sql(spec: TableSpec, catalog_table: str, source_view: str) -> str:
