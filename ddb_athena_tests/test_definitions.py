@@ -227,3 +227,17 @@ def test_a_code_location_of_other_tables_than_books_and_orders_loads_and_names_e
     }
     for field in streamed:
         assert defined[field] == sorted(exported[field] + streamed[field]), field
+
+
+@pytest.mark.subprocess
+def test_fifty_declared_tables_load_as_a_code_location_with_a_group_each(tmp_path):
+    """25 streamed and 25 exported tables (issue 68): the code location loads in a fresh process as `dagster dev` loads
+    it, every table its two assets in its own group (the UI's lineage a group a table). Its load time is
+    `python -m ddb_athena_bench.many_declarations`'s figure, not this test's."""
+    from ddb_athena_bench.many_declarations import declarations_text, load_code_location
+
+    declarations = tmp_path / "tables.toml"
+    declarations.write_text(declarations_text(25, 25), encoding="utf-8")
+    loaded = load_code_location(declarations)
+    assert (loaded["tables"], loaded["assets"], loaded["groups"]) == (50, 100, 50)
+    assert loaded["schedules"] >= 25 + 25  # each exported table's daily load, each streamed table's parity

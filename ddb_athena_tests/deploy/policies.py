@@ -5,6 +5,7 @@ A small evaluator for the forms the template uses (Allow statements; `Ref`, `Fn:
 form in the template fails the test instead of passing unchecked.
 """
 
+import hashlib
 import json
 import re
 import tempfile
@@ -24,7 +25,8 @@ from ddb_athena_tests.aws_calls import DAGSTER_CLEANUP, PLATFORM, AwsCall
 def rendered(name: str, tables=None) -> Path:
     """deploy/<name>.j2 rendered for these tables (default: the declared ones), as `make templates` renders it, into
     this process's own directory (the suite's workers render side by side)."""
-    path = Path(_RENDERED.name) / ("-".join(table.name for table in tables) if tables else "declared") / name
+    folder = hashlib.sha256("-".join(table.name for table in tables).encode()).hexdigest()[:16] if tables else "declared"
+    path = Path(_RENDERED.name) / folder / name
     path.parent.mkdir(exist_ok=True)
     path.write_text(render(name, tables))
     return path

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 from cfnlint.api import ManualArgs, lint_file
@@ -271,3 +272,27 @@ def test_the_rendered_grants_follow_the_declared_tables_and_name_no_other(extra)
     assert {name for name in lambda_variables if name.endswith("_TABLE")} == streamed_variables
     platform = rendered("dagster_ecs.yaml", tables).read_text()
     assert all(f"{t.dynamodb_table_variable}, Value" in platform for t in tables if t.dynamodb_table_variable)
+
+
+# CloudFormation's quotas (docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/cloudformation-limits.html): a
+# template body passed inline at most 51,200 bytes, one from S3 at most 1 MB; 500 resources, 200 parameters.
+INLINE_TEMPLATE_BYTES, S3_TEMPLATE_BYTES, MAX_RESOURCES, MAX_PARAMETERS = 51_200, 1_000_000, 500, 200
+
+
+def test_fifty_declared_tables_render_stacks_within_cloudformations_quotas_and_the_runbook_deploys_them_from_s3():
+    """25 streamed and 25 exported tables (issue 68): both stacks lint clean and fit CloudFormation's quotas. The data
+    stack of three tables is already near the inline limit (a fourth or fifth table passes it), so the documented
+    deploy commands upload the templates to S3 (`--s3-bucket`), whatever the number of tables."""
+    from ddb_athena_bench.many_declarations import declarations_text
+
+    tables = list(parse_declarations(declarations_text(25, 25)).values())
+    for name in ("ddb_athena.yaml", "dagster_ecs.yaml"):
+        path = rendered(name, tables)
+        assert lint_file(path, config=ManualArgs(include_checks=["I"])) == [], name
+        body = load_template(path)
+        assert len(path.read_bytes()) <= S3_TEMPLATE_BYTES and len(body["Resources"]) <= MAX_RESOURCES and len(body.get("Parameters", {})) <= MAX_PARAMETERS
+    assert len(rendered("ddb_athena.yaml", tables).read_bytes()) > INLINE_TEMPLATE_BYTES
+    for document in ("README.md", "docs/operations.md"):
+        text = (Path(__file__).resolve().parents[2] / document).read_text()
+        deploys = re.findall(r"aws cloudformation deploy (?:[^\n]*\\\n)*[^\n]*", text)
+        assert deploys and all("--s3-bucket" in deploy for deploy in deploys), (document, [d for d in deploys if "--s3-bucket" not in d])
