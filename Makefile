@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test test-image test-image-arm64 test-fast test-soak dev templates bench bench-calibrate bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-interruption bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity faults lambda emr-job lint clean
+.PHONY: install test test-image test-image-arm64 test-fast test-soak dev templates bench bench-calibrate bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-interruption bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity bench-many-declarations faults lambda emr-job lint clean
 
 install: $(INSTALLED)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing, and dumps the archive of
@@ -71,6 +71,10 @@ bench-platform: install
 # driver's peak RSS (Python and JVM), its DynamoDB a scan served from memory, unpaced.
 bench-parity: install
 	$(BIN)/python -m ddb_athena_bench.parity_memory --keys $${KEYS:-200000 1000000}
+
+# The code location and the templates of many declared tables (TABLES: streamed,exported).
+bench-many-declarations: install
+	$(BIN)/python -m ddb_athena_bench.many_declarations --tables $${TABLES:-25,25}
 
 bench-bootstrap: install
 	$(BIN)/python -m ddb_athena_bench.bootstrap_memory
