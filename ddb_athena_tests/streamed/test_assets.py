@@ -2,6 +2,7 @@
 
 import gc
 import os
+import queue
 import signal
 import tempfile
 import threading
@@ -53,27 +54,36 @@ def run_clock(monkeypatch) -> SkippingClock:
 @contextmanager
 def simulator_writing(simulator: BookSimulator, clock: SkippingClock, every_seconds: float = 0.3) -> Iterator[None]:
     """Live traffic beside a run paced by `clock`: the simulator adds a book every `every_seconds` of real time and one in
-    each of the run's waits, which the clock skips. Every cycle then finds a change, whether the one before it overran
-    its interval or waited, however fast this machine is. Never an update: one that sets the value an item already has
-    leaves no stream record."""
-    lock, stop = threading.Lock(), threading.Event()
-
-    def add_a_book():
-        with lock:
-            simulator.insert()
+    each of the run's waits, which the clock skips (the wait returns once it is written). Every cycle then finds a
+    change, whether the one before it overran its interval or waited, however fast this machine is. Never an update:
+    one that sets the value an item already has leaves no stream record. Every write is the writer thread's, as an
+    operator's simulator makes them (tests/deploy check each call against the role of the code that makes it)."""
+    requests: queue.Queue[threading.Event | None] = queue.Queue()
 
     def write():
-        while not stop.wait(every_seconds):
-            add_a_book()
+        while True:
+            try:
+                written = requests.get(timeout=every_seconds)
+            except queue.Empty:
+                written = threading.Event()  # its own pace: nobody waits for it
+            if written is None:
+                return
+            simulator.insert()
+            written.set()
+
+    def during_wait():
+        written = threading.Event()
+        requests.put(written)
+        written.wait()
 
     writer = threading.Thread(target=write)
-    clock.during_each_wait = add_a_book
     writer.start()
+    clock.during_each_wait = during_wait
     try:
         yield
     finally:
         clock.during_each_wait = lambda: None
-        stop.set()
+        requests.put(None)
         writer.join()
 
 
