@@ -4,6 +4,7 @@ Everything that depends on a table's shape is generated here from a spec, so tha
 table is one spec away. Every name is validated before it reaches SQL.
 """
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -227,17 +228,22 @@ def type_mismatch_sql(columns: Iterable[ColumnSpec], image_json: str, image: str
     """A SQL expression naming the first typed attribute whose DynamoDB type is not its column's (`image_json`, the
     image's text, holds it under another tag; the column is NULL), with both types, never the value; NULL if none."""
     cases = []
-    # The image's attributes as JSON texts by name (Spark keeps a nested value read as a string as its JSON): any
-    # attribute name, where a JSON path could not hold a quote; read only once a typed attribute came out NULL.
-    attributes = f"from_json({validate_identifier(image_json)}, 'map<string,string>')"
     for column in columns:
-        present_as = f"regexp_extract(element_at({attributes}, {string_literal(column.attribute)}), '^[{{]\"([A-Z]+)\"', 1)"
+        present_as = f"regexp_extract({_attribute_json_sql(column.attribute, image_json)}, '^[{{]\"([A-Z]+)\"', 1)"
         cases.append(
             f"WHEN {raw_value_sql(column, image)} IS NULL AND {present_as} NOT IN ('', 'NULL') "
             f"THEN concat({string_literal(f'attribute {column.attribute} is ')}, {present_as}, "
             f"{string_literal(f' where its column {column.name} expects {column.type_tag}')})"
         )
     return f"CASE {' '.join(cases)} END" if cases else "CAST(NULL AS string)"
+
+
+def _attribute_json_sql(attribute: str, image_json: str) -> str:
+    """The attribute's value in the image's text, as JSON: by a JSON path for a plain name (a streaming read), else from
+    the image read as a map (a path cannot hold every name: a quote, a bracket), which parses the whole image."""
+    if re.fullmatch(r"[A-Za-z0-9_]+", attribute):
+        return f"get_json_object({validate_identifier(image_json)}, '$.{attribute}')"
+    return f"element_at(from_json({validate_identifier(image_json)}, 'map<string,string>'), {string_literal(attribute)})"
 
 
 def typed_columns_sql(columns: Iterable[ColumnSpec], image: str = "image") -> list[str]:
@@ -315,14 +321,24 @@ class _NumberSql:
     def _fits_fraction(self, scale: int) -> str:  # -e <= scale, or a zero
         return f"({self.significant} = '' OR -{self.exponent} <= {int(scale)})"
 
+    def plain_fit(self, precision: int, scale: int) -> str:
+        """The common case, told by one regular expression: plain notation, at most precision - scale integer digits
+        and `scale` fraction digits (a cast keeps it whole). Anything else takes the reading by parts."""
+        integer = f"[0-9]{{0,{int(precision) - int(scale)}}}"
+        fraction = f"([.][0-9]{{0,{int(scale)}}})?" if scale else "[.]?"
+        # \z, not $: Java's $ also matches before a final line break ("7\n" would pass, and a cast trims it).
+        return f"({self.raw} RLIKE '^[+-]?{integer}{fraction}\\\\z' AND {self.raw} RLIKE '[0-9]')"
+
     def exact(self, precision: int, scale: int) -> str:
         """Whether a decimal(precision, scale) holds the number without rounding: its integer part needs at most
         precision - scale digits and its fraction at most `scale`."""
-        return f"coalesce({self.valid} AND {self._fits_integer(precision, scale)} AND {self._fits_fraction(scale)}, false)"
+        by_parts = f"{self.valid} AND {self._fits_integer(precision, scale)} AND {self._fits_fraction(scale)}"
+        return f"coalesce({self.plain_fit(precision, scale)} OR ({by_parts}), false)"
 
     def rounded(self, precision: int, scale: int) -> str:
         """Whether it is a number the decimal would hold but for digits past `scale`: a cast would round it."""
-        return f"coalesce({self.valid} AND {self._fits_integer(precision, scale)} AND NOT {self._fits_fraction(scale)}, false)"
+        by_parts = f"{self.valid} AND {self._fits_integer(precision, scale)} AND NOT {self._fits_fraction(scale)}"
+        return f"coalesce(NOT {self.plain_fit(precision, scale)} AND ({by_parts}), false)"
 
     @property
     def normalized(self) -> str:
@@ -334,8 +350,11 @@ class _NumberSql:
 def exact_decimal_value_sql(raw: str, precision: int, scale: int) -> str:
     """The DynamoDB number `raw` (SQL) as a decimal(precision, scale); NULL, never rounded, when it does not hold it, in
     plain or exponent notation. The same rule as table_keys.exact_number (a test holds them to the same verdicts)."""
-    number = _NumberSql(raw)
-    return f"CASE WHEN {number.exact(precision, scale)} THEN CAST({number.normalized} AS decimal({int(precision)},{int(scale)})) END"
+    number, sql_type = _NumberSql(raw), f"decimal({int(precision)},{int(scale)})"
+    return (
+        f"CASE WHEN {number.plain_fit(precision, scale)} THEN CAST({raw} AS {sql_type}) "
+        f"WHEN {number.exact(precision, scale)} THEN CAST({number.normalized} AS {sql_type}) END"
+    )
 
 
 def create_table_sql(spec: TableSpec, catalog_table: str) -> str:
