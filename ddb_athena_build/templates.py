@@ -48,6 +48,9 @@ def render(name: str, tables: Iterable[TableDeclaration] | None = None) -> str:
         tables=tables,
         streamed=[table for table in tables if table.kind == "streamed"],
         exported=[table for table in tables if table.kind == "exported"],
+        # Declared per table (ddb_athena/tables.toml), whatever the stack's BooksCapture and OrdersLoad say.
+        captured_by_lambda=[table for table in tables if table.capture == "lambda"],
+        loaded_on_emr=[table for table in tables if table.load == "emr_serverless"],
         # Tables whose DynamoDB name the deployment chooses (a parameter, passed to every task as the variable).
         named_by_variable=[table for table in tables if table.dynamodb_table_variable],
         compute_log_prefix=deployed_instance()["compute_logs"]["config"]["prefix"],

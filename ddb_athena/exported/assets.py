@@ -200,6 +200,7 @@ def load_day(
     declaration: TableDeclaration,
 ) -> MaterializeResult:
     started = time.monotonic()
+    mode = runner.mode_of(declaration.name)
     warn_unless_writers_queue(context, declaration.writer_pool)
     table = sync.iceberg_table_of(declaration)
     lease = leases.hold(context, aws.client("s3"), sync.bucket, table, progress=spark.tasks_in_progress)
@@ -210,7 +211,7 @@ def load_day(
     if record.export_type == COVERED:
         context.log.info(f"Nothing to load: the day is covered by full export {record.export_arn}, loaded into {table}")
     else:
-        context.log.info(f"Loading {len(record.data_files)} files of export {record.export_arn} into {table} {LOAD_PLACES[runner.mode]}")
+        context.log.info(f"Loading {len(record.data_files)} files of export {record.export_arn} into {table} {LOAD_PLACES[mode]}")
     request = ExportLoadRequest(
         table=declaration.name,
         target=table,
@@ -229,7 +230,7 @@ def load_day(
         writer_epoch=lease.epoch,
     )
     # A load that runs as a job of its own makes its progress there: its platform's timeout bounds it, not the lease's.
-    with lease.progress_elsewhere() if runner.mode != "in_process" else nullcontext():
+    with lease.progress_elsewhere() if mode != "in_process" else nullcontext():
         outcome, job_metadata = runner.load(context, request, spark, aws, before_commit=lease.check)
     result = outcome.load
     manifest = (
@@ -268,7 +269,7 @@ def load_day(
             "snapshot_id": result.snapshot_id,
             "export_arn": record.export_arn,
             "commit_manifest": manifest,
-            "load_ran": runner.mode,
+            "load_ran": mode,
             **job_metadata,
             **_coverage_metadata(record),
             **maintenance,
@@ -308,4 +309,5 @@ def load_day(
 
 
 # Partitions are part of the definitions, so their start is read when the code location loads.
-EXPORTED = {name: exported_assets(table, Settings.from_env().orders_start_date) for name, table in declared_tables().items() if table.kind == "exported"}
+_SCHEDULES = Settings.from_env().exported
+EXPORTED = {name: exported_assets(table, _SCHEDULES[name].start_date.isoformat()) for name, table in declared_tables().items() if table.kind == "exported"}

@@ -1,4 +1,4 @@
-"""An exported table's schedule (<name>_daily_schedule): daily at a configurable hour (UTC), for the day that just ended."""
+"""An exported table's schedule (<name>_daily_schedule): daily at its schedule_hour (UTC), for the day that just ended."""
 
 from dagster import DefaultScheduleStatus, build_schedule_from_partitioned_job
 
@@ -10,7 +10,7 @@ DAILY_SCHEDULES = {
     name: build_schedule_from_partitioned_job(
         job,
         name=f"{name}_daily_schedule",
-        hour_of_day=Settings.from_env().orders_schedule_hour,
+        hour_of_day=Settings.from_env().exported[name].schedule_hour,
         minute_of_hour=0,
         default_status=DefaultScheduleStatus.RUNNING,
     )

@@ -7,7 +7,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import date, timedelta
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,11 @@ MAX_TABLE_MERGE_INTERVAL_SECONDS = 900.0
 FRESHNESS_INTERVALS = 2
 # A kind of table -> (its TableSpec source, the suffixes of its two assets and of its S3 prefix).
 KINDS = {"streamed": "stream", "exported": "export"}
+# Who reads a streamed table's stream: the sync run itself, or the data stack's capture Lambda (its event source
+# mapping exists for the tables that say lambda, deploy/ddb_athena.yaml.j2).
+CAPTURES = ("run", "lambda")
+# Where an exported table's Spark load runs: the run's own session, a spark-submit job beside it, EMR Serverless.
+LOAD_MODES = ("in_process", "spark_submit", "emr_serverless")
 _ASSET_SUFFIXES = {"streamed": ("source", "iceberg"), "exported": ("export", "athena")}
 _FIELDS = {
     "kind": "streamed or exported",
@@ -39,7 +44,13 @@ _FIELDS = {
     "snapshot_retention_hours": "hours of snapshots kept for readers (at least 1); default the sync resource's",
     "merge_interval_seconds": f"a streamed table's own sync interval ({MIN_MERGE_INTERVAL_SECONDS:g}-{MAX_TABLE_MERGE_INTERVAL_SECONDS:g} s, at most "
     f"1/{FRESHNESS_INTERVALS} of its freshness_minutes); default the run's",
+    "capture": f"a streamed table's stream reader: {' or '.join(CAPTURES)}; default the stack's (DDB_ATHENA_BOOKS_CAPTURE)",
+    "start_date": "an exported table's first daily partition, a date like 2026-11-01",
+    "schedule_hour": "the hour (UTC, 0-23) an exported table's daily schedule loads the day that ended",
+    "load": f"where an exported table's Spark load runs: {', '.join(LOAD_MODES)}",
 }
+# The fields of one kind of table only.
+_KIND_FIELDS = {"streamed": ("merge_interval_seconds", "capture"), "exported": ("start_date", "schedule_hour", "load")}
 _REQUIRED = ("kind", "dynamodb_table", "iceberg_table", "partition_key", "freshness_minutes")
 _KEY_FIELDS = ("attribute", "type", "name", "precision", "scale")
 _COLUMN_FIELDS = ("name", "attribute", "transform", "precision", "scale", "required")
@@ -65,6 +76,11 @@ class TableDeclaration:
     freshness: timedelta
     snapshot_retention_hours: float | None = None
     merge_interval_seconds: float | None = None
+    # Unset: the deployment's (lib/settings.py; an exported table's DDB_ATHENA_<NAME>_* variables override these).
+    capture: str | None = None
+    start_date: date | None = None
+    schedule_hour: int | None = None
+    load: str | None = None
 
     @property
     def iceberg_table(self) -> str:
@@ -121,6 +137,12 @@ def _glue_name(table: str, field: str, value: Any, what: str) -> str:
     _typed(table, field, value, str, what)
     if not _GLUE_NAME.fullmatch(value):
         raise _fail(table, field, f"{value!r} is not a name Glue keeps as written: lower-case letters, digits and _, starting with a letter or _")
+    return value
+
+
+def _one_of(table: str, field: str, value: Any, choices: tuple[str, ...]) -> str | None:
+    if value is not None and value not in choices:
+        raise _fail(table, field, f"{value!r} is not one of {', '.join(choices)}")
     return value
 
 
@@ -208,10 +230,12 @@ def declaration(name: str, entry: Any) -> TableDeclaration:
     # At least an hour, as the sync resource's: longer than the longest query, whose files an expiry would delete.
     if retention is not None and (isinstance(retention, bool) or not isinstance(retention, int | float) or retention < 1):
         raise _fail(name, "snapshot_retention_hours", f"expected a number of hours, at least 1 (longer than the longest query), got {retention!r}")
+    for other_kind, fields in _KIND_FIELDS.items():
+        for field in fields:
+            if other_kind != kind and field in entry:
+                raise _fail(name, field, f"only a {other_kind} table has one ({_FIELDS[field]}); {name} is {kind}")
     interval = entry.get("merge_interval_seconds")
     if interval is not None:
-        if kind != "streamed":
-            raise _fail(name, "merge_interval_seconds", "only a streamed table is merged every few seconds; an exported one loads once a day")
         bounds = MIN_MERGE_INTERVAL_SECONDS, MAX_TABLE_MERGE_INTERVAL_SECONDS
         if isinstance(interval, bool) or not isinstance(interval, int | float) or not bounds[0] <= interval <= bounds[1]:
             raise _fail(name, "merge_interval_seconds", f"expected seconds from {bounds[0]:g} to {bounds[1]:g}, got {interval!r}")
@@ -222,6 +246,20 @@ def declaration(name: str, entry: Any) -> TableDeclaration:
                 f"{interval:g} s is more than 1/{FRESHNESS_INTERVALS} of freshness_minutes ({freshness:g}): its freshness check would turn red "
                 f"between two merges; raise freshness_minutes to {interval * FRESHNESS_INTERVALS / 60:g} or more, or merge more often",
             )
+    capture = _one_of(name, "capture", entry.get("capture"), CAPTURES)
+    load = _one_of(name, "load", entry.get("load"), LOAD_MODES)
+    start_date = entry.get("start_date")
+    if isinstance(start_date, str):
+        try:
+            start_date = date.fromisoformat(start_date)
+        except ValueError:
+            raise _fail(name, "start_date", f"expected a date like 2026-11-01, got {start_date!r}") from None
+    # TOML's own date (start_date = 2026-11-01) is a date; its date-time is one too in Python, and no partition's start.
+    if start_date is not None and (type(start_date) is not date):
+        raise _fail(name, "start_date", f"expected a date like 2026-11-01, got {start_date!r}")
+    hour = entry.get("schedule_hour")
+    if hour is not None and (_typed(name, "schedule_hour", hour, int, "an hour of the day, 0 to 23 (UTC)") not in range(24)):
+        raise _fail(name, "schedule_hour", f"expected an hour of the day, 0 to 23 (UTC), got {hour!r}")
     key = _key_column(name, "partition_key", entry["partition_key"])
     sort_key = _key_column(name, "sort_key", entry["sort_key"]) if "sort_key" in entry else None
     typed_columns = tuple(_column(name, index, column) for index, column in enumerate(columns))
@@ -247,7 +285,7 @@ def declaration(name: str, entry: Any) -> TableDeclaration:
         # match, and load again at every load (a second row for the key).
         field = f"columns[{typed_columns.index(spec.partition_column)}].required"
         raise _fail(name, field, f"the partition column {spec.partition_column.name} of an exported table must be required = true (its load matches on it)")
-    return TableDeclaration(name, kind, dynamodb_table, variable, spec, timedelta(minutes=freshness), retention, interval)
+    return TableDeclaration(name, kind, dynamodb_table, variable, spec, timedelta(minutes=freshness), retention, interval, capture, start_date, hour, load)
 
 
 def parse_declarations(text: str) -> dict[str, TableDeclaration]:

@@ -1,7 +1,6 @@
 """Dagster resources: AWS clients, the Iceberg-configured SparkSession, the sync settings, and where the orders load runs."""
 
 import functools
-import json
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -12,7 +11,7 @@ from botocore.config import Config
 from dagster import ConfigurableResource
 from dagster_aws.utils import ResourceWithBoto3Configuration
 from dagster_pyspark import LazyPySparkResource
-from pydantic import Field, PrivateAttr, ValidationError
+from pydantic import Field, PrivateAttr
 from pyspark.sql import SparkSession
 
 from ddb_athena.lake.class_lookups import keep_class_lookups
@@ -32,8 +31,12 @@ from ddb_athena.lib.settings import (
     MIN_WRITER_LEASE_SECONDS,
     MIN_WRITER_STALL_SECONDS,
     SETTING_PREFIX,
+    DeploymentVariables,
+    ExportedTableSettings,
     Settings,
     SettingsError,
+    fields_table,
+    from_variables,
 )
 from ddb_athena.lib.source_layout import SourceLayout
 from ddb_athena.lib.writer_lease import WriterLease
@@ -231,7 +234,9 @@ class SyncSettings(ConfigurableResource):
     )
     namespace: str = Field(default="library", description="Iceberg namespace (the Glue database on AWS)")
     books_capture: Literal["run", "lambda"] = Field(
-        default="run", description="who reads the books stream: the sync run itself, or the capture Lambda (deploy/ddb_athena.yaml)"
+        default="run",
+        description="who reads the stream of every streamed table whose declaration names no capture: the sync run itself, or "
+        "the capture Lambda (the data stack's BooksCapture, deploy/ddb_athena.yaml)",
     )
     capture_failure_queue_urls: dict[str, str] = Field(
         default_factory=dict,
@@ -397,6 +402,10 @@ class SyncSettings(ConfigurableResource):
         """The DynamoDB table of a declared table in this deployment."""
         return self.dynamodb_tables.get(table.name) or table.dynamodb_table
 
+    def capture_of(self, table: TableDeclaration) -> str:
+        """Who reads `table`'s stream: its declaration's capture, else the deployment's (books_capture)."""
+        return table.capture or self.books_capture
+
     def iceberg_table_of(self, table: TableDeclaration) -> str:
         return qualified_name(self.namespace, table.iceberg_table)
 
@@ -424,8 +433,6 @@ class SyncSettings(ConfigurableResource):
         return max(timedelta(minutes=self.backlog_limit_minutes), timedelta(seconds=2 * (table.merge_interval_seconds or 0.0)))
 
 
-# The fields whose variable holds JSON.
-JSON_FIELDS = ("capture_failure_queue_urls",)
 # The fields a deployment names once for every part (Settings reads them, with the local defaults).
 DEPLOYMENT_FIELDS = ("bucket", "dynamodb_tables", "namespace")
 
@@ -443,23 +450,12 @@ def sync_settings(settings: Settings, **options) -> SyncSettings:
     """The sync resource: each field from its variable (DDB_ATHENA_<FIELD>) where set, else its declared default;
     `options` over both (tests). Validated here, once, by the field's declaration: a bad value is refused when the
     code location loads, naming the variable."""
-    values = {name: settings.environ[setting_variable(name)] for name in SyncSettings.model_fields if setting_variable(name) in settings.environ}
-    for name in JSON_FIELDS:
-        if name in values:
-            try:
-                values[name] = json.loads(values[name])
-            except json.JSONDecodeError:
-                raise SettingsError(f'{setting_variable(name)}={values[name]!r}: expected a JSON object like {{"books": "https://..."}}') from None
     deployment = {name: getattr(settings, name) for name in DEPLOYMENT_FIELDS}
-    try:
-        sync = SyncSettings(**{**deployment, **values, **options})
-        if "longest_merge_interval_seconds" not in values | options:
-            # Unset, the longest interval is never shorter than a longer merge interval.
-            sync = sync.model_copy(update={"longest_merge_interval_seconds": max(sync.longest_merge_interval_seconds, sync.merge_interval_seconds)})
-    except ValidationError as error:
-        given = {**values, **options}
-        problems = [f"{setting_variable(str(problem['loc'][0]))}={given.get(str(problem['loc'][0]))!r}: {problem['msg']}" for problem in error.errors()]
-        raise SettingsError("; ".join(problems)) from None
+    sync = from_variables(SyncSettings, settings.environ, **deployment, **options)
+    if "longest_merge_interval_seconds" not in sync.model_fields_set:
+        # Unset, the longest interval is never shorter than a longer merge interval.
+        sync = sync.model_copy(update={"longest_merge_interval_seconds": max(sync.longest_merge_interval_seconds, sync.merge_interval_seconds)})
+    values = {name for name in sync.model_fields_set if name not in options}
     # Between two variables only: a run's own merge interval (its config) may be shorter than the longest.
     if "longest_merge_interval_seconds" in values and sync.longest_merge_interval_seconds < sync.merge_interval_seconds:
         raise SettingsError(
@@ -477,20 +473,12 @@ def sync_settings(settings: Settings, **options) -> SyncSettings:
 
 
 def settings_table() -> str:
-    """The sync resource's settings as a Markdown table (docs/operations.md holds it; a test keeps the two equal)."""
-    rows = ["| variable (`sync` resource field) | default | bounds | meaning |", "| --- | --- | --- | --- |"]
-    for name, field in SyncSettings.model_fields.items():
-        if name in DEPLOYMENT_FIELDS:
-            continue
-        bounds = [
-            f"{symbol} {getattr(rule, attribute):g}"
-            for rule in field.metadata
-            for attribute, symbol in (("ge", "≥"), ("gt", ">"), ("le", "≤"))
-            if hasattr(rule, attribute)
+    """Every setting as Markdown tables, from their declarations (docs/operations.md holds them, `ddb-athena settings`
+    prints them; a test keeps the two equal): the deployment's, each exported table's, the sync resource's."""
+    return "\n".join(
+        [
+            fields_table(DeploymentVariables, "variable"),
+            fields_table(ExportedTableSettings, "variable (over the table's declared field)", prefix=f"{SETTING_PREFIX}<NAME>_"),
+            fields_table(SyncSettings, "variable (`sync` resource field)", skip=DEPLOYMENT_FIELDS),
         ]
-        if field.default is None or field.default_factory is not None:
-            default = "unset"
-        else:
-            default = f"`{field.default:g}`" if isinstance(field.default, float) else f"`{field.default}`"
-        rows.append(f"| `{setting_variable(name)}` (`{name}`) | {default} | {', '.join(bounds) or '-'} | {field.description or ''} |")
-    return "\n".join(rows) + "\n"
+    )

@@ -8,9 +8,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic_settings import EnvSettingsSource
+from pydantic_settings import SettingsError as PydanticSettingsError
+from pydantic_settings.sources.utils import parse_env_vars
 
 from ddb_athena.lake.identifiers import validate_identifier
-from ddb_athena.lib.declarations import declared_tables
+from ddb_athena.lib.declarations import DECLARATIONS_FILE, LOAD_MODES, TableDeclaration, declared_tables
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCAL_STATE_DIR = REPO_ROOT / ".ddb_athena"
@@ -19,10 +25,8 @@ LOCAL_ENDPOINT_URL = f"http://127.0.0.1:{LOCAL_STACK_PORT}"
 # moto accepts any credentials; these make boto3 work locally with nothing configured.
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 
-PROFILES = ("local", "aws")
 # A setting's environment variable is this prefix and its name in capitals (DDB_ATHENA_MERGE_INTERVAL_SECONDS).
 SETTING_PREFIX = "DDB_ATHENA_"
-ORDERS_LOAD_MODES = ("in_process", "spark_submit", "emr_serverless")
 # The EMR Serverless job's settings (the stack's outputs), by the name the orders load runner gives them.
 EMR_SETTINGS = {
     "emr_application_id": "DDB_ATHENA_EMR_APPLICATION_ID",
@@ -39,8 +43,9 @@ NAMESPACE = "library"
 # runs and its EMR application), in one SSM parameter the stack writes (deploy/ddb_athena.yaml): an export would
 # freeze them while another stack imports it. Read once a process, under the process's own variables, which win.
 STACK_SETTINGS_VARIABLE = "DDB_ATHENA_STACK_SETTINGS_PARAMETER"
-DEFAULT_ORDERS_START_DATE = "2026-11-01"
-DEFAULT_ORDERS_SCHEDULE_HOUR = 2
+# An exported table's first partition and schedule hour where neither its declaration nor its variables say.
+DEFAULT_START_DATE = "2026-11-01"
+DEFAULT_SCHEDULE_HOUR = 2
 # The key parity check scans the user's DynamoDB table: once a day, at this hour (UTC).
 DEFAULT_PARITY_SCAN_HOUR = 3
 # Every cleanup run is a process of its own (a few CPU-seconds of imports): one every few minutes, not every
@@ -64,48 +69,117 @@ DEFAULT_WRITER_STALL_SECONDS, MIN_WRITER_STALL_SECONDS, MAX_WRITER_STALL_SECONDS
 DEFAULT_SYNC_RUN_MINUTES, MAX_SYNC_RUN_MINUTES = 60.0, 1440.0
 
 
+Model = TypeVar("Model", bound=BaseModel)
+
+
 class SettingsError(ValueError):
     """The environment describes a configuration that cannot work."""
 
 
-def _start_date(text: str) -> str:
+class _GivenEnvironment(EnvSettingsSource):
+    """pydantic-settings' reading of a model's variables (`<prefix><FIELD>`, any case; JSON for a dict; empty as unset),
+    from a given mapping: the process's environment over the stack's settings, or a test's."""
+
+    def __init__(self, model: type[BaseModel], environ: Mapping[str, str], prefix: str) -> None:
+        self._environ = environ
+        super().__init__(model, env_prefix=prefix, case_sensitive=False, env_ignore_empty=True)  # type: ignore[arg-type]
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(self._environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
+
+
+def from_variables(model: type[Model], environ: Mapping[str, str], prefix: str = SETTING_PREFIX, **given) -> Model:
+    """`model` with each field from its variable (`prefix` and the field's name in capitals) where `environ` sets it,
+    else its declared default, `given` over both. Validated by the fields' declarations (type, bounds, pattern); a
+    value they refuse is refused here naming its variable."""
     try:
-        return date.fromisoformat(text).isoformat()
-    except ValueError:
-        raise SettingsError(f"DDB_ATHENA_ORDERS_START_DATE={text!r}: expected a date like 2026-11-01") from None
-
-
-def _hour(env: Mapping[str, str], name: str, default: int) -> int:
-    text = env.get(name, str(default))
-    if not text.isdigit() or not 0 <= int(text) <= 23:
-        raise SettingsError(f"{name}={text!r}: expected an hour of the day, 0 to 23 (UTC)")
-    return int(text)
-
-
-def _memory_size(env: Mapping[str, str], name: str) -> str | None:
-    """A JVM memory size (`1536m`, `2g`), or None when unset."""
-    text = env.get(name) or None
-    if text is not None and not re.fullmatch(r"[1-9][0-9]*[mMgG]", text):
-        raise SettingsError(f"{name}={text!r}: expected a JVM memory size like 1536m or 2g")
-    return text
-
-
-def _cleanup_interval(text: str) -> int:
-    if not text.isdigit() or int(text) < MIN_CLEANUP_INTERVAL_SECONDS:
-        raise SettingsError(f"DDB_ATHENA_CLEANUP_INTERVAL_SECONDS={text!r}: expected whole seconds, at least {MIN_CLEANUP_INTERVAL_SECONDS}")
-    return int(text)
-
-
-def _number_between(env: Mapping[str, str], name: str, default: float, low: float, high: float, unit: str) -> float:
-    """`env[name]` as a number from `low` to `high`, `default` when unset."""
-    text = env.get(name, str(default))
+        values = _GivenEnvironment(model, environ, prefix)()
+    except PydanticSettingsError as error:
+        field = re.search(r'field "([a-z0-9_]+)"', str(error))
+        variable = prefix + (field.group(1).upper() if field else "?")
+        raise SettingsError(f'{variable}={environ.get(variable)!r}: expected a JSON object like {{"books": "..."}}') from None
+    values |= given
     try:
-        number = float(text)
-    except ValueError:
-        number = float("nan")
-    if not low <= number <= high:
-        raise SettingsError(f"{name}={text!r}: expected {unit} from {low:g} to {high:g}")
-    return number
+        return model(**values)
+    except ValidationError as error:
+        problems = []
+        for problem in error.errors():
+            field = str(problem["loc"][0]) if problem["loc"] else None
+            where = f"{prefix}{field.upper()}={values.get(field)!r}: " if field else ""
+            problems.append(where + problem["msg"].removeprefix("Value error, "))
+        raise SettingsError("; ".join(problems)) from None
+
+
+class DeploymentVariables(BaseModel):
+    """The settings a process reads from DDB_ATHENA_<FIELD>, each declared once: default, bounds, meaning (the sync
+    resource's are its own fields, lib/resources.py)."""
+
+    profile: Literal["local", "aws"] = Field(
+        default="local", description="local (a Hadoop catalog, the AWS emulator on this machine) or aws (the Glue catalog, the real services)"
+    )
+    bucket: str = Field(
+        default="ddb-athena-local", description="the deployment's bucket: each table's source files under <name>_source/ or <name>_export/, the writer leases"
+    )
+    warehouse: str | None = Field(default=None, description="the Iceberg warehouse; unset: s3://<bucket>/warehouse on aws, .ddb_athena/warehouse locally")
+    namespace: str = Field(default=NAMESPACE, description="the Iceberg namespace (the Glue database Athena reads)")
+    spark_master: str | None = Field(
+        default=None,
+        description="spark.master; unset: local[2] locally, the launcher's on a cluster (with a local[...] master the JVM "
+        "runs the parallel garbage collector, docs/operations.md)",
+    )
+    spark_packages: str | None = Field(default=None, description="spark.jars.packages instead of the local or the image's JARs (where Maven is reachable)")
+    spark_driver_memory: str | None = Field(
+        default=None,
+        pattern=r"^[1-9][0-9]*[mMgG]$",
+        description="the heap of Spark's JVM in the run worker, like 1536m or 2g (unset: Spark's 1g); deploy/dagster_ecs.yaml "
+        "sets 1536m, the heap the bill's 0.5 vCPU / 3 GB task was measured with",
+    )
+    parity_scan_hour: int = Field(
+        default=DEFAULT_PARITY_SCAN_HOUR, ge=0, le=23, description="the hour (UTC) of the daily key parity check, the one check that scans the DynamoDB table"
+    )
+    cleanup_interval_seconds: int = Field(
+        default=DEFAULT_CLEANUP_INTERVAL_SECONDS,
+        ge=MIN_CLEANUP_INTERVAL_SECONDS,
+        description="how often the cleanup sensor starts one run for every commit since its last; each run is a process of its own",
+    )
+    writer_lease_seconds: float = Field(
+        default=DEFAULT_WRITER_LEASE_SECONDS,
+        ge=MIN_WRITER_LEASE_SECONDS,
+        le=MAX_WRITER_LEASE_SECONDS,
+        description="a writer's lease time to live: renewed every third of it; a dead writer's lease is taken over after it, by S3's clock",
+    )
+    writer_stall_seconds: float = Field(
+        default=DEFAULT_WRITER_STALL_SECONDS,
+        ge=MIN_WRITER_STALL_SECONDS,
+        le=MAX_WRITER_STALL_SECONDS,
+        description="a writer that makes no progress this long (no step of its own, no Spark task completed) stops renewing "
+        "its lease, so a hung run does not hold its table",
+    )
+
+    @field_validator("namespace")
+    @classmethod
+    def _an_identifier(cls, namespace: str) -> str:
+        return validate_identifier(namespace, "namespace")
+
+
+class ExportedTableSettings(BaseModel):
+    """An exported table's schedule and load: its declaration's, each overridden by its variable
+    (DDB_ATHENA_<NAME>_START_DATE, _SCHEDULE_HOUR, _LOAD: orders' are the variables of before declarations held them)."""
+
+    start_date: date = Field(default=date.fromisoformat(DEFAULT_START_DATE), description="its first daily partition (make dev: yesterday)")
+    schedule_hour: int = Field(
+        default=DEFAULT_SCHEDULE_HOUR, ge=0, le=23, description="the hour (UTC) its daily schedule (<name>_daily_schedule) loads the day that ended"
+    )
+    load: Literal[LOAD_MODES] = Field(
+        default="in_process",
+        description="where its load runs its Spark work: in_process, spark_submit or emr_serverless (docs/operations.md, 'Loading orders on EMR Serverless')",
+    )  # type: ignore[valid-type]
+
+
+def exported_table_settings(table: TableDeclaration, environ: Mapping[str, str]) -> ExportedTableSettings:
+    declared = {name: getattr(table, name) for name in ExportedTableSettings.model_fields if getattr(table, name) is not None}
+    overridden = from_variables(ExportedTableSettings, environ, f"{SETTING_PREFIX}{table.name.upper()}_")
+    return overridden.model_copy(update={name: value for name, value in declared.items() if name not in overridden.model_fields_set})
 
 
 @dataclass(frozen=True)
@@ -125,13 +199,12 @@ class Settings:
     spark_master: str | None = "local[2]"
     spark_packages: str | None = None
     spark_driver_memory: str | None = None
-    orders_start_date: str = DEFAULT_ORDERS_START_DATE
-    orders_schedule_hour: int = DEFAULT_ORDERS_SCHEDULE_HOUR
+    # Every exported table's schedule and load, by its declared name.
+    exported: Mapping[str, ExportedTableSettings] = field(default_factory=dict)
     parity_scan_hour: int = DEFAULT_PARITY_SCAN_HOUR
     cleanup_interval_seconds: int = DEFAULT_CLEANUP_INTERVAL_SECONDS
     writer_lease_seconds: float = DEFAULT_WRITER_LEASE_SECONDS
     writer_stall_seconds: float = DEFAULT_WRITER_STALL_SECONDS
-    orders_load: str = "in_process"
     # Only the EMR settings the environment sets; the runner's defaults stand for the rest.
     emr: Mapping[str, str] = field(default_factory=dict)
     # Every DDB_ATHENA_ variable as read: the sync resource takes its fields from them (resources.sync_settings), and
@@ -145,61 +218,50 @@ class Settings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
         env = with_stack_settings(os.environ if environ is None else environ)
-        profile = env.get("DDB_ATHENA_PROFILE", "local")
-        if profile not in PROFILES:
-            raise SettingsError(f"DDB_ATHENA_PROFILE={profile!r}: expected one of {', '.join(PROFILES)}")
-        local = profile == "local"
-        orders_load = env.get("DDB_ATHENA_ORDERS_LOAD", "in_process")
-        if orders_load not in ORDERS_LOAD_MODES:
-            raise SettingsError(f"DDB_ATHENA_ORDERS_LOAD={orders_load!r}: expected one of {', '.join(ORDERS_LOAD_MODES)}")
+        variables = from_variables(DeploymentVariables, env)
+        local = variables.profile == "local"
+        tables = declared_tables()
+        exported = {name: exported_table_settings(table, env) for name, table in tables.items() if table.kind == "exported"}
         emr = {name: env[variable] for name, variable in EMR_SETTINGS.items() if env.get(variable)}
         missing = [EMR_SETTINGS[name] for name in EMR_REQUIRED if name not in emr]
-        if orders_load == "emr_serverless" and local:
-            raise SettingsError("DDB_ATHENA_ORDERS_LOAD=emr_serverless needs DDB_ATHENA_PROFILE=aws: a job on EMR cannot reach the local emulator")
-        if orders_load == "emr_serverless" and missing:
-            raise SettingsError(
-                f"DDB_ATHENA_ORDERS_LOAD=emr_serverless needs {', '.join(missing)}: the stack's outputs "
-                "(docs/operations.md, 'Loading orders on EMR Serverless')"
-            )
-        bucket = env.get("DDB_ATHENA_BUCKET", "ddb-athena-local")
-        default_endpoint_url = LOCAL_ENDPOINT_URL if local and not env.get("AWS_ENDPOINT_URL") else None
+        for name, table in exported.items():
+            if table.load != "emr_serverless":
+                continue
+            where = _load_setting(tables[name], env)
+            if local:
+                raise SettingsError(f"{where}=emr_serverless needs DDB_ATHENA_PROFILE=aws: a job on EMR cannot reach the local emulator")
+            if missing:
+                raise SettingsError(
+                    f"{where}=emr_serverless needs {', '.join(missing)}: the stack's outputs (docs/operations.md, 'Loading orders on EMR Serverless')"
+                )
         if local:
-            warehouse = env.get("DDB_ATHENA_WAREHOUSE") or (LOCAL_STATE_DIR / "warehouse").as_uri()
+            warehouse = variables.warehouse or (LOCAL_STATE_DIR / "warehouse").as_uri()
         else:
-            warehouse = env.get("DDB_ATHENA_WAREHOUSE") or f"s3://{bucket}/warehouse"
+            warehouse = variables.warehouse or f"s3://{variables.bucket}/warehouse"
             if not warehouse.startswith("s3://"):
                 raise SettingsError(f"DDB_ATHENA_WAREHOUSE={warehouse!r}: the aws profile needs an s3:// URI")
-        credentials = {}
-        if local and not env.get("AWS_ACCESS_KEY_ID"):
-            credentials = dict(LOCAL_CREDENTIALS)
         return cls(
-            profile=profile,
-            bucket=bucket,
+            profile=variables.profile,
+            bucket=variables.bucket,
             warehouse=warehouse,
             # As declared (ddb_athena/tables.toml), or named by the declaration's variable: DynamoDB table names allow '-'
             # and '.', which never reach SQL.
-            dynamodb_tables={name: table.dynamodb_table_name(env) for name, table in declared_tables().items()},
+            dynamodb_tables={name: table.dynamodb_table_name(env) for name, table in tables.items()},
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
-            namespace=validate_identifier(env.get("DDB_ATHENA_NAMESPACE", NAMESPACE), "namespace"),
-            credentials=credentials,
-            default_endpoint_url=default_endpoint_url,
+            namespace=variables.namespace,
+            credentials=dict(LOCAL_CREDENTIALS) if local and not env.get("AWS_ACCESS_KEY_ID") else {},
+            default_endpoint_url=LOCAL_ENDPOINT_URL if local and not env.get("AWS_ENDPOINT_URL") else None,
             endpoint_environ={name: value for name, value in env.items() if name.startswith("AWS_ENDPOINT_URL") and value},
             # On a cluster the launcher sets the master; locally Spark runs in this process.
-            spark_master=env.get("DDB_ATHENA_SPARK_MASTER") or ("local[2]" if local else None),
-            spark_packages=env.get("DDB_ATHENA_SPARK_PACKAGES") or None,
-            spark_driver_memory=_memory_size(env, "DDB_ATHENA_SPARK_DRIVER_MEMORY"),
-            orders_start_date=_start_date(env.get("DDB_ATHENA_ORDERS_START_DATE", DEFAULT_ORDERS_START_DATE)),
-            orders_schedule_hour=_hour(env, "DDB_ATHENA_ORDERS_SCHEDULE_HOUR", DEFAULT_ORDERS_SCHEDULE_HOUR),
-            parity_scan_hour=_hour(env, "DDB_ATHENA_PARITY_SCAN_HOUR", DEFAULT_PARITY_SCAN_HOUR),
-            orders_load=orders_load,
+            spark_master=variables.spark_master or ("local[2]" if local else None),
+            spark_packages=variables.spark_packages,
+            spark_driver_memory=variables.spark_driver_memory,
+            exported=exported,
+            parity_scan_hour=variables.parity_scan_hour,
             emr=emr,
-            cleanup_interval_seconds=_cleanup_interval(env.get("DDB_ATHENA_CLEANUP_INTERVAL_SECONDS", str(DEFAULT_CLEANUP_INTERVAL_SECONDS))),
-            writer_lease_seconds=_number_between(
-                env, "DDB_ATHENA_WRITER_LEASE_SECONDS", DEFAULT_WRITER_LEASE_SECONDS, MIN_WRITER_LEASE_SECONDS, MAX_WRITER_LEASE_SECONDS, "seconds"
-            ),
-            writer_stall_seconds=_number_between(
-                env, "DDB_ATHENA_WRITER_STALL_SECONDS", DEFAULT_WRITER_STALL_SECONDS, MIN_WRITER_STALL_SECONDS, MAX_WRITER_STALL_SECONDS, "seconds"
-            ),
+            cleanup_interval_seconds=variables.cleanup_interval_seconds,
+            writer_lease_seconds=variables.writer_lease_seconds,
+            writer_stall_seconds=variables.writer_stall_seconds,
             environ={name: value for name, value in env.items() if name.startswith(SETTING_PREFIX) and value},
         )
 
@@ -230,6 +292,32 @@ class Settings:
         if endpoint:
             kwargs["endpoint_url"] = endpoint
         return boto3.client(service, **kwargs)
+
+
+def fields_table(model: type[BaseModel], heading: str, prefix: str = SETTING_PREFIX, skip: tuple[str, ...] = ()) -> str:
+    """A model's fields as a Markdown table: each one's variable, default, bounds and meaning, as declared."""
+    rows = [f"| {heading} | default | bounds | meaning |", "| --- | --- | --- | --- |"]
+    for name, declared in model.model_fields.items():
+        if name in skip:
+            continue
+        bounds = [
+            f"{symbol} {getattr(rule, attribute):g}"
+            for rule in declared.metadata
+            for attribute, symbol in (("ge", "≥"), ("gt", ">"), ("le", "≤"))
+            if hasattr(rule, attribute)
+        ]
+        if declared.default is None or declared.default_factory is not None:
+            default = "unset"
+        else:
+            default = f"`{declared.default:g}`" if isinstance(declared.default, float) else f"`{declared.default}`"
+        rows.append(f"| `{prefix}{name.upper()}` (`{name}`) | {default} | {', '.join(bounds) or '-'} | {declared.description or ''} |")
+    return "\n".join(rows) + "\n"
+
+
+def _load_setting(table: TableDeclaration, env: Mapping[str, str]) -> str:
+    """Where an exported table's load mode was set: its variable, or its declaration."""
+    variable = f"{SETTING_PREFIX}{table.name.upper()}_LOAD"
+    return variable if env.get(variable) else f"{DECLARATIONS_FILE.name} table {table.name}: load"
 
 
 def with_stack_settings(env: Mapping[str, str]) -> Mapping[str, str]:

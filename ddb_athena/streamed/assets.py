@@ -129,7 +129,7 @@ def stream_syncer(
         sync.layout_of(table),
         log=log,
         warn=warn,
-        capture_stream=sync.books_capture == "run",
+        capture_stream=sync.capture_of(table) == "run",
         before_write=before_write,
         capture_seconds=capture_seconds,
         writer=writer,

@@ -62,7 +62,7 @@ def capture_failures_result(aws: AwsClientsResource, sync: SyncSettings, table: 
     """Whether the capture Lambda gave up on a batch of `table`'s stream (its own queue: another table's failures
     leave this check green). The queue's messages are moved to S3 first, where they outlive the queue's 14 days."""
     queue = sync.capture_failure_queue_urls.get(table.name)
-    if not queue and sync.books_capture == "run":
+    if not queue and sync.capture_of(table) == "run":
         return AssetCheckResult(passed=True, metadata={"queue": "none: the sync run reads the stream itself"})
     if not queue:
         # The Lambda captures, and batches it gives up on go to a queue this check cannot see: it cannot say none did.

@@ -199,7 +199,8 @@ def test_the_stack_deploys_into_the_emulator(settings, tmp_path, principal, book
     assert outputs["AlertTopicArn"] in [topic["TopicArn"] for topic in settings.client("sns").list_topics()["Topics"]]
     # The stack's choices reach the code through its parameter: the sync resource of a process that names it.
     stack_settings = json.loads(settings.client("ssm").get_parameter(Name=outputs["StackSettingsParameterName"])["Parameter"]["Value"])
-    assert stack_settings["DDB_ATHENA_BOOKS_CAPTURE"] == books_capture and stack_settings["DDB_ATHENA_ORDERS_LOAD"] == "in_process"
+    # OrdersLoad left empty: orders loads as its declaration says.
+    assert stack_settings["DDB_ATHENA_BOOKS_CAPTURE"] == books_capture and stack_settings["DDB_ATHENA_ORDERS_LOAD"] == ""
     _stack_settings.cache_clear()
     sync = sync_settings(Settings.from_env({**os.environ, STACK_SETTINGS_VARIABLE: outputs["StackSettingsParameterName"]}))
     assert sync.books_capture == books_capture
@@ -272,6 +273,54 @@ def test_the_rendered_grants_follow_the_declared_tables_and_name_no_other(extra)
     assert {name for name in lambda_variables if name.endswith("_TABLE")} == streamed_variables
     platform = rendered("dagster_ecs.yaml", tables).read_text()
     assert all(f"{t.dynamodb_table_variable}, Value" in platform for t in tables if t.dynamodb_table_variable)
+
+
+PER_TABLE_CHOICES = """
+[ledger]
+kind = "streamed"
+dynamodb_table = "ledger"
+iceberg_table = "ledger"
+partition_key = { attribute = "entry_id", type = "S" }
+freshness_minutes = 2
+capture = "lambda"
+
+[cache]
+kind = "streamed"
+dynamodb_table = "cache"
+iceberg_table = "cache"
+partition_key = { attribute = "key", type = "S" }
+freshness_minutes = 2
+capture = "run"
+
+[archive]
+kind = "exported"
+dynamodb_table = "archive"
+iceberg_table = "archive"
+partition_key = { attribute = "archive_id", type = "S" }
+columns = [{ name = "at", attribute = "at", transform = "iso_timestamp", required = true }]
+partition_by = ["days(at)"]
+freshness_minutes = 1560
+load = "emr_serverless"
+"""
+
+
+def test_a_tables_declared_capture_and_load_are_the_stacks():
+    """Issue 68: a table declaring capture = "run" never gets a stream mapping (the sync run reads its stream whatever
+    BooksCapture says); one declaring "lambda" gets one, and the stack refuses BooksCapture=run (no Lambda would read
+    it); the others follow BooksCapture. A table declaring load = "emr_serverless" needs the EMR application."""
+    tables = [*declared_tables().values(), *parse_declarations(PER_TABLE_CHOICES).values()]
+    path = rendered("ddb_athena.yaml", tables)
+    assert lint_file(path, config=ManualArgs(include_checks=["I"])) == []
+    body = load_template(path)
+    mappings = {name: resource["Condition"] for name, resource in body["Resources"].items() if resource["Type"] == "AWS::Lambda::EventSourceMapping"}
+    assert mappings == {f"Capture{name}Stream": "WithCaptureLambda" for name in ("Books", "Reviews", "Ledger")}
+    rules = body["Rules"]
+    (lambda_needed,) = rules["DeclaredLambdaCaptureNeedsTheLambda"]["Assertions"]
+    assert lambda_needed["Assert"] == {"Fn::Equals": [{"Ref": "BooksCapture"}, "lambda"]} and "ledger" in lambda_needed["AssertDescription"]
+    (emr_needed,) = rules["DeclaredEmrLoadsNeedTheApplication"]["Assertions"]
+    assert emr_needed["Assert"] == {"Fn::Equals": [{"Ref": "EnableEmrServerless"}, "true"]} and "archive" in emr_needed["AssertDescription"]
+    # As declared in this repository, nothing per table: BooksCapture and OrdersLoad decide, and no rule asks more.
+    assert set(load_template()["Rules"]) == {"EmrLoadNeedsTheApplication"}
 
 
 # CloudFormation's quotas (docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/cloudformation-limits.html): a

@@ -228,7 +228,7 @@ def emr_resources(settings: Settings) -> dict:
         # The aws profile's Spark settings (Glue, S3FileIO, s3://) go into the request; no session is started here.
         "spark": IcebergSparkResource(profile="aws", warehouse="s3://test-bucket/warehouse", master=None),
         "orders_load": ExportLoadRunner(
-            mode="emr_serverless",
+            modes={"orders": "emr_serverless"},
             emr_application_id=EMR_APPLICATION_ID,
             emr_execution_role_arn=EMR_ROLE_ARN,
             emr_code_uri=f"s3://{CODE_BUCKET}/{CODE_PREFIX}",

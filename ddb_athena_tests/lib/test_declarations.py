@@ -110,6 +110,9 @@ def test_a_table_with_a_composite_key_is_a_declaration():
             "merge_interval_seconds: 90 s is more than 1/2 of freshness_minutes (2): its freshness check would turn red between two merges; "
             "raise freshness_minutes to 3 or more",
         ),
+        (("freshness_minutes = 2", 'freshness_minutes = 2\ncapture = "kinesis"'), "table reviews, field capture: 'kinesis' is not one of run, lambda"),
+        (("freshness_minutes = 2", "freshness_minutes = 2\nstart_date = 2026-11-01"), "table reviews, field start_date: only a exported table has one"),
+        (("freshness_minutes = 2", 'freshness_minutes = 2\nload = "in_process"'), "table reviews, field load: only a exported table has one"),
         (("[reviews]", "[reviews"), "not valid TOML"),
         (("[reviews]", '["re views"]'), "table re views, field [name]: table name 're views' is not allowed"),
     ],
@@ -126,7 +129,7 @@ def test_an_own_merge_interval_is_a_streamed_tables_only():
     from ddb_athena_tests.deploy.test_template import THIRD_TABLE
 
     exported = THIRD_TABLE[THIRD_TABLE.index("[audits]") :] + "merge_interval_seconds = 10\n"
-    with pytest.raises(DeclarationError, match="table audits, field merge_interval_seconds: only a streamed table is merged every few seconds"):
+    with pytest.raises(DeclarationError, match="table audits, field merge_interval_seconds: only a streamed table has one .*; audits is exported"):
         parse_declarations(exported)
     assert parse_declarations(REVIEWS + "merge_interval_seconds = 10\n")["reviews"].merge_interval_seconds == 10
     # Longer than the run's may go (a quiet table commits less), as far as half its freshness bound.
@@ -144,6 +147,62 @@ def test_a_name_that_collides_with_another_tables_tombstones_is_refused():
         parse_declarations(REVIEWS + REVIEWS.replace("[reviews]", "[reviews2]"))
     with pytest.raises(DeclarationError, match="no table declared"):
         parse_declarations("")
+
+
+AUDITS_SCHEDULE = [
+    ("start_date = 2026-02-30", "not valid TOML"),
+    ('start_date = "1 March"', "table audits, field start_date: expected a date like 2026-11-01, got '1 March'"),
+    ("start_date = 2026-03-01T00:00:00", "table audits, field start_date: expected a date like 2026-11-01, got datetime"),
+    ("schedule_hour = 24", "table audits, field schedule_hour: expected an hour of the day, 0 to 23 (UTC), got 24"),
+    ('schedule_hour = "5"', "table audits, field schedule_hour: expected an hour of the day, 0 to 23 (UTC), got '5'"),
+    ("schedule_hour = true", "table audits, field schedule_hour: expected an hour of the day, 0 to 23 (UTC), got True"),
+    ('load = "lambda"', "table audits, field load: 'lambda' is not one of in_process, spark_submit, emr_serverless"),
+    ('capture = "run"', "table audits, field capture: only a streamed table has one"),
+]
+
+
+@pytest.mark.parametrize(("line", "message"), AUDITS_SCHEDULE)
+def test_an_exported_tables_own_schedule_and_load_are_refused_when_malformed(line, message):
+    from ddb_athena_tests.deploy.test_template import THIRD_TABLE
+
+    with pytest.raises(DeclarationError) as refused:
+        parse_declarations(THIRD_TABLE[THIRD_TABLE.index("[audits]") :] + line + "\n")
+    assert message in str(refused.value)
+
+
+def test_an_exported_tables_schedule_and_load_are_its_declarations_and_its_variables_override_them():
+    """Issue 68: each exported table's start date, schedule hour and load in its declaration (TOML date or text); its
+    DDB_ATHENA_<NAME>_* variables over them (orders' are the variables of before); the defaults for what neither says."""
+    from datetime import date
+
+    from ddb_athena.lib.settings import SettingsError, exported_table_settings
+    from ddb_athena_tests.deploy.test_template import THIRD_TABLE
+
+    audits_text = THIRD_TABLE[THIRD_TABLE.index("[audits]") :]
+    audits = parse_declarations(audits_text + 'start_date = 2025-06-01\nschedule_hour = 4\nload = "spark_submit"\n')["audits"]
+    declared_only = exported_table_settings(audits, {})
+    assert (declared_only.start_date, declared_only.schedule_hour, declared_only.load) == (date(2025, 6, 1), 4, "spark_submit")
+    assert parse_declarations(audits_text + 'start_date = "2025-06-01"\n')["audits"].start_date == date(2025, 6, 1)
+    environ = {"DDB_ATHENA_AUDITS_SCHEDULE_HOUR": "7", "DDB_ATHENA_AUDITS_LOAD": "in_process", "DDB_ATHENA_ORDERS_LOAD": "x"}
+    overridden = exported_table_settings(audits, environ)
+    assert (overridden.start_date, overridden.schedule_hour, overridden.load) == (date(2025, 6, 1), 7, "in_process")
+    defaults = exported_table_settings(parse_declarations(audits_text)["audits"], {"DDB_ATHENA_AUDITS_START_DATE": ""})
+    assert (defaults.start_date, defaults.schedule_hour, defaults.load) == (date(2026, 11, 1), 2, "in_process")
+    with pytest.raises(SettingsError, match="DDB_ATHENA_AUDITS_SCHEDULE_HOUR='25': Input should be less than or equal to 23"):
+        exported_table_settings(audits, {"DDB_ATHENA_AUDITS_SCHEDULE_HOUR": "25"})
+    # orders, as this repository declares it: the variables of before still move its partitions and its schedule.
+    orders = Settings.from_env({"DDB_ATHENA_ORDERS_START_DATE": "2025-01-31", "DDB_ATHENA_ORDERS_SCHEDULE_HOUR": "5"}).exported["orders"]
+    assert (orders.start_date, orders.schedule_hour, orders.load) == (date(2025, 1, 31), 5, "in_process")
+
+
+def test_a_streamed_tables_declared_capture_is_its_own_whatever_the_deployments():
+    from ddb_athena.lib.resources import sync_settings
+
+    run_by_itself = parse_declarations(REVIEWS + 'capture = "run"\n')["reviews"]
+    undeclared = parse_declarations(REVIEWS)["reviews"]
+    by_lambda = sync_settings(Settings.from_env({"DDB_ATHENA_BOOKS_CAPTURE": "lambda"}))
+    assert (by_lambda.capture_of(run_by_itself), by_lambda.capture_of(undeclared)) == ("run", "lambda")
+    assert sync_settings(Settings.from_env({})).capture_of(parse_declarations(REVIEWS + 'capture = "lambda"\n')["reviews"]) == "lambda"
 
 
 @pytest.mark.subprocess

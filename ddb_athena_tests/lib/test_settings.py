@@ -125,8 +125,11 @@ def test_a_parity_settle_of_twice_the_longest_interval_is_taken():
 
 
 def test_the_settings_table_in_the_docs_is_the_declared_one():
-    """docs/operations.md shows `ddb-athena settings`: regenerate it there when a field changes."""
-    assert settings_table() in (REPO_ROOT / "docs" / "operations.md").read_text()
+    """docs/operations.md shows `ddb-athena settings` (the deployment's, each exported table's, the sync resource's):
+    regenerate them there when a field changes."""
+    docs = (REPO_ROOT / "docs" / "operations.md").read_text()
+    tables = settings_table().split("\n\n")
+    assert len(tables) == 3 and all(table.strip() in docs for table in tables)
 
 
 @pytest.mark.parametrize(
@@ -173,16 +176,16 @@ AWS = {"DDB_ATHENA_PROFILE": "aws", "DDB_ATHENA_BUCKET": "prod"}
 def test_the_orders_load_runs_in_process_unless_told_otherwise():
     from ddb_athena.resources import resources_from_settings
 
-    assert resources_from_settings(Settings.from_env({}))["orders_load"].mode == "in_process"
+    assert resources_from_settings(Settings.from_env({}))["orders_load"].mode_of("orders") == "in_process"
     runner = resources_from_settings(Settings.from_env({**AWS, "DDB_ATHENA_ORDERS_LOAD": "emr_serverless", **EMR_STACK_OUTPUTS}))["orders_load"]
-    assert runner.mode == "emr_serverless" and runner.emr_job().code("x.py") == "s3://code-bucket/ddb_athena/emr/x.py"
+    assert runner.mode_of("orders") == "emr_serverless" and runner.emr_job().code("x.py") == "s3://code-bucket/ddb_athena/emr/x.py"
     assert runner.emr_release_label == "emr-7.12.0" and runner.emr_timeout_minutes == 180
 
 
 @pytest.mark.parametrize(
     "environ, named",
     [
-        ({"DDB_ATHENA_ORDERS_LOAD": "lambda"}, "expected one of in_process, spark_submit, emr_serverless"),
+        ({"DDB_ATHENA_ORDERS_LOAD": "lambda"}, "DDB_ATHENA_ORDERS_LOAD='lambda': Input should be 'in_process', 'spark_submit' or 'emr_serverless'"),
         ({"DDB_ATHENA_ORDERS_LOAD": "emr_serverless", **EMR_STACK_OUTPUTS}, "needs DDB_ATHENA_PROFILE=aws"),
         ({**AWS, "DDB_ATHENA_ORDERS_LOAD": "emr_serverless"}, "DDB_ATHENA_EMR_APPLICATION_ID, DDB_ATHENA_EMR_EXECUTION_ROLE_ARN"),
         ({**AWS, "DDB_ATHENA_ORDERS_LOAD": "emr_serverless", **EMR_STACK_OUTPUTS, "DDB_ATHENA_EMR_LOG_GROUP": ""}, "DDB_ATHENA_EMR_LOG_GROUP"),
@@ -191,6 +194,21 @@ def test_the_orders_load_runs_in_process_unless_told_otherwise():
 def test_an_orders_load_that_cannot_run_is_refused_with_what_is_missing(environ, named):
     with pytest.raises(SettingsError, match=named):
         Settings.from_env(environ)
+
+
+def test_an_exported_table_declared_to_load_on_emr_is_refused_where_emr_cannot_run(monkeypatch):
+    """The declaration's load is checked as its variable is, and the error names where it was set."""
+    from ddb_athena.lib import declarations
+
+    text = (REPO_ROOT / "ddb_athena" / "tables.toml").read_text().replace("freshness_minutes = 1560", 'freshness_minutes = 1560\nload = "emr_serverless"')
+    monkeypatch.setattr(declarations, "declared_tables", lambda: declarations.parse_declarations(text))
+    monkeypatch.setattr("ddb_athena.lib.settings.declared_tables", declarations.declared_tables)
+    with pytest.raises(SettingsError, match="tables.toml table orders: load=emr_serverless needs DDB_ATHENA_PROFILE=aws"):
+        Settings.from_env({})
+    with pytest.raises(SettingsError, match="tables.toml table orders: load=emr_serverless needs DDB_ATHENA_EMR_APPLICATION_ID"):
+        Settings.from_env(AWS)
+    assert Settings.from_env({**AWS, **EMR_STACK_OUTPUTS}).exported["orders"].load == "emr_serverless"
+    assert Settings.from_env({"DDB_ATHENA_ORDERS_LOAD": "in_process"}).exported["orders"].load == "in_process"
 
 
 def test_a_malformed_emr_setting_fails_when_the_code_location_loads():

@@ -121,8 +121,8 @@ def test_schedule_hour_and_start_date_come_from_the_environment():
 
     from ddb_athena.lib.settings import Settings, SettingsError
 
-    settings = Settings.from_env({"DDB_ATHENA_ORDERS_SCHEDULE_HOUR": "5", "DDB_ATHENA_ORDERS_START_DATE": "2025-01-31"})
-    assert (settings.orders_schedule_hour, settings.orders_start_date) == (5, "2025-01-31")
+    orders = Settings.from_env({"DDB_ATHENA_ORDERS_SCHEDULE_HOUR": "5", "DDB_ATHENA_ORDERS_START_DATE": "2025-01-31"}).exported["orders"]
+    assert (orders.schedule_hour, orders.start_date.isoformat()) == (5, "2025-01-31")
     for bad in ({"DDB_ATHENA_ORDERS_SCHEDULE_HOUR": "24"}, {"DDB_ATHENA_ORDERS_START_DATE": "31/01/2025"}):
         with pytest.raises(SettingsError):
             Settings.from_env(bad)
