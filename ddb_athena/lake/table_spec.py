@@ -329,11 +329,10 @@ class _NumberSql:
         # \z, not $: Java's $ also matches before a final line break ("7\n" would pass, and a cast trims it).
         return f"({self.raw} RLIKE '^[+-]?{integer}{fraction}\\\\z' AND {self.raw} RLIKE '[0-9]')"
 
-    def exact(self, precision: int, scale: int) -> str:
-        """Whether a decimal(precision, scale) holds the number without rounding: its integer part needs at most
-        precision - scale digits and its fraction at most `scale`."""
-        by_parts = f"{self.valid} AND {self._fits_integer(precision, scale)} AND {self._fits_fraction(scale)}"
-        return f"coalesce({self.plain_fit(precision, scale)} OR ({by_parts}), false)"
+    def exact_by_parts(self, precision: int, scale: int) -> str:
+        """Whether a decimal(precision, scale) holds the number without rounding, read by parts (any notation): its
+        integer part needs at most precision - scale digits and its fraction at most `scale`."""
+        return f"coalesce({self.valid} AND {self._fits_integer(precision, scale)} AND {self._fits_fraction(scale)}, false)"
 
     def rounded(self, precision: int, scale: int) -> str:
         """Whether it is a number the decimal would hold but for digits past `scale`: a cast would round it."""
@@ -353,7 +352,7 @@ def exact_decimal_value_sql(raw: str, precision: int, scale: int) -> str:
     number, sql_type = _NumberSql(raw), f"decimal({int(precision)},{int(scale)})"
     return (
         f"CASE WHEN {number.plain_fit(precision, scale)} THEN CAST({raw} AS {sql_type}) "
-        f"WHEN {number.exact(precision, scale)} THEN CAST({number.normalized} AS {sql_type}) END"
+        f"WHEN {number.exact_by_parts(precision, scale)} THEN CAST({number.normalized} AS {sql_type}) END"
     )
 
 

@@ -167,12 +167,19 @@ def test_an_exported_table_takes_a_new_column_and_notes_a_value_of_another_type(
     def order(order_id: str, **attributes):
         return {"order_id": {"S": order_id}, "created_at": {"S": "2026-11-22T10:00:00+00:00"}, **attributes}
 
-    load(orders, [order("o1", channel={"S": "web"}), order("o2")])
+    load(orders, [order("o1", channel={"S": "web"}), order("o2"), order("o0", channel={"N": "5"})])
     with_channel = dataclasses.replace(orders, columns=(*orders.columns, ColumnSpec("channel", "channel")))
     result = load(with_channel, [order("o3", channel={"S": "shop"}), order("o4", channel={"N": "7"})])
     assert result.columns_added == ["channel"] and result.rows_inserted == 2
-    assert result.type_mismatches == {"attribute channel is N where its column channel expects S": 1} and result.records_quarantined == 0
+    # o0's fill (a row loaded before the column) and o4's load: each NULL for a type is noted with its reason.
+    assert result.type_mismatches == {"attribute channel is N where its column channel expects S": 2} and result.records_quarantined == 0
     channels = {row["order_id"]: row["channel"] for row in spark.table(table).collect()}
-    assert channels == {"o1": "web", "o2": None, "o3": "shop", "o4": None}
-    (noted,) = quarantined_records(s3, SourceLayout(settings.bucket, "orders_export"))
-    assert noted["reason"] == "attribute channel is N where its column channel expects S" and noted.get("line") is None
+    assert channels == {"o0": None, "o1": "web", "o2": None, "o3": "shop", "o4": None}
+    noted = quarantined_records(s3, SourceLayout(settings.bucket, "orders_export"))
+    assert [record["reason"] for record in noted] == ["attribute channel is N where its column channel expects S"] * 2
+    assert all(record.get("line") is None for record in noted)
+    # A key read from another attribute is refused before anything is written: the rows were keyed otherwise.
+    rekeyed = dataclasses.replace(with_channel, key=ColumnSpec("order_id", "order_ref", "string"))
+    with pytest.raises(SchemaChangeError, match="key column order_id was made from attribute 'order_id' .string., its declaration says 'order_ref'"):
+        load(rekeyed, [order("o5")])
+    assert spark.table(table).count() == 5
