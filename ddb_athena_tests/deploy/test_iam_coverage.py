@@ -89,7 +89,7 @@ def calls(request):
 
 # Tables only the tests declare (composite keys of every type, an exported one, attribute names of any text): the template grants the declared tables, so a
 # deployment has no role to judge these calls by.
-TEST_ONLY_TABLES = ("blobs", "ledger", "shipments", "odd_names", "odd_exports")
+TEST_ONLY_TABLES = ("blobs", "ledger", "shipments", "odd_names", "odd_exports", "numbers_stream", "numbers_export")
 
 
 def of_a_test_only_table(call: AwsCall) -> bool:

@@ -4,14 +4,20 @@ magnitudes 1E-130 to 9.9...9E+125, in plain or exponent notation): a column hold
 never rounded onto another value (a key onto another key)."""
 
 import random
+from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddb_athena.lake.table_keys import InvalidKeyError, exact_number, key_value
-from ddb_athena.lake.table_spec import ColumnSpec, typed_columns_sql
+from ddb_athena.lake.change_merge import merge_change_files
+from ddb_athena.lake.export_load import ExportDataFile, load_export_files
+from ddb_athena.lake.table_keys import InvalidKeyError, exact_number, key_value, row_key
+from ddb_athena.lake.table_spec import METADATA_UPKEEP_PROPERTIES, ColumnSpec, TableSpec, typed_columns_sql
+from ddb_athena.lib.source_layout import SourceLayout
+from ddb_athena.streamed.capture.change_files import ChangeRecord, change_file_name, write_change_file
+from ddb_athena_tests.exported.aws_layout import full_line, write_export
 
 
 def holds_exactly(text: str, precision: int, scale: int) -> bool:
@@ -133,3 +139,87 @@ def test_python_and_sql_agree_on_which_numbers_a_decimal_column_holds_exactly_an
     # The review's cases: refused where they would round, kept where they fit.
     assert rows["1E-20"]["n_38_0"] is None and rows["1E-130"]["n_38_0"] is None and rows["1.0000000000000000001E0"]["n_10_2"] is None
     assert rows["1E+20"]["n_38_0"] == Decimal(10**20) and rows["1.5E+30"]["n_38_0"] == Decimal(15 * 10**29)
+
+
+# Through the two write paths: numbers over DynamoDB's whole range in a number sort key and two decimal columns, merged
+# from change files and loaded from an export, read back by PyIceberg (as Athena reads the table) against the model.
+N_KEY, AMOUNT = ColumnSpec("n_key", "n.key", "decimal", scale=2), ColumnSpec("amount", "amount €", "decimal", precision=10, scale=2)
+WHOLE = ColumnSpec("whole", "whole", "decimal")
+NUMBERS_STREAMED = TableSpec(
+    "numbers_stream", key=ColumnSpec("id", "id", "string"), sort_key=N_KEY, columns=(AMOUNT, WHOLE), properties=METADATA_UPKEEP_PROPERTIES
+)
+CREATED = ColumnSpec("created_at", "created_at", "iso_timestamp", required=True)
+NUMBERS_EXPORTED = TableSpec(
+    "numbers_export",
+    key=ColumnSpec("id", "id", "string"),
+    sort_key=N_KEY,
+    columns=(AMOUNT, WHOLE, CREATED),
+    partition_by=("days(created_at)",),
+    properties=METADATA_UPKEEP_PROPERTIES,
+    source="export",
+)
+
+
+def number_items(seed: int, count: int) -> tuple[list[dict], dict]:
+    """Items whose numbers are drawn over the whole range (a quarter; the others small enough to fit), and the model: each
+    item's row by its key when every number fits its column exactly, else none (its change is quarantined)."""
+    rng = random.Random(seed)
+    wide = iter(random_number_texts(seed, 3 * count))
+    fitting = ("0", "-0.50", "7", "7.0E0", "12345678.99", "1E+2", "-3.25", "99999999.99", "5E-2")
+    items, model = [], {}
+    for index in range(count):
+        n_key, amount, whole = (next(wide) if rng.random() < 0.25 else rng.choice(fitting) for _ in range(3))
+        item = {"id": {"S": f"i{index}"}, "n.key": {"N": n_key}, "amount €": {"N": amount}, "whole": {"N": whole}}
+        item["created_at"] = {"S": "2026-11-22T10:00:00+00:00"}
+        items.append(item)
+        held = {column.name: python_verdict(text, column.precision, column.scale) for column, text in ((N_KEY, n_key), (AMOUNT, amount), (WHOLE, whole))}
+        if None not in held.values():
+            model[(f"i{index}", held["n_key"])] = {"id": f"i{index}", **held}
+    return items, model
+
+
+def assert_pyiceberg_reads(settings, spec: TableSpec, table: str, model: dict) -> None:
+    from ddb_athena_tests.lake.test_attribute_names import read_by_pyiceberg
+
+    rows = {row_key(spec, row): {name: row[name] for name in ("id", "n_key", "amount", "whole")} for row in read_by_pyiceberg(settings, table)}
+    assert rows == model
+
+
+def test_numbers_over_the_whole_range_reach_the_table_by_both_paths_exactly_or_not_at_all(spark, settings):
+    """Issue 68: a number each column holds exactly is its value in the table read by PyIceberg, whatever its
+    notation; any other quarantines its change, on the stream path (then updated by a key written otherwise: one row)
+    and on the export path alike."""
+    items, model = number_items(seed=681, count=80)
+    quarantined = len(items) - len(model)
+    assert 10 < len(model) < len(items) - 10  # both outcomes are drawn
+    s3 = settings.client("s3")
+    stream_layout, stream_table = SourceLayout(settings.bucket, "numbers_stream_source"), f"{settings.namespace}.numbers_stream"
+    records = []
+    for sequence, item in enumerate(items):
+        image = {name: value for name, value in item.items() if name != "created_at"}
+        keys = {column.attribute: item[column.attribute] for column in NUMBERS_STREAMED.key_columns}
+        records.append(ChangeRecord("INSERT", keys, image, str(sequence), "2026-12-01T00:00:00.000000Z", "shard-0"))
+    uri = stream_layout.uri(write_change_file(s3, stream_layout, change_file_name(datetime(2026, 12, 1, tzinfo=UTC), "stream"), records), "s3a")
+    merged = merge_change_files(spark, NUMBERS_STREAMED, stream_table, [uri], stream_layout.uri(f"{stream_layout.quarantine_prefix}q1", "s3a"))
+    assert merged.records_quarantined == quarantined and all("keeps" in reason or "valid" in reason for reason in merged.quarantine_reasons)
+    assert_pyiceberg_reads(settings, NUMBERS_STREAMED, stream_table, model)
+    # Each kept item again, its key in exponent notation and its amount changed: the same row, by value.
+    updates, updated = [], dict(model)
+    for sequence, ((item_id, n_key), row) in enumerate(model.items(), start=len(items)):
+        written = f"{n_key.normalize():E}"
+        keys = {"id": {"S": item_id}, "n.key": {"N": written}}
+        image = {**keys, "amount €": {"N": "1.5"}, "whole": {"N": str(row["whole"])}}
+        updates.append(ChangeRecord("MODIFY", keys, image, str(sequence), "2026-12-01T00:01:00.000000Z", "shard-0"))
+        updated[(item_id, n_key)] = {**row, "amount": Decimal("1.50")}
+    uri = stream_layout.uri(write_change_file(s3, stream_layout, change_file_name(datetime(2026, 12, 1, 0, 1, tzinfo=UTC), "stream"), updates), "s3a")
+    merged = merge_change_files(spark, NUMBERS_STREAMED, stream_table, [uri], stream_layout.uri(f"{stream_layout.quarantine_prefix}q2", "s3a"))
+    assert merged.records_quarantined == 0
+    assert_pyiceberg_reads(settings, NUMBERS_STREAMED, stream_table, updated)
+
+    export_layout, export_table = SourceLayout(settings.bucket, "numbers_export_export"), f"{settings.namespace}.numbers_export"
+    written = write_export(s3, settings.bucket, export_layout.prefix, [[full_line(item) for item in items]])
+    files = [ExportDataFile(export_layout.uri(key, "s3a"), count) for key, count in zip(written["data_files"], written["data_file_items"], strict=True)]
+    quarantine = export_layout.uri(f"{export_layout.quarantine_prefix}q", "s3a")
+    loaded = load_export_files(spark, NUMBERS_EXPORTED, export_table, files, quarantine, datetime(2026, 11, 23, tzinfo=UTC))
+    assert loaded.records_quarantined == quarantined and loaded.rows_inserted == len(model)
+    assert_pyiceberg_reads(settings, NUMBERS_EXPORTED, export_table, model)
