@@ -43,7 +43,7 @@ def cleanup_job(name: str, description: str, delete) -> JobDefinition:
 
 
 SOURCE_CLEANUPS = {
-    name: cleanup_job(f"{name}_source_cleanup", f"Deletes the {name} change files that commits consumed", delete_committed_change_files)
+    name: cleanup_job(table.cleanup_job, f"Deletes the {name} change files that commits consumed", delete_committed_change_files)
     for name, table in declared_tables().items()
     if table.kind == "streamed"
 }
@@ -55,7 +55,7 @@ def export_cleanup_job(table: TableDeclaration) -> JobDefinition:
         _delete_committed_source_files
     )
     description = f"Deletes the {table.name} export files that loads consumed, after their retention"
-    return cleanup_job(f"{table.source_asset}_cleanup", description, delete_loaded_export_files)
+    return cleanup_job(table.cleanup_job, description, delete_loaded_export_files)
 
 
 EXPORT_CLEANUPS = {name: export_cleanup_job(table) for name, table in declared_tables().items() if table.kind == "exported"}

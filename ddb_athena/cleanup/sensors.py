@@ -56,11 +56,6 @@ def cleanup_requests(context: SensorEvaluationContext, asset_key: AssetKey, buck
     return [cleanup_request(asset_key, bucket, job, manifests, f"{after or 0}-{cursor}")], cursor
 
 
-def cleanup_role_tags(role_arn: str | None) -> dict[str, str]:
-    """A cleanup run's task on ECS takes the cleanups' role (the launcher passes the tag as RunTask's overrides)."""
-    return {"ecs/task_overrides": json.dumps({"taskRoleArn": role_arn})} if role_arn else {}
-
-
 def cleanup_request(asset_key: AssetKey, bucket: str, job: JobDefinition, manifests: list[str], run_key_suffix: str) -> RunRequest:
     table = asset_key.to_user_string()
     (op_name,) = [node.name for node in job.graph.nodes]
@@ -116,8 +111,7 @@ def cleanup_after_materialization(context: SensorEvaluationContext, sync: SyncSe
             cursors[name] = cursor
         requests += unclaimed_manifest_requests(s3, sync.layout_of(table), asset_key, job, timedelta(days=retention_days), now)
     context.update_cursor(json.dumps(cursors))
-    # On ECS, in the capacity the deployment chose (an interrupted cleanup is requested again: its manifests stay), and
-    # under the cleanups' own role, which may delete source files and never a warehouse one.
-    tags = {**capacity_tags(sync.run_capacity), **cleanup_role_tags(sync.cleanup_role_arn)}
-    requests = [request.with_replaced_attrs(tags={**request.tags, **tags}) for request in requests]
+    # On ECS, in the capacity the deployment chose (an interrupted cleanup is requested again: its manifests stay); the
+    # launcher gives a cleanup job's task the cleanups' own role, which may delete source files and never a warehouse one.
+    requests = [request.with_replaced_attrs(tags={**request.tags, **capacity_tags(sync.run_capacity)}) for request in requests]
     return requests or SkipReason("no new materialization consumed files, and no manifest is left unclaimed")

@@ -101,6 +101,11 @@ class TableDeclaration:
         return self.source_asset
 
     @property
+    def cleanup_job(self) -> str:
+        """The job that deletes the source files the table's commits consumed (its task takes the cleanups' role on ECS)."""
+        return f"{self.source_asset}_cleanup"
+
+    @property
     def writer_pool(self) -> str:
         """The Dagster pool of every run that writes the table but the sync (limited to one run at a time)."""
         return f"{self.name}_writer"

@@ -308,22 +308,45 @@ def test_the_ecs_run_launcher_starts_a_runs_task_checks_its_health_and_terminate
         assert instance.run_launcher.check_run_worker_health(run).status != WorkerStatus.RUNNING
 
 
-def test_a_cleanup_runs_task_takes_the_cleanups_role_the_others_the_runs(deployed_home, daemon_task, settings, code_location):
-    """The cleanup sensor tags its runs with the cleanups' role (lib/resources.py's cleanup_role_arn, from the data
-    stack's settings): the launcher starts their tasks under it, not under the runs' role, which may rewrite the
-    warehouse."""
-    from ddb_athena.cleanup.sensors import cleanup_role_tags
-
+def test_a_cleanup_runs_task_takes_the_cleanups_role_the_others_the_runs(deployed_home, daemon_task, settings, code_location, monkeypatch):
+    """The launcher starts a cleanup job's task under the cleanups' role (lib/resources.py's cleanup_role_arn, from the
+    data stack's settings), not under the runs' role, which may rewrite the warehouse; every other run's task takes its
+    definition's role."""
     cleanup_role = "arn:aws:iam::123456789012:role/ddb-athena-DagsterCleanupRole"
+    monkeypatch.setenv("DDB_ATHENA_CLEANUP_ROLE_ARN", cleanup_role)
     ecs = settings.client("ecs")
     with DagsterInstance.get() as instance:
-        cleanup = instance.get_run_by_id(launched(code_location, instance, "books_source_cleanup", cleanup_role_tags(cleanup_role)))
-        sync = instance.get_run_by_id(launched(code_location, instance, "books_maintenance"))
+        cleanup = instance.get_run_by_id(launched(code_location, instance, "books_source_cleanup"))
+        maintenance = instance.get_run_by_id(launched(code_location, instance, "books_maintenance"))
     (cleanup_task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[cleanup.tags["ecs/task_arn"]])["tasks"]
-    (sync_task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[sync.tags["ecs/task_arn"]])["tasks"]
+    (maintenance_task,) = ecs.describe_tasks(cluster=CLUSTER, tasks=[maintenance.tags["ecs/task_arn"]])["tasks"]
     assert cleanup_task["overrides"]["taskRoleArn"] == cleanup_role
-    assert "taskRoleArn" not in sync_task["overrides"]  # its task definition's: the runs' role
-    assert cleanup_role_tags(None) == {}
+    assert "taskRoleArn" not in maintenance_task["overrides"]  # its task definition's: the runs' role
+
+
+def test_a_runs_tags_set_in_the_ui_never_choose_its_tasks_role_command_or_definition(deployed_home, daemon_task, settings, code_location):
+    """Issue 69: anyone who opens the UI can tag a run. dagster-aws would pass these tags to RunTask; the launcher
+    ignores them, says so in the run's log, and keeps the one choice a tag may make (Spot or regular Fargate)."""
+    admin = "arn:aws:iam::123456789012:role/Admin"
+    hostile = {
+        "ecs/task_overrides": json.dumps({"taskRoleArn": admin, "executionRoleArn": admin}),
+        "ecs/container_overrides": json.dumps({"command": ["sh", "-c", "aws s3 rm --recursive s3://bucket/warehouse"]}),
+        "ecs/run_task_kwargs": json.dumps(
+            {"taskDefinition": "attacker:1", "overrides": {"taskRoleArn": admin}, "capacityProviderStrategy": capacity_strategy(SPOT)}
+        ),
+    }
+    sent = []
+    with DagsterInstance.get() as instance:
+        instance.run_launcher.ecs.meta.events.register("before-call.ecs.RunTask", lambda params, **_: sent.append(json.loads(params["body"])))
+        run = instance.get_run_by_id(launched(code_location, instance, "books_maintenance", hostile))
+        logs = [event.message for event in instance.all_logs(run.run_id)]
+    (request,) = sent  # RunTask as sent to ECS
+    assert "taskRoleArn" not in request["overrides"] and "executionRoleArn" not in request["overrides"]
+    (container,) = request["overrides"]["containerOverrides"]
+    assert "aws s3 rm" not in json.dumps(container["command"]) and "dagster" in " ".join(container["command"])
+    assert "attacker" not in request["taskDefinition"]
+    assert request["capacityProviderStrategy"] == capacity_strategy(SPOT)  # the one choice a tag makes
+    assert any("Ignored the run's tags ecs/task_overrides, ecs/container_overrides, ecs/run_task_kwargs" in line for line in logs), logs
 
 
 def test_a_runs_task_that_dies_fails_its_run_with_the_containers_last_log_lines(deployed_home, daemon_task, settings, code_location):
