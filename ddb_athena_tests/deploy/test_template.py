@@ -23,7 +23,7 @@ from ddb_athena_tests.deploy.policies import load_template as template
 UNSCOPABLE_ACTIONS = {"dynamodb:ListStreams"}
 # What moto's CloudFormation cannot create (PLATFORM.md): left out of the emulator deployment. (With
 # EnableEmrServerless off, its roles and log group are not created either: the static tests cover them.)
-NOT_EMULATED = {"AWS::Glue::Database", "AWS::S3::BucketPolicy", "AWS::EMRServerless::Application"}
+NOT_EMULATED = {"AWS::Glue::Database", "AWS::S3::BucketPolicy", "AWS::EMRServerless::Application", "AWS::CloudTrail::Trail"}
 
 
 def warehouse_prefix() -> str:
@@ -37,7 +37,9 @@ def rules_deleting_under(prefix: str, rules: list[dict]) -> list[str]:
     for rule in rules:
         scope = rule.get("Prefix", rule.get("Filter", {}).get("Prefix", rule.get("Filter", {}).get("And", {}).get("Prefix", "")))
         overlaps = prefix.startswith(scope) or scope.startswith(prefix)
-        actions = set(rule) - {"Id", "Status", "Prefix", "Filter", "AbortIncompleteMultipartUpload"}
+        # Aborting uploads, and removing versions no longer current (and delete markers with none behind them), never
+        # touch a live object: what a query plans on is always a current version.
+        actions = set(rule) - {"Id", "Status", "Prefix", "Filter", "AbortIncompleteMultipartUpload", "NoncurrentVersionExpiration", "ExpiredObjectDeleteMarker"}
         if overlaps and actions:
             found.append(rule["Id"])
     return found
@@ -180,8 +182,8 @@ def test_the_stack_deploys_into_the_emulator(settings, tmp_path, principal, book
     stream_arn = settings.client("dynamodb").describe_table(TableName=settings.dynamodb_tables["books"])["Table"]["LatestStreamArn"]
     outputs = {output["OutputKey"]: output["OutputValue"] for output in stack["Outputs"]}
     bucket = outputs["BucketName"]
-    # moto's CloudFormation creates the bucket but applies neither its public access block nor its lifecycle
-    # rules (moto 5.2.5): the template tests above check those.
+    # moto's CloudFormation creates the bucket but applies neither its public access block, its lifecycle rules nor
+    # its versioning (moto 5.2.5): the template tests check those.
     assert s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"]
     lambda_client = settings.client("lambda")
     if books_capture == "lambda":
@@ -321,6 +323,29 @@ def test_a_tables_declared_capture_and_load_are_the_stacks():
     assert emr_needed["Assert"] == {"Fn::Equals": [{"Ref": "EnableEmrServerless"}, "true"]} and "archive" in emr_needed["AssertDescription"]
     # As declared in this repository, nothing per table: BooksCapture and OrdersLoad decide, and no rule asks more.
     assert set(load_template()["Rules"]) == {"EmrLoadNeedsTheApplication"}
+
+
+def test_the_warehouse_has_a_recovery_point_no_role_can_delete():
+    """Issue 69: the bucket is versioned; versions no longer current go after WarehouseRecoveryDays (never a live
+    object); no principal but the break-glass role may delete a version, the runs' and the Spark job's roles
+    included; every write and delete in the bucket is logged (CloudTrail write-only data events)."""
+    body = template()
+    parameters, resources = body["Parameters"], body["Resources"]
+    bucket = resources["DataBucket"]["Properties"]
+    assert bucket["VersioningConfiguration"] == {"Status": "Enabled"}
+    (noncurrent,) = [rule for rule in bucket["LifecycleConfiguration"]["Rules"] if "NoncurrentVersionExpiration" in rule]
+    assert noncurrent["NoncurrentVersionExpiration"] == {"NoncurrentDays": {"Ref": "WarehouseRecoveryDays"}} and noncurrent["Prefix"] == ""
+    assert set(noncurrent) <= {"Id", "Status", "Prefix", "NoncurrentVersionExpiration", "ExpiredObjectDeleteMarker"}  # no live object
+    assert parameters["WarehouseRecoveryDays"]["Default"] >= 1
+    statements = {statement["Sid"]: statement for statement in resources["DataBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"]}
+    deny = statements["NoVersionDeletes"]
+    assert (deny["Effect"], deny["Principal"], deny["Action"]) == ("Deny", "*", "s3:DeleteObjectVersion")
+    assert deny["Condition"] == {"Fn::If": ["WithBreakGlassRole", {"ArnNotEquals": {"aws:PrincipalArn": {"Ref": "BreakGlassRoleArn"}}}, {"Ref": "AWS::NoValue"}]}
+    trail = resources["DataEventsTrail"]["Properties"]
+    (selector,) = trail["EventSelectors"]
+    assert selector["ReadWriteType"] == "WriteOnly" and selector["DataResources"][0]["Type"] == "AWS::S3::Object"
+    assert trail["IsLogging"] and trail["EnableLogFileValidation"] and trail["S3BucketName"] == {"Ref": "AuditLogBucket"}
+    assert resources["AuditLogBucket"]["Properties"]["VersioningConfiguration"] == {"Status": "Enabled"}
 
 
 # CloudFormation's quotas (docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/cloudformation-limits.html): a
