@@ -41,8 +41,11 @@ PLATFORM_CODE = (PACKAGE_DIR / "lib" / "ecs_launcher.py",)
 PLATFORM_LIBRARY = (DAGSTER_AWS_DIR / "ecs", DAGSTER_AWS_DIR / "s3" / "compute_log_manager.py")
 LAMBDA_MODULE = PACKAGE_DIR / "streamed" / "capture" / "lambda_handler.py"
 # ... and `ddb-athena replay-failures` (streamed/capture/failed_batches.py; its queue-depth reading, made from a check, is the
-# runs': a call is the operator's when the outermost package frame is one of these).
-OPERATOR_MODULES = {PACKAGE_DIR / name for name in ("dev/local_stack.py", "dev/simulate.py", "dev/cli.py", "streamed/capture/failed_batches.py")}
+# runs': a call is the operator's when the outermost package frame is one of these), and `ddb-athena restore-table`, a
+# break-glass step no run takes (lib/table_recovery.py).
+OPERATOR_MODULES = {
+    PACKAGE_DIR / name for name in ("dev/local_stack.py", "dev/simulate.py", "dev/cli.py", "streamed/capture/failed_batches.py", "lib/table_recovery.py")
+}
 RESOURCE_PARAMETERS = (
     "Bucket",
     "Key",

@@ -10,7 +10,7 @@ import random
 import signal
 import sys
 import threading
-from datetime import UTC
+from datetime import UTC, datetime
 
 from ddb_athena.lib.declarations import declared_tables
 from ddb_athena.lib.settings import LOCAL_STACK_PORT, Settings
@@ -177,6 +177,36 @@ def _replay_failures(args, settings: Settings) -> int:
     return 1
 
 
+def _restore_table(args, settings: Settings) -> int:
+    from ddb_athena.lib.declarations import declared
+    from ddb_athena.lib.table_recovery import RecoveryError, restore_glue_table
+    from ddb_athena.lib.writer_lease import LeaseHeldError, WriterLease
+
+    if settings.is_local:
+        print("restore-table restores a table of the Glue catalog in a versioned bucket: run it with DDB_ATHENA_PROFILE=aws", file=sys.stderr)
+        return 2
+    table = declared(args.table)
+    at = datetime.fromisoformat(args.to)
+    if at.tzinfo is None:
+        print(f"--to {args.to}: give the time with its offset (2026-12-04T10:00:00+00:00)", file=sys.stderr)
+        return 2
+    qualified = f"{settings.namespace}.{table.iceberg_table}"
+    s3, glue = settings.client("s3"), settings.client("glue")
+    try:
+        if args.dry_run:
+            plan, _ = restore_glue_table(s3, glue, settings.namespace, table.iceberg_table, at, apply=False)
+            print(f"{qualified} at {at.isoformat()}: {len(plan.copy_back)} objects to copy back, {len(plan.hide)} to hide, metadata {plan.metadata_file}")
+            return 0
+        # As its one writer: the sync or a load waits for the lease, and a writer that held it is fenced out.
+        with WriterLease(s3, settings.bucket, qualified, "ddb-athena restore-table", settings.writer_lease_seconds):
+            plan, previous = restore_glue_table(s3, glue, settings.namespace, table.iceberg_table, at)
+    except (RecoveryError, LeaseHeldError) as error:
+        print(f"{qualified}: {error}", file=sys.stderr)
+        return 1
+    print(f"{qualified} is as it was at {at.isoformat()}: {len(plan.copy_back)} objects copied back, {len(plan.hide)} hidden; it pointed at {previous}")
+    return 0
+
+
 def _webserver_arguments(command: argparse.ArgumentParser) -> None:
     """Where the running Dagster webserver is, and whether to follow the run launched through it."""
     command.add_argument(
@@ -237,6 +267,16 @@ def build_parser() -> argparse.ArgumentParser:
     replay = commands.add_parser("replay-failures", help="capture again the stream batches the capture Lambda gave up on (its on-failure queue)")
     replay.add_argument("--queue-url", help="one queue; default: every queue of DDB_ATHENA_CAPTURE_FAILURE_QUEUE_URLS")
     replay.set_defaults(handler=_replay_failures)
+
+    restore = commands.add_parser(
+        "restore-table",
+        help="put a table back as it was at a time within the bucket's recovery window (its files and its catalog entry; "
+        "docs/operations.md, 'Recovering a table'); stop its sync first",
+    )
+    restore.add_argument("table", help="the declared table's name (books, orders, ...)")
+    restore.add_argument("--to", required=True, help="the time, ISO 8601 with its offset (2026-12-04T10:00:00+00:00)")
+    restore.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
+    restore.set_defaults(handler=_restore_table)
 
     wait = commands.add_parser("wait-for-runs", help="wait until no run of the Dagster instance ($DAGSTER_HOME) is in progress")
     wait.add_argument("--timeout", type=float, default=60, help="seconds; exit 1 if runs are still in progress then")

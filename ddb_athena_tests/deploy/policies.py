@@ -189,6 +189,9 @@ class Deployment:
             "CaptureCodeBucket": "code-bucket",
             "CaptureCodeKey": "ddb_athena/streamed/capture-lambda.zip",
             "AlertEmail": "",
+            "WarehouseRecoveryDays": 7,
+            "BreakGlassRoleArn": "",
+            "LogDataEvents": "true",
             "EnableEmrServerless": str(self.emr_serverless).lower(),
             "EmrReleaseLabel": "emr-7.12.0",
             "AWS::Partition": "aws",
@@ -207,6 +210,8 @@ class Resolver:
             "WithEmrServerless": parameters["EnableEmrServerless"] == "true",
             "WithCaptureLambda": parameters["BooksCapture"] == "lambda",
             "WithAlertEmail": parameters["AlertEmail"] != "",
+            "WithBreakGlassRole": parameters["BreakGlassRoleArn"] != "",
+            "WithDataEvents": parameters["LogDataEvents"] == "true",
         }
         assert set(self.conditions) == set(template["Conditions"]), "a new condition: teach the resolver"
 
