@@ -178,6 +178,7 @@ def _replay_failures(args, settings: Settings) -> int:
 
 
 def _restore_table(args, settings: Settings) -> int:
+    from ddb_athena.lake.table_spec import tombstone_table
     from ddb_athena.lib.declarations import declared
     from ddb_athena.lib.table_recovery import RecoveryError, restore_glue_table
     from ddb_athena.lib.writer_lease import LeaseHeldError, WriterLease
@@ -191,19 +192,26 @@ def _restore_table(args, settings: Settings) -> int:
         print(f"--to {args.to}: give the time with its offset (2026-12-04T10:00:00+00:00)", file=sys.stderr)
         return 2
     qualified = f"{settings.namespace}.{table.iceberg_table}"
+    # A streamed table's tombstones go back with it: its deletes and its rows are one state.
+    iceberg_tables = [table.iceberg_table] + ([tombstone_table(table.iceberg_table)] if table.kind == "streamed" else [])
     s3, glue = settings.client("s3"), settings.client("glue")
     try:
         if args.dry_run:
-            plan, _ = restore_glue_table(s3, glue, settings.namespace, table.iceberg_table, at, apply=False)
-            print(f"{qualified} at {at.isoformat()}: {len(plan.copy_back)} objects to copy back, {len(plan.hide)} to hide, metadata {plan.metadata_file}")
+            for name in iceberg_tables:
+                plan, _ = restore_glue_table(s3, glue, settings.namespace, name, at, apply=False)
+                print(f"{settings.namespace}.{name} at {at.isoformat()}: {len(plan.copy_back)} objects to copy back, {len(plan.hide)} to hide")
             return 0
         # As its one writer: the sync or a load waits for the lease, and a writer that held it is fenced out.
         with WriterLease(s3, settings.bucket, qualified, "ddb-athena restore-table", settings.writer_lease_seconds):
-            plan, previous = restore_glue_table(s3, glue, settings.namespace, table.iceberg_table, at)
+            for name in iceberg_tables:
+                plan, previous = restore_glue_table(s3, glue, settings.namespace, name, at)
+                print(
+                    f"{settings.namespace}.{name} is as it was at {at.isoformat()}: {len(plan.copy_back)} objects copied back, "
+                    f"{len(plan.hide)} hidden; it pointed at {previous}"
+                )
     except (RecoveryError, LeaseHeldError) as error:
         print(f"{qualified}: {error}", file=sys.stderr)
         return 1
-    print(f"{qualified} is as it was at {at.isoformat()}: {len(plan.copy_back)} objects copied back, {len(plan.hide)} hidden; it pointed at {previous}")
     return 0
 
 
