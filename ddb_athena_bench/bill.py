@@ -412,6 +412,8 @@ PLATFORM_LOG_BYTES_A_MINUTE = 4_160
 
 # The platform stack's CloudWatch alarms (deploy/dagster_ecs.yaml): no platform task, the database's storage and credits.
 PLATFORM_ALARMS = 3
+# The data stack's alarm on alerts SNS could not deliver (deploy/ddb_athena.yaml), shared like the platform's.
+ALERT_DELIVERY_ALARMS = 1
 # The platform task's starts a month the bill allows for (deployments, a replaced task): ECS reads the master
 # password into its database-setup container at each; the runs read none (they log in with IAM tokens).
 PLATFORM_STARTS_A_MONTH = 30
@@ -439,10 +441,11 @@ def platform_bill() -> list[Line]:
             f"one secret; read at each platform start ({secret_reads} allowed for a month); the instance logs in with IAM tokens",
         ),
         Line(
-            "alarms on the platform task and the database",
-            PLATFORM_ALARMS * price("cloudwatch_alarm_month"),
-            f"{PLATFORM_ALARMS} alarms; the stopped-task rule (EventBridge, AWS events) and Session Manager are free",
-            (("cloudwatch_alarm_month", PLATFORM_ALARMS),),
+            "alarms on the platform task, the database and the alerts' delivery",
+            (PLATFORM_ALARMS + ALERT_DELIVERY_ALARMS) * price("cloudwatch_alarm_month"),
+            f"{PLATFORM_ALARMS + ALERT_DELIVERY_ALARMS} alarms; the stopped-task rule (EventBridge, AWS events), the database's "
+            "event subscription and Session Manager are free",
+            (("cloudwatch_alarm_month", PLATFORM_ALARMS + ALERT_DELIVERY_ALARMS),),
         ),
         Line("the image in ECR", IMAGE_GB * price("ecr_storage_gb_month"), f"{IMAGE_GB:.2f} GB compressed, one version kept; pulls in the region are free"),
     ]

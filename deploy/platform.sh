@@ -19,6 +19,9 @@ location=(--grpc-host 127.0.0.1 --grpc-port "$code_port")
 dagster instance migrate
 # One run at a time in each table writers' pool (idempotent).
 ddb-athena writer-pools
+# Each start (a deploy, a replacement) shows the alert path works; a failure says so in the log and does not stop the
+# platform, whose alarms are CloudWatch's.
+ddb-athena test-alert || echo "platform: the test alert could not be sent: alerts may reach nobody" >&2
 dagster code-server start -h 127.0.0.1 -p "$code_port" -m ddb_athena.definitions --location-name ddb_athena &
 code_server=$!
 children+=("$code_server")

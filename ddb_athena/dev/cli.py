@@ -215,6 +215,28 @@ def _restore_table(args, settings: Settings) -> int:
     return 0
 
 
+def _test_alert(args, settings: Settings) -> int:
+    from ddb_athena.lib import alert_topic
+    from ddb_athena.lib.resources import sync_settings
+
+    sync = sync_settings(settings)
+    if not sync.alert_topic_arn:
+        print("No alert topic (DDB_ATHENA_ALERT_TOPIC_ARN): alerts reach nobody", file=sys.stderr)
+        return 1
+    image = os.environ.get("DAGSTER_CURRENT_IMAGE", "this image")
+    alert_topic.publish(
+        settings.client("sns"),
+        sync.alert_topic_arn,
+        "ddb_athena: the platform started - a test alert",
+        [
+            f"The ddb_athena platform started ({image}). Failed runs, red checks and alarms will come here, as this did.",
+            f"The UI: {alert_topic.link(sync.dagster_url, '/')}",
+        ],
+    )
+    print(f"A test alert went to {sync.alert_topic_arn}")
+    return 0
+
+
 def _webserver_arguments(command: argparse.ArgumentParser) -> None:
     """Where the running Dagster webserver is, and whether to follow the run launched through it."""
     command.add_argument(
@@ -285,6 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     restore.add_argument("--to", required=True, help="the time, ISO 8601 with its offset (2026-12-04T10:00:00+00:00)")
     restore.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
     restore.set_defaults(handler=_restore_table)
+
+    test_alert = commands.add_parser("test-alert", help="send a test alert to the alert topic (the platform sends one at each start)")
+    test_alert.set_defaults(handler=_test_alert)
 
     wait = commands.add_parser("wait-for-runs", help="wait until no run of the Dagster instance ($DAGSTER_HOME) is in progress")
     wait.add_argument("--timeout", type=float, default=60, help="seconds; exit 1 if runs are still in progress then")

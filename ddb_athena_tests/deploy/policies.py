@@ -188,7 +188,7 @@ class Deployment:
             "BooksCapture": self.books_capture,
             "CaptureCodeBucket": "code-bucket",
             "CaptureCodeKey": "ddb_athena/streamed/capture-lambda.zip",
-            "AlertEmail": "",
+            "AlertEmail": "oncall@example.com",
             "WarehouseRecoveryDays": 7,
             "BreakGlassRoleArn": "",
             "LogDataEvents": "true",
@@ -209,7 +209,6 @@ class Resolver:
             "DagsterOnEc2": parameters["DagsterPrincipal"] == "ec2-instance",
             "WithEmrServerless": parameters["EnableEmrServerless"] == "true",
             "WithCaptureLambda": parameters["BooksCapture"] == "lambda",
-            "WithAlertEmail": parameters["AlertEmail"] != "",
             "WithBreakGlassRole": parameters["BreakGlassRoleArn"] != "",
             "WithDataEvents": parameters["LogDataEvents"] == "true",
         }

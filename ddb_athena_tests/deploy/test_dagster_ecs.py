@@ -302,19 +302,24 @@ def test_aws_itself_alerts_when_the_platform_task_or_its_database_fails_and_a_ba
     assert service["DeploymentConfiguration"]["DeploymentCircuitBreaker"] == {"Enable": True, "Rollback": True}
     health = platform_container()["HealthCheck"]
     assert health["Command"] == ["CMD", "python", "/opt/ddb_athena/healthcheck.py"] and health["StartPeriod"] >= 120
-    # The data stack's topic lets CloudWatch and EventBridge publish, for this account only.
+    # The data stack's topic lets CloudWatch, EventBridge and RDS's events publish, for this account only.
     (statement,) = data_template()["Resources"]["AlertTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"]
-    assert sorted(statement["Principal"]["Service"]) == ["cloudwatch.amazonaws.com", "events.amazonaws.com"]
+    assert sorted(statement["Principal"]["Service"]) == ["cloudwatch.amazonaws.com", "events.amazonaws.com", "events.rds.amazonaws.com"]
+    subscription = resources["DatabaseEventSubscription"]["Properties"]
+    assert subscription["SnsTopicArn"] == ALERT_TOPIC and subscription["SourceIds"] == [{"Ref": "Database"}]
+    assert {"failure", "failover", "low storage", "backup"} <= set(subscription["EventCategories"])
     assert statement["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
 
 
-def test_the_stopped_task_rule_is_for_this_clusters_tasks_stopped_with_a_non_zero_exit():
+def test_the_stopped_task_rule_is_for_this_clusters_tasks_stopped_with_a_non_zero_exit_or_before_they_ran():
     """Structure only: the emulator's EventBridge neither implements TestEventPattern nor looks inside an event's array
-    of objects (`containers`), which EventBridge's matching does (an array matches when one element does)."""
+    of objects (`containers`), which EventBridge's matching does (an array matches when one element does). A task whose
+    image or secret could not be fetched never ran: no exit code, its stoppedReason says why (issue 69)."""
     rule = template()["Resources"]["TaskFailedRule"]["Properties"]
-    assert rule["EventPattern"] == {
-        "source": ["aws.ecs"],
-        "detail-type": ["ECS Task State Change"],
-        "detail": {"clusterArn": [{"Fn::GetAtt": ["Cluster", "Arn"]}], "lastStatus": ["STOPPED"], "containers": {"exitCode": [{"anything-but": 0}]}},
-    }
+    detail = rule["EventPattern"]["detail"]
+    assert (rule["EventPattern"]["source"], rule["EventPattern"]["detail-type"]) == (["aws.ecs"], ["ECS Task State Change"])
+    assert (detail["clusterArn"], detail["lastStatus"]) == ([{"Fn::GetAtt": ["Cluster", "Arn"]}], ["STOPPED"])
+    exit_code, reasons, stop_code = detail["$or"]
+    assert exit_code == {"containers": {"exitCode": [{"anything-but": 0}]}} and stop_code == {"stopCode": ["TaskFailedToStart"]}
+    assert {"prefix": "CannotPullContainerError"} in reasons["stoppedReason"] and {"prefix": "ResourceInitializationError"} in reasons["stoppedReason"]
     assert set(rule["Targets"][0]["InputTransformer"]["InputPathsMap"].values()) == {"$.detail.taskArn", "$.detail.group", "$.detail.stoppedReason"}

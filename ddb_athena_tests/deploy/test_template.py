@@ -170,7 +170,7 @@ def data_stack(settings, tmp_path, **parameters) -> dict:
     build_zip(archive)
     s3.create_bucket(Bucket="code-bucket")
     s3.upload_file(str(archive), "code-bucket", "ddb_athena/streamed/capture-lambda.zip")
-    parameters |= stack_table_parameters(settings) | {"CaptureCodeBucket": "code-bucket"}
+    parameters |= stack_table_parameters(settings) | {"CaptureCodeBucket": "code-bucket", "AlertEmail": "oncall@example.com"}
     return created_stack(settings.client("cloudformation"), "ddb-athena", emulated(template()), parameters)
 
 
@@ -215,7 +215,7 @@ def test_the_stack_deploys_into_the_emulator(settings, tmp_path, principal, book
 
 def test_the_capture_alarms_on_its_errors_its_lag_and_its_failed_batches_to_the_alert_topic():
     resources = template()["Resources"]
-    every = [resource for resource in resources.values() if resource["Type"] == "AWS::CloudWatch::Alarm"]
+    every = [resource for resource in resources.values() if resource["Type"] == "AWS::CloudWatch::Alarm" and resource.get("Condition") == "WithCaptureLambda"]
     alarms = {resource["Properties"]["MetricName"]: resource for resource in every}
     assert set(alarms) == {"Errors", "IteratorAge", "ApproximateNumberOfMessagesVisible"}
     assert all(alarm["Condition"] == "WithCaptureLambda" and alarm["Properties"]["Threshold"] >= 0 for alarm in alarms.values())
@@ -226,6 +226,23 @@ def test_the_capture_alarms_on_its_errors_its_lag_and_its_failed_batches_to_the_
     queues = [alarm["Properties"]["Dimensions"][0]["Value"] for alarm in every if alarm["Properties"]["MetricName"] == "ApproximateNumberOfMessagesVisible"]
     streamed = [table for table in declared_tables().values() if table.kind == "streamed"]
     assert queues == [{"Fn::GetAtt": [f"Capture{camel(table.name)}FailureQueue", "QueueName"]} for table in streamed]
+
+
+def test_alerts_reach_someone_and_an_alert_not_delivered_is_one():
+    """Issue 69: the alert topic has a subscriber from the first deploy (AlertEmail is required), and SNS failing to
+    deliver to one of them alarms to the topic (the others hear of it); the database's events may publish there."""
+    from ddb_athena_bench.bill import ALERT_DELIVERY_ALARMS
+
+    body = template()
+    assert "Default" not in body["Parameters"]["AlertEmail"] and "Condition" not in body["Resources"]["AlertEmailSubscription"]
+    assert body["Resources"]["AlertEmailSubscription"]["Properties"]["Endpoint"] == {"Ref": "AlertEmail"}
+    unconditional = [resource for resource in body["Resources"].values() if resource["Type"] == "AWS::CloudWatch::Alarm" and "Condition" not in resource]
+    (delivery,) = unconditional
+    assert len(unconditional) == ALERT_DELIVERY_ALARMS  # as many as the bill prices
+    properties = delivery["Properties"]
+    assert (properties["Namespace"], properties["MetricName"]) == ("AWS/SNS", "NumberOfNotificationsFailed")
+    assert properties["AlarmActions"] == [{"Ref": "AlertTopic"}]
+    assert properties["Dimensions"] == [{"Name": "TopicName", "Value": {"Fn::GetAtt": ["AlertTopic", "TopicName"]}}]
 
 
 # A third table, named by a variable, with a composite key: what a user's declaration adds to the deployment.

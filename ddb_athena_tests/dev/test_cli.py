@@ -141,3 +141,20 @@ def test_a_date_range_backfill_from_the_cli_queues_one_orders_run_per_day(tmp_pa
         # Queued: the daemon of `dagster dev` runs them one at a time (the orders writers' pool).
         assert sorted(run.tags["dagster/partition"] for run in runs) == days
         assert {run.status for run in runs} == {DagsterRunStatus.QUEUED}
+
+
+def test_the_platforms_test_alert_reaches_the_topics_subscribers_and_says_so_when_there_is_no_topic(aws_env, settings, monkeypatch, capsys):
+    """Issue 69: each platform start (deploy/platform.sh) sends one, so a deploy shows that alerts reach someone."""
+    from ddb_athena.dev.cli import main
+
+    monkeypatch.delenv("DDB_ATHENA_ALERT_TOPIC_ARN", raising=False)
+    assert main(["test-alert"]) == 1 and "alerts reach nobody" in capsys.readouterr().err
+    sns, sqs = settings.client("sns"), settings.client("sqs")
+    topic = sns.create_topic(Name="ddb-athena-alerts")["TopicArn"]
+    queue_url = sqs.create_queue(QueueName="on-call")["QueueUrl"]
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"])
+    monkeypatch.setenv("DDB_ATHENA_ALERT_TOPIC_ARN", topic)
+    monkeypatch.setenv("DAGSTER_CURRENT_IMAGE", "123456789012.dkr.ecr.us-east-1.amazonaws.com/ddb-athena@sha256:abc")
+    assert main(["test-alert"]) == 0
+    (message,) = [json.loads(message["Body"]) for message in sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10)["Messages"]]
+    assert message["Subject"] == "ddb_athena: the platform started - a test alert" and "sha256:abc" in message["Message"]
