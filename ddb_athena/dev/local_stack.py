@@ -52,8 +52,8 @@ def table_exists(dynamodb, name: str) -> bool:
 
 
 def create_demo_resources(settings: Settings) -> list[str]:
-    """Creates, if missing, every declared table (ddb_athena/tables.toml: its key; a stream for a streamed one, point-in-
-    time recovery for an exported one) and the bucket. Returns what it did."""
+    """Creates, if missing, every declared table (ddb_athena/tables.toml: its key, point-in-time recovery, a stream for a
+    streamed one) and the bucket. Returns what it did."""
     dynamodb, s3 = settings.client("dynamodb"), settings.client("s3")
     done = []
     for table in declared_tables().values():
@@ -61,9 +61,9 @@ def create_demo_resources(settings: Settings) -> list[str]:
         if not table_exists(dynamodb, name):
             create_dynamodb_table(dynamodb, name, table)
             done.append(f"created table {name}" + (" (stream NEW_AND_OLD_IMAGES)" if table.kind == "streamed" else ""))
-        if table.kind == "exported":
-            dynamodb.get_waiter("table_exists").wait(TableName=name)
-            dynamodb.update_continuous_backups(TableName=name, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True})
+        # Every source table can be restored (an exported one's exports need it besides), as the runbook has it.
+        dynamodb.get_waiter("table_exists").wait(TableName=name)
+        dynamodb.update_continuous_backups(TableName=name, PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True})
     existing = {bucket["Name"] for bucket in s3.list_buckets().get("Buckets", [])}
     if settings.bucket not in existing:
         if settings.region == "us-east-1":

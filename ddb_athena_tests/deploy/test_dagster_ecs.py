@@ -323,3 +323,35 @@ def test_the_stopped_task_rule_is_for_this_clusters_tasks_stopped_with_a_non_zer
     assert exit_code == {"containers": {"exitCode": [{"anything-but": 0}]}} and stop_code == {"stopCode": ["TaskFailedToStart"]}
     assert {"prefix": "CannotPullContainerError"} in reasons["stoppedReason"] and {"prefix": "ResourceInitializationError"} in reasons["stoppedReason"]
     assert set(rule["Targets"][0]["InputTransformer"]["InputPathsMap"].values()) == {"$.detail.taskArn", "$.detail.group", "$.detail.stoppedReason"}
+
+
+def test_a_task_reaches_only_https_and_its_database_and_the_database_can_be_highly_available_and_logged():
+    """Issue 69: egress is HTTPS anywhere (AWS's APIs) and PostgreSQL to the database's group, nothing else; the
+    database's standby and its exported logs are parameters (the log on by default)."""
+    body = template()
+    resources, parameters = body["Resources"], body["Parameters"]
+    (https,) = resources["TaskSecurityGroup"]["Properties"]["SecurityGroupEgress"]
+    assert (https["IpProtocol"], https["FromPort"], https["ToPort"]) == ("tcp", 443, 443)
+    egress = [resource["Properties"] for resource in resources.values() if resource["Type"] == "AWS::EC2::SecurityGroupEgress"]
+    assert egress == [
+        {
+            "GroupId": {"Ref": "TaskSecurityGroup"},
+            "Description": "PostgreSQL to the Dagster database",
+            "IpProtocol": "tcp",
+            "FromPort": 5432,
+            "ToPort": 5432,
+            "DestinationSecurityGroupId": {"Ref": "DatabaseSecurityGroup"},
+        }
+    ]
+    database = resources["Database"]["Properties"]
+    assert database["MultiAZ"] == {"Ref": "DatabaseMultiAz"} and parameters["DatabaseMultiAz"]["Default"] == "false"
+    assert database["EnableCloudwatchLogsExports"] == {"Fn::If": ["WithDatabaseLogs", ["postgresql", "upgrade"], {"Ref": "AWS::NoValue"}]}
+    assert parameters["DatabaseLogs"]["Default"] == "true"
+    assert "NAT gateway" in parameters["AssignPublicIp"]["Description"] and "USD" in parameters["AssignPublicIp"]["Description"]
+
+
+def test_what_the_data_stack_keeps_is_removed_when_its_first_create_rolls_back():
+    """Issue 69: `Retain` left a failed first create's bucket, queues and database behind, and its retry failed on
+    their names; RetainExceptOnCreate keeps them only once the stack exists."""
+    policies = {name: resource["DeletionPolicy"] for name, resource in data_template()["Resources"].items() if "DeletionPolicy" in resource}
+    assert "Retain" not in policies.values() and {"DataBucket", "GlueDatabase"} <= {name for name, kept in policies.items() if kept == "RetainExceptOnCreate"}

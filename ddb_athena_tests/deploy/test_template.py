@@ -116,7 +116,7 @@ def assert_named_and_scoped(statements: list[tuple[str, dict]], unscopable: set[
 def test_the_capture_mapping_retries_boundedly_and_never_blocks_a_shard():
     resources = template()["Resources"]
     function = resources["CaptureFunction"]["Properties"]
-    assert f"{function['Handler']}" == f"{CAPTURE_LAMBDA.module}.handler" and function["Runtime"] == "python3.11"
+    assert f"{function['Handler']}" == f"{CAPTURE_LAMBDA.module}.handler" and function["Runtime"] == "python3.12"
     mappings = {r["Properties"]["EventSourceArn"]["Ref"]: r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::EventSourceMapping"}
     # One mapping a streamed table, on its stream.
     assert set(mappings) == {f"{camel(table.name)}StreamArn" for table in declared_tables().values() if table.kind == "streamed"}
