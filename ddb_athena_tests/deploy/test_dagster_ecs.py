@@ -187,8 +187,23 @@ def test_every_import_is_an_export_of_the_data_stack():
 
 def test_policies_name_their_actions_and_scope_their_resources():
     statements = list(policy_statements(template()["Resources"]))
+    # RunExecutionRole has AWS's managed policy alone.
     assert {name for name, _ in statements} == {"ExecutionRole", "PlatformRole", "RunsDatabaseLogin", "OperatorAccessPolicy"}
     assert_named_and_scoped(statements, UNSCOPABLE_ACTIONS)
+
+
+def test_no_task_the_platform_starts_can_read_the_databases_secret():
+    """Issue 69: the runs' tasks start under an execution role with no secret, and the platform's role may pass only
+    that one: the role that reads the master secret (the setup container's) is CloudFormation's to pass."""
+    resources = template()["Resources"]
+    run_execution = resources["RunExecutionRole"]["Properties"]
+    assert "Policies" not in run_execution and run_execution["ManagedPolicyArns"] == [
+        {"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/service-role/AmazonECSTaskExecutionRolePolicy"}
+    ]
+    (passing,) = [statement for name, statement in policy_statements(resources) if statement.get("Sid") == "PassTheRunsRoles"]
+    assert {"Fn::GetAtt": ["RunExecutionRole", "Arn"]} in passing["Resource"] and {"Fn::GetAtt": ["ExecutionRole", "Arn"]} not in passing["Resource"]
+    secret_readers = [name for name, statement in policy_statements(resources) if "secretsmanager:GetSecretValue" in str(statement["Action"])]
+    assert secret_readers == ["ExecutionRole"]
 
 
 def test_the_instance_launches_runs_under_the_platforms_prefix_with_the_runs_role():
@@ -197,7 +212,8 @@ def test_the_instance_launches_runs_under_the_platforms_prefix_with_the_runs_rol
     variables = {variable["Name"]: variable["Value"] for variable in platform_container()["Environment"]}
     assert variables["DAGSTER_CURRENT_IMAGE"] == {"Ref": "ImageUri"}
     context, values = variables["DAGSTER_CONTAINER_CONTEXT"]["Fn::Sub"]
-    assert json.loads(context.replace("${RunRoleArn}", "arn")) == {"ecs": {"task_role_arn": "arn"}}
+    context = context.replace("${RunRoleArn}", "arn").replace("${RunExecutionRole.Arn}", "execution-arn")
+    assert json.loads(context) == {"ecs": {"task_role_arn": "arn", "execution_role_arn": "execution-arn"}}
     assert values == {"RunRoleArn": {"Fn::ImportValue": {"Fn::Sub": "${DataStackName}-DagsterRunRoleArn"}}}
     (launch,) = [statement for name, statement in policy_statements(template()["Resources"]) if statement.get("Sid") == "LaunchRuns"]
     assert any("task-definition/${RunFamilyPrefix}_*" in resource["Fn::Sub"] for resource in launch["Resource"])
@@ -245,7 +261,8 @@ def test_the_platform_deploys_into_the_emulator_beside_a_data_stack(settings, tm
     variables = {variable["name"]: variable["value"] for variable in container["environment"]}
     assert variables["DDB_ATHENA_BUCKET"] == data_outputs["BucketName"] and variables["DDB_ATHENA_NAMESPACE"] == settings.namespace
     assert variables["DDB_ATHENA_STACK_SETTINGS_PARAMETER"] == data_outputs["StackSettingsParameterName"]
-    assert json.loads(variables["DAGSTER_CONTAINER_CONTEXT"]) == {"ecs": {"task_role_arn": data_outputs["DagsterRunRoleArn"]}}
+    context = json.loads(variables["DAGSTER_CONTAINER_CONTEXT"])["ecs"]
+    assert context["task_role_arn"] == data_outputs["DagsterRunRoleArn"] and "RunExecutionRole" in context["execution_role_arn"]
     assert variables["DAGSTER_POSTGRES_HOST"] == outputs["DatabaseEndpoint"]
     assert variables["DDB_ATHENA_ALERT_TOPIC_ARN"] == data_outputs["AlertTopicArn"] and variables["DDB_ATHENA_DAGSTER_URL"] == "http://localhost:3000"
     assert "secrets" not in container or container["secrets"] == []

@@ -31,6 +31,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = "ddb-athena"
 RUN_FAMILY_PREFIX = "ddb_athena"
 RUN_ROLE_ARN = "arn:aws:iam::123456789012:role/ddb-athena-DagsterRunRole"
+# The runs' execution role (deploy/dagster_ecs.yaml): the image and the logs, no secret, unlike the platform task's.
+RUN_EXECUTION_ROLE_ARN = "arn:aws:iam::123456789012:role/ddb-athena-dagster-RunExecutionRole"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/ddb-athena:test"
 # The platform task's one container, as deploy/dagster_ecs.yaml defines it (what the runs' tasks are made from).
 PLATFORM_ENVIRONMENT = [{"name": "DDB_ATHENA_PROFILE", "value": "aws"}, {"name": "DDB_ATHENA_BUCKET", "value": "test-bucket"}]
@@ -230,7 +232,8 @@ def code_location(tmp_path_factory):
     """The code location's server as the daemon starts it (workspace.yaml), one for the module's launches (one each took
     about 6 s): each test launches through a copy of this workspace for its own instance. The server is given the
     code location's image and container context (deploy/dagster_ecs.yaml sets them): the runs' role."""
-    environment = {"DAGSTER_CURRENT_IMAGE": IMAGE, "DAGSTER_CONTAINER_CONTEXT": json.dumps({"ecs": {"task_role_arn": RUN_ROLE_ARN}})}
+    context = {"ecs": {"task_role_arn": RUN_ROLE_ARN, "execution_role_arn": RUN_EXECUTION_ROLE_ARN}}
+    environment = {"DAGSTER_CURRENT_IMAGE": IMAGE, "DAGSTER_CONTAINER_CONTEXT": json.dumps(context)}
     with pytest.MonkeyPatch.context() as patch, DagsterInstance.local_temp(str(tmp_path_factory.mktemp("code_location"))) as instance:
         for name, value in environment.items():
             patch.setenv(name, value)
@@ -282,6 +285,7 @@ def test_the_ecs_run_launcher_starts_a_runs_task_checks_its_health_and_terminate
     # database-setup container), the runs' role, under the deployment's prefix.
     definition = ecs.describe_task_definition(taskDefinition=task["taskDefinitionArn"])["taskDefinition"]
     assert definition["family"].startswith(f"{RUN_FAMILY_PREFIX}_") and definition["taskRoleArn"] == RUN_ROLE_ARN
+    assert definition["executionRoleArn"] == RUN_EXECUTION_ROLE_ARN  # not the platform's, which may read the secret
     (container,) = definition["containerDefinitions"]
     assert container["name"] == "run" and container["image"] == IMAGE
     assert all(variable in container["environment"] for variable in PLATFORM_ENVIRONMENT) and not container.get("secrets")
