@@ -13,6 +13,9 @@ from dagster import DagsterRunStatus
 from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError
 
 PARTITION_TAG = "dagster/partition"
+# Who launched a run from the command line: Dagster OSS has no login, so the UI's own launches carry no one; the CLI's
+# name the caller's AWS identity (the credentials the operator reached the deployment with), else the local user.
+LAUNCHED_BY_TAG = "ddb_athena/launched_by"
 _FINISHED = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 URL_VARIABLE = "DDB_ATHENA_DAGSTER_URL"
 DEFAULT_DAGSTER_PORT = "3000"
@@ -79,6 +82,21 @@ def launch_partition_run(
     return launch_run(webserver, job_name, {PARTITION_TAG: partition}, f" for partition {partition}", ready_timeout_seconds, log, sleep)
 
 
+def launched_by() -> str:
+    """The launching principal: the AWS identity of this process's credentials, else user@host."""
+    import getpass
+    import socket
+
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from ddb_athena.lib.settings import Settings
+
+    try:
+        return Settings.from_env().client("sts").get_caller_identity()["Arn"]
+    except (BotoCoreError, ClientError):
+        return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
 def launch_run(
     webserver: Webserver,
     job_name: str,
@@ -91,6 +109,7 @@ def launch_run(
     """Submits a run of the job (into the instance's run queue) once the webserver answers and knows the job."""
     deadline = time.monotonic() + ready_timeout_seconds
     last_waiting_for = None
+    tags = {**tags, LAUNCHED_BY_TAG: launched_by()}
     while True:
         try:
             run_id = webserver.client().submit_job_execution(job_name, tags=tags)

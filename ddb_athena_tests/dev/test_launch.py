@@ -1,5 +1,6 @@
 """`ddb-athena launch`: a run submitted through the running webserver lands in that webserver's instance."""
 
+import getpass
 import os
 import socket
 import subprocess
@@ -66,6 +67,12 @@ def test_where_nothing_answers_the_command_ends_in_one_line_within_its_ready_tim
     assert bad.returncode == 2 and "is not a Dagster webserver's URL" in bad.stderr
 
 
+def test_a_run_launched_from_the_command_line_names_the_callers_aws_identity(aws_env):
+    from ddb_athena.dev.launch import launched_by
+
+    assert launched_by() == "arn:aws:sts::123456789012:user/moto"  # the emulator's caller identity
+
+
 @pytest.mark.subprocess
 def test_the_commands_wait_for_the_webserver_and_queue_their_runs_in_its_instance(tmp_path):
     """One webserver for both commands (one each took about 10 s): `launch`, started before it in a fresh DAGSTER_HOME
@@ -116,6 +123,8 @@ def test_the_commands_wait_for_the_webserver_and_queue_their_runs_in_its_instanc
         (run,) = instance.get_runs(RunsFilter(job_name="orders_daily"))
         (bootstrap_run,) = instance.get_runs(RunsFilter(job_name="books_bootstrap"))
     assert run.tags["dagster/partition"] == partition
+    # Who launched it (issue 69), on every run the CLI launches: here no AWS endpoint answers, so the local user.
+    assert run.tags["ddb_athena/launched_by"] == bootstrap_run.tags["ddb_athena/launched_by"] == f"{getpass.getuser()}@{socket.gethostname()}"
     assert run.status == DagsterRunStatus.QUEUED  # the daemon of `dagster dev` would start it; none runs here
     assert bootstrap_run.status == DagsterRunStatus.QUEUED and int(bootstrap_run.tags["dagster/priority"]) > 0  # ahead of a sync's successor
     assert "books_writer" in bootstrap_run.run_op_concurrency.all_pools  # so the running sync gives way to it
