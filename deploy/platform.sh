@@ -10,6 +10,14 @@ stop() {
   exit 0
 }
 trap stop TERM INT
+
+# An image built offline (DOWNLOADS_OPTIONAL=1) went without its pinned JARs, and its runs would download unpinned
+# ones at every start: it serves nothing unless told it is a test's (DDB_ATHENA_ALLOW_UNPINNED_IMAGE=1).
+not_fetched="${DDB_ATHENA_JAR_DIR:-/opt/ddb_athena/jars}/not-fetched.txt"
+if [ -e "$not_fetched" ] && [ "${DDB_ATHENA_ALLOW_UNPINNED_IMAGE:-0}" != 1 ]; then
+  echo "platform: this image was built without its pinned JARs ($(tr '\n' ' ' < "$not_fetched")): build it where Maven Central (or a mirror) is reachable (docs/operations.md, step 1)" >&2
+  exit 1
+fi
 code_port="${DAGSTER_CODE_SERVER_PORT:-4000}"
 webserver_port="${DAGSTER_WEBSERVER_PORT:-3000}"
 location=(--grpc-host 127.0.0.1 --grpc-port "$code_port")

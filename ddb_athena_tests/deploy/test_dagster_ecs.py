@@ -257,7 +257,7 @@ def test_the_platform_deploys_into_the_emulator_beside_a_data_stack(settings, tm
     body = emulated_platform(secret, settings.namespace)
     parameters = {
         "DataStackName": "ddb-athena",
-        "ImageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/ddb-athena:1",
+        "ImageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/ddb-athena@sha256:" + "0" * 64,
         "VpcId": vpc,
         "SubnetIds": ",".join(subnets),
         "RouteTableIds": route_table,
@@ -386,3 +386,20 @@ def test_what_the_data_stack_keeps_is_removed_when_its_first_create_rolls_back()
     their names; RetainExceptOnCreate keeps them only once the stack exists."""
     policies = {name: resource["DeletionPolicy"] for name, resource in data_template()["Resources"].items() if "DeletionPolicy" in resource}
     assert "Retain" not in policies.values() and {"DataBucket", "GlueDatabase"} <= {name for name, kept in policies.items() if kept == "RetainExceptOnCreate"}
+
+
+@pytest.mark.subprocess
+def test_the_platform_refuses_to_serve_from_an_image_built_without_its_pinned_jars(tmp_path):
+    """Issue 69: DOWNLOADS_OPTIONAL=1 (an offline build) bakes no pinned JAR and names them; the runs of such an image
+    would download unpinned ones at every start. deploy/platform.sh stops before anything else, saying why."""
+    import subprocess
+
+    (tmp_path / "not-fetched.txt").write_text("iceberg-spark-runtime-3.5_2.12-1.10.2.jar\nhadoop-aws-3.3.4.jar\n")
+    environment = {"PATH": "/usr/bin:/bin", "DDB_ATHENA_JAR_DIR": str(tmp_path)}
+    refused = subprocess.run(["bash", str(REPO_ROOT / "deploy" / "platform.sh")], env=environment, capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 1
+    assert "built without its pinned JARs (iceberg-spark-runtime-3.5_2.12-1.10.2.jar hadoop-aws-3.3.4.jar" in refused.stderr
+    # Allowed (the suite's own image), it goes on to the instance's migration: no dagster on this PATH, so it ends there.
+    allowed_environment = {**environment, "DDB_ATHENA_ALLOW_UNPINNED_IMAGE": "1"}
+    allowed = subprocess.run(["bash", str(REPO_ROOT / "deploy" / "platform.sh")], env=allowed_environment, capture_output=True, text=True, timeout=30)
+    assert "pinned JARs" not in allowed.stderr and "dagster" in allowed.stderr
