@@ -35,8 +35,9 @@ DAGSTER_ON_ONE_HOST = "dagster_on_one_host"
 ALERTS_DIR = PACKAGE_DIR / "alerts"
 # Sensors, evaluated by the daemon: the platform's role on ECS.
 SENSOR_CODE = (ALERTS_DIR, PACKAGE_DIR / "cleanup" / "sensors.py")
-# The instance's run launcher (deploy/dagster.yaml), in the platform's processes only (the daemon, the webserver).
-PLATFORM_CODE = (PACKAGE_DIR / "lib" / "ecs_launcher.py",)
+# The instance's run launcher (deploy/dagster.yaml), in the platform's processes only (the daemon, the webserver), and
+# the schema's gate, which deploy/platform.sh runs at each platform start.
+PLATFORM_CODE = (PACKAGE_DIR / "lib" / "ecs_launcher.py", PACKAGE_DIR / "lib" / "instance_schema.py")
 # dagster-aws's code that runs in the platform's processes: the run launcher (daemon, webserver) and the run log reader.
 PLATFORM_LIBRARY = (DAGSTER_AWS_DIR / "ecs", DAGSTER_AWS_DIR / "s3" / "compute_log_manager.py")
 LAMBDA_MODULE = PACKAGE_DIR / "streamed" / "capture" / "lambda_handler.py"
@@ -70,6 +71,7 @@ RESOURCE_PARAMETERS = (
     "taskRoleArn",
     "executionRoleArn",
     "Name",
+    "DBSnapshotIdentifier",
 )
 
 

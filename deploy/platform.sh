@@ -22,9 +22,11 @@ code_port="${DAGSTER_CODE_SERVER_PORT:-4000}"
 webserver_port="${DAGSTER_WEBSERVER_PORT:-3000}"
 location=(--grpc-host 127.0.0.1 --grpc-port "$code_port")
 
-# The instance's schema at this image's Dagster version before anything reads it: a no-op when current, the upgrade's
-# migration on the new image after one (the service stops the old task first, so nothing else migrates meanwhile).
-dagster instance migrate
+# The instance's schema at this image's Dagster version before anything reads it: a no-op when current; a migration
+# due only behind the snapshot the deployment names (SchemaMigrationSnapshot), else this start fails and the service
+# rolls back to the previous image on the schema it reads (the service stops the old task first: nothing else
+# migrates meanwhile).
+ddb-athena instance-migrate
 # One run at a time in each table writers' pool (idempotent).
 ddb-athena writer-pools
 # Each start (a deploy, a replacement) shows the alert path works; a failure says so in the log and does not stop the

@@ -215,6 +215,23 @@ def _restore_table(args, settings: Settings) -> int:
     return 0
 
 
+def _instance_migrate(args, settings: Settings) -> int:
+    from dagster import DagsterInstance
+
+    from ddb_athena.lib.instance_schema import SchemaGateError, migrate_behind_gate
+
+    with DagsterInstance.get() as instance:
+        try:
+            state = migrate_behind_gate(
+                instance, settings.client("rds"), os.environ.get("DDB_ATHENA_DATABASE_INSTANCE"), os.environ.get("DDB_ATHENA_SCHEMA_MIGRATION_SNAPSHOT")
+            )
+        except SchemaGateError as error:
+            print(f"platform: {error}", file=sys.stderr)
+            return 1
+    print(f"The instance's schema is at {state.head}")
+    return 0
+
+
 def _test_alert(args, settings: Settings) -> int:
     from ddb_athena.lib import alert_topic
     from ddb_athena.lib.resources import sync_settings
@@ -307,6 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
     restore.add_argument("--to", required=True, help="the time, ISO 8601 with its offset (2026-12-04T10:00:00+00:00)")
     restore.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
     restore.set_defaults(handler=_restore_table)
+
+    migrate = commands.add_parser(
+        "instance-migrate",
+        help="migrate the Dagster instance's schema, a due migration only behind a named database snapshot (the platform runs it at each start)",
+    )
+    migrate.set_defaults(handler=_instance_migrate)
 
     test_alert = commands.add_parser("test-alert", help="send a test alert to the alert topic (the platform sends one at each start)")
     test_alert.set_defaults(handler=_test_alert)

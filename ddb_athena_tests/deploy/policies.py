@@ -88,6 +88,8 @@ def call_resources(call: AwsCall) -> list[str]:
         return [f"arn:aws:sns:{region}:{ACCOUNT}:{STACK}-AlertTopic"]
     if call.service == "ssm":
         return [f"arn:aws:ssm:{region}:{ACCOUNT}:parameter{call.param('Name')}"]
+    if call.service == "rds" and call.param("DBSnapshotIdentifier"):
+        return [f"arn:aws:rds:{region}:{ACCOUNT}:snapshot:{call.param('DBSnapshotIdentifier')}"]
     if call.service == "sqs":
         # Named by its URL, which IAM does not check; the code uses the capture Lambda's failure queue of a table (books').
         return [f"arn:aws:sqs:{region}:{ACCOUNT}:{STACK}-CaptureBooksFailureQueue"]

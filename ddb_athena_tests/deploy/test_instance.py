@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -411,3 +412,40 @@ def test_a_task_spot_cannot_place_is_launched_on_regular_fargate_saying_so_in_th
     (alert,) = [json.loads(message["Body"]) for message in sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10)["Messages"]]
     assert alert["Subject"] == "ddb_athena: books_source_cleanup went on regular Fargate: no Spot capacity"
     assert f"/runs/{run_id}" in alert["Message"]
+
+
+def test_a_schema_migration_is_refused_without_a_snapshot_of_the_database_and_made_behind_one(deployed_home, postgres, settings):
+    """Issue 69: an upgrade's migration would land a rolled-back image on a schema it may not read. A platform start
+    that finds one due refuses it unless the deployment names a recent, available snapshot of this database; then
+    it migrates. A current schema goes on as `dagster instance migrate` would."""
+    from alembic.script import ScriptDirectory
+    from dagster_postgres.run_storage import run_storage
+    from dagster_postgres.utils import pg_alembic_config
+
+    from ddb_athena.lib.instance_schema import SchemaGateError, check_snapshot, migrate_behind_gate, schema_state
+
+    rds = settings.client("rds")
+    database = {"Engine": "postgres", "DBInstanceClass": "db.t4g.micro", "MasterUsername": "dagster", "MasterUserPassword": "pw123456"}
+    for name in ("ddb-athena-db", "another-db"):
+        rds.create_db_instance(DBInstanceIdentifier=name, **database)
+    rds.create_db_snapshot(DBSnapshotIdentifier="before-upgrade", DBInstanceIdentifier="ddb-athena-db")
+    rds.create_db_snapshot(DBSnapshotIdentifier="of-another", DBInstanceIdentifier="another-db")
+    with DagsterInstance.get() as instance:
+        assert migrate_behind_gate(instance, rds, "ddb-athena-db", None, log=lambda _: None).database == schema_state(instance).head  # current: on
+        # The database as an older image left it: one revision behind what this Dagster needs.
+        head = schema_state(instance).head
+        previous = ScriptDirectory.from_config(pg_alembic_config(run_storage.__file__)).get_revision(head).down_revision
+        _master_sql(postgres, f"UPDATE alembic_version SET version_num = '{previous}'")
+        assert schema_state(instance).migration_due
+        with pytest.raises(SchemaGateError, match=f"at {previous}, and this image's Dagster needs {head}.*Snapshot the database"):
+            migrate_behind_gate(instance, rds, "ddb-athena-db", None)
+        with pytest.raises(SchemaGateError, match="is a snapshot of another-db, not of ddb-athena-db"):
+            migrate_behind_gate(instance, rds, "ddb-athena-db", "of-another")
+        with pytest.raises(SchemaGateError, match="no such snapshot"):
+            migrate_behind_gate(instance, rds, "ddb-athena-db", "never-taken")
+        with pytest.raises(SchemaGateError, match="more than a day ago: take one for this upgrade"):
+            check_snapshot(rds, "before-upgrade", "ddb-athena-db", now=datetime.now(UTC) + timedelta(days=2))
+        assert schema_state(instance).database == previous  # refused: untouched
+        logged = []
+        assert migrate_behind_gate(instance, rds, "ddb-athena-db", "before-upgrade", log=logged.append).database == head
+        assert any(f"from {previous} to {head}, behind snapshot before-upgrade of ddb-athena-db" in line for line in logged)
