@@ -12,6 +12,7 @@ from pathlib import Path
 import jinja2
 import yaml
 
+from ddb_athena.lake.table_spec import tombstone_table
 from ddb_athena.lib.declarations import TableDeclaration, declared_tables
 
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +35,10 @@ def camel(name: str) -> str:
     return "".join(part.capitalize() for part in name.split("_"))
 
 
+def iceberg_tables_of(table: TableDeclaration) -> list[str]:
+    return [table.iceberg_table] + ([tombstone_table(table.iceberg_table)] if table.kind == "streamed" else [])
+
+
 def render(name: str, tables: Iterable[TableDeclaration] | None = None) -> str:
     """deploy/<name>.j2 for these tables (default: the declared ones). Undefined names fail: a typo in a template
     never renders as an empty string."""
@@ -48,6 +53,9 @@ def render(name: str, tables: Iterable[TableDeclaration] | None = None) -> str:
         tables=tables,
         streamed=[table for table in tables if table.kind == "streamed"],
         exported=[table for table in tables if table.kind == "exported"],
+        # Each table's Iceberg tables, a streamed one's tombstones beside it: the runs' grants under warehouse/ name them.
+        iceberg_tables=[name for table in tables for name in iceberg_tables_of(table)],
+        exported_iceberg_tables=[name for table in tables if table.kind == "exported" for name in iceberg_tables_of(table)],
         # Declared per table (ddb_athena/tables.toml), whatever the stack's BooksCapture and OrdersLoad say.
         captured_by_lambda=[table for table in tables if table.capture == "lambda"],
         loaded_on_emr=[table for table in tables if table.load == "emr_serverless"],

@@ -388,3 +388,22 @@ def test_fifty_declared_tables_render_stacks_within_cloudformations_quotas_and_t
         text = (Path(__file__).resolve().parents[2] / document).read_text()
         deploys = re.findall(r"aws cloudformation deploy (?:[^\n]*\\\n)*[^\n]*", text)
         assert deploys and all("--s3-bucket" in deploy for deploy in deploys), (document, [d for d in deploys if "--s3-bucket" not in d])
+
+
+@pytest.mark.parametrize("extra", ["", THIRD_TABLE], ids=["declared", "with-two-more"])
+def test_each_role_may_write_only_its_own_tables_under_the_warehouse(extra):
+    """Issue 69: the runs' role names each declared table's Iceberg files (a streamed one's tombstones too), the Spark
+    job's the exported tables' only; no grant covers the whole warehouse, and the catalog's writes name the tables."""
+    from ddb_athena_build.templates import iceberg_tables_of
+
+    tables = [*declared_tables().values(), *(parse_declarations(extra).values() if extra else [])]
+    body = load_template(rendered("ddb_athena.yaml", tables))
+    every = {name for table in tables for name in iceberg_tables_of(table)}
+    exported = {name for table in tables if table.kind == "exported" for name in iceberg_tables_of(table)}
+    for role, expected in (("DagsterRunRole", every), ("SparkJobRole", exported)):
+        text = json.dumps(body["Resources"][role]["Properties"])
+        assert "/warehouse/*" not in text and '"warehouse/*"' not in text, role
+        assert set(re.findall(r"/warehouse/\$\{GlueDatabaseName\}\.db/(\w+)/\*", text)) == expected, role
+        assert set(re.findall(r"warehouse/\$\{GlueDatabaseName\}\.db/(\w+)/\*\"", text)) == expected, role  # listed too
+        writes = [statement for statement in json.dumps(body["Resources"][role]).split('"Sid": ') if "glue:UpdateTable" in statement]
+        assert writes and all("table/${GlueDatabaseName}/*" not in statement for statement in writes), role
