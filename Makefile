@@ -3,14 +3,22 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
+# The security scanner the suite runs on the stacks and the Dockerfile (deploy/test_scanners.py), in a virtualenv of
+# its own: checkov pins its own versions of libraries the project also uses (boto3 among them).
+CHECKOV_VERSION := 3.3.30
+CHECKOV := .ddb_athena/tools/checkov/bin/checkov
 
 .PHONY: install test test-image test-image-arm64 test-fast test-soak dev templates bench bench-calibrate bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-interruption bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity bench-many-declarations faults lambda emr-job lint clean
 
-install: $(INSTALLED)
+install: $(INSTALLED) $(CHECKOV)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing, and dumps the archive of
 	@# Spark's classes its sessions start from (~40 s, once).
 	@$(BIN)/python -m ddb_athena_build.jars >/dev/null
 	@$(BIN)/python -m ddb_athena_build.class_archive >/dev/null
+
+$(CHECKOV):
+	$(PYTHON) -m venv .ddb_athena/tools/checkov
+	.ddb_athena/tools/checkov/bin/python -m pip install --quiet checkov==$(CHECKOV_VERSION)
 
 $(INSTALLED): setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
