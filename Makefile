@@ -7,10 +7,13 @@ INSTALLED := $(VENV)/.installed
 # its own: checkov pins its own versions of libraries the project also uses (boto3 among them).
 CHECKOV_VERSION := 3.3.30
 CHECKOV := .ddb_athena/tools/checkov/bin/checkov
+# cfn-guard 3.1 and AWS Control Tower's guard rules, as AWS ships them in one npm package (deploy/test_scanners.py).
+CFN_GUARD_PACKAGE := @cdklabs/cdk-validator-cfnguard@0.0.62
+CFN_GUARD := .ddb_athena/tools/cfn-guard/node_modules/@cdklabs/cdk-validator-cfnguard/package.json
 
 .PHONY: install test test-image test-image-arm64 test-fast test-soak dev templates bench bench-calibrate bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-interruption bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity bench-many-declarations faults lambda emr-job lint clean
 
-install: $(INSTALLED) $(CHECKOV)
+install: $(INSTALLED) $(CHECKOV) $(CFN_GUARD)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing, and dumps the archive of
 	@# Spark's classes its sessions start from (~40 s, once).
 	@$(BIN)/python -m ddb_athena_build.jars >/dev/null
@@ -19,6 +22,9 @@ install: $(INSTALLED) $(CHECKOV)
 $(CHECKOV):
 	$(PYTHON) -m venv .ddb_athena/tools/checkov
 	.ddb_athena/tools/checkov/bin/python -m pip install --quiet checkov==$(CHECKOV_VERSION)
+
+$(CFN_GUARD):
+	npm install --silent --no-audit --no-fund --prefix .ddb_athena/tools/cfn-guard $(CFN_GUARD_PACKAGE)
 
 $(INSTALLED): setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
