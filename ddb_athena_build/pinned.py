@@ -5,12 +5,17 @@ before it lands (written beside its target and moved into place only once it mat
     python -m ddb_athena_build.pinned --pin NAME...
 
 `--pin` records a Maven artifact's digest: it downloads it, refuses it if the `.sha1` its repository publishes beside
-it disagrees, and writes its SHA-256 into the lock. Run it where the source is reachable, check
-the release's signature (docs/operations.md), and commit the line: the pin is what every later build trusts.
+it disagrees or if its `.asc` signature is not good by one of the keys `--keys` names (the publisher's KEYS file:
+Apache's for Iceberg and Hadoop, AWS's for its SDK; docs/operations.md), and writes its SHA-256 into the lock. Run it
+where the source is reachable and commit the line: the pin is what every later build trusts.
+
+    python -m ddb_athena_build.pinned --pin NAME... --keys KEYS
 """
 
 import argparse
 import hashlib
+import re
+import subprocess
 import sys
 import tempfile
 import urllib.error
@@ -70,9 +75,30 @@ def fetch_pinned(artifact: Pinned, directory: Path, timeout: float = 60.0) -> Pa
     return download_checked(artifact.url, target, "sha256", artifact.sha256, "deploy/artifacts.lock pins", timeout)
 
 
-def pin(artifact: Pinned, lock: Path | None = None, timeout: float = 60.0) -> str:
+class SignatureError(FetchError):
+    """An artifact whose signature is missing, bad, or by a key the publisher's KEYS does not hold."""
+
+
+def verify_signature(artifact: Path, signature: Path, keys: Path) -> str:
+    """The fingerprint of the key from `keys` whose good signature `signature` is of `artifact`; SignatureError else.
+    GnuPG in a keyring of its own, holding only `keys`: nothing the machine trusts otherwise counts."""
+    with tempfile.TemporaryDirectory() as home:
+        gpg = ["gpg", "--homedir", home, "--batch", "--no-autostart"]
+        imported = subprocess.run([*gpg, "--import", str(keys)], capture_output=True, text=True)
+        if imported.returncode != 0:
+            raise SignatureError(f"{keys}: no public key GnuPG can import: {imported.stderr.strip()[-300:]}")
+        checked = subprocess.run([*gpg, "--status-fd", "1", "--verify", str(signature), str(artifact)], capture_output=True, text=True)
+    valid = re.search(r"^\[GNUPG:\] VALIDSIG ([0-9A-F]{40})", checked.stdout, flags=re.M)
+    if checked.returncode != 0 or valid is None:
+        reason = "signed by a key the KEYS file does not hold" if "NO_PUBKEY" in checked.stdout else "the signature is not good"
+        raise SignatureError(f"{artifact.name}: {reason}")
+    return valid.group(1)
+
+
+def pin(artifact: Pinned, keys: Path, lock: Path | None = None, timeout: float = 60.0) -> str:
     """Download `artifact` from its Maven repository and write its SHA-256 into the lock; FetchError, leaving the lock
-    as it was, if it cannot be fetched or disagrees with the SHA-1 the repository publishes beside it."""
+    as it was, if it cannot be fetched, disagrees with the SHA-1 the repository publishes beside it, or its `.asc`
+    signature is not good by a key of `keys` (SignatureError)."""
     lock = lock or LOCK
     try:
         with urllib.request.urlopen(f"{artifact.url}.sha1", timeout=timeout) as response:
@@ -81,6 +107,13 @@ def pin(artifact: Pinned, lock: Path | None = None, timeout: float = 60.0) -> st
         raise FetchError(f"{artifact.name}: no SHA-1 beside it at {artifact.url}.sha1 (a Maven repository publishes one): {error}") from None
     with tempfile.TemporaryDirectory() as scratch:
         downloaded = download_checked(artifact.url, Path(scratch) / artifact.name, "sha1", published_sha1, f"{artifact.url}.sha1 says", timeout)
+        signature = Path(scratch) / f"{artifact.name}.asc"
+        try:
+            with urllib.request.urlopen(f"{artifact.url}.asc", timeout=timeout) as response:
+                signature.write_bytes(response.read())
+        except (urllib.error.URLError, OSError) as error:
+            raise SignatureError(f"{artifact.name}: no signature beside it at {artifact.url}.asc (Maven Central requires one): {error}") from None
+        signer = verify_signature(downloaded, signature, keys)
         sha256 = file_sha256(downloaded)
     lines = lock.read_text().splitlines(keepends=True)
     for index, line in enumerate(lines):
@@ -88,7 +121,7 @@ def pin(artifact: Pinned, lock: Path | None = None, timeout: float = 60.0) -> st
         if fields and not line.lstrip().startswith("#") and fields[0] == artifact.name:
             lines[index] = line.replace(fields[1], sha256, 1)
     lock.write_text("".join(lines))
-    return sha256
+    return f"{sha256} (signed by {signer})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,11 +129,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="+", help="artifacts of deploy/artifacts.lock")
     parser.add_argument("--into", type=Path, help="where the artifacts land")
     parser.add_argument("--pin", action="store_true", help="record the artifacts' digests in the lock instead")
+    parser.add_argument("--keys", type=Path, help="with --pin: the publisher's KEYS file, whose keys alone may have signed the artifacts")
     parser.add_argument("--maven-repository", help="a mirror of Maven Central to fetch the Maven artifacts from")
     parser.add_argument("--optional", choices=("0", "1"), default="0", help="1: one that cannot be fetched is reported, not fatal (an offline build)")
     args = parser.parse_args(argv)
     if bool(args.pin) == bool(args.into):
         parser.error("either --into DIRECTORY or --pin")
+    if args.pin and not args.keys:
+        parser.error("--pin needs --keys: the publisher's KEYS file (docs/operations.md, 'Pin the image's JARs')")
     artifacts = pinned_artifacts()
     unknown = sorted(set(args.names) - set(artifacts))
     if unknown:
@@ -108,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.pin:
         for name in args.names:
             try:
-                print(f"{name} {pin(artifacts[name].from_repository(args.maven_repository))}")
+                print(f"{name} {pin(artifacts[name].from_repository(args.maven_repository), args.keys)}")
             except FetchError as error:
                 print(f"error: {error}", file=sys.stderr)
                 return 1

@@ -1,8 +1,10 @@
 """ddb_athena_build/pinned.py: what the image downloads lands only with the SHA-256 deploy/artifacts.lock pins."""
 
 import hashlib
+import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -56,9 +58,32 @@ def test_the_lock_pins_the_rds_certificate_authorities_from_awss_trust_store_ove
     assert len(bundle.sha256) == 64 and int(bundle.sha256, 16) >= 0
 
 
+def signing_key(home: Path, name: str) -> Path:
+    """A throwaway GnuPG key in a keyring of its own (`home`), as a release manager's: its public half exported as a
+    KEYS file is what the pin trusts."""
+    home.mkdir(mode=0o700)
+    gpg = ["gpg", "--homedir", str(home), "--batch", "--pinentry-mode", "loopback", "--passphrase", ""]
+    try:
+        subprocess.run([*gpg, "--quick-generate-key", f"{name} <{name}@example.com>", "ed25519", "sign", "never"], check=True, capture_output=True)
+        keys = home / "KEYS"
+        keys.write_bytes(subprocess.run([*gpg, "--armor", "--export"], check=True, capture_output=True).stdout)
+    finally:
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False, capture_output=True)  # the agent a key needs
+    return keys
+
+
+def sign(home: Path, path: Path) -> None:
+    gpg = ["gpg", "--homedir", str(home), "--batch", "--pinentry-mode", "loopback", "--passphrase", "", "--yes"]
+    try:
+        subprocess.run([*gpg, "--armor", "--detach-sign", "--output", f"{path}.asc", str(path)], check=True, capture_output=True)
+    finally:
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False, capture_output=True)
+
+
 @pytest.fixture
 def maven_mirror(tmp_path):
-    """A mirror of Maven Central over HTTP, laid out as Maven Central is: a JAR and the SHA-1 it publishes beside it."""
+    """A mirror of Maven Central over HTTP, laid out as Maven Central is: a JAR, the SHA-1 it publishes beside it, and
+    its release manager's signature (`.asc`); the KEYS file of that release manager beside the lock."""
     from functools import partial
     from http.server import SimpleHTTPRequestHandler
 
@@ -67,17 +92,20 @@ def maven_mirror(tmp_path):
     jar.parent.mkdir(parents=True)
     jar.write_bytes(b"PK\x03\x04 hadoop-aws")
     jar.with_name(jar.name + ".sha1").write_text(hashlib.sha1(jar.read_bytes(), usedforsecurity=False).hexdigest() + "  hadoop-aws-3.3.4.jar\n")
+    keys = signing_key(tmp_path / "release-manager", "release-manager")
+    sign(tmp_path / "release-manager", jar)
     quiet = type("Quiet", (SimpleHTTPRequestHandler,), {"log_message": lambda *args: None})
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(quiet, directory=str(root)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     lock = tmp_path / "artifacts.lock"
     lock.write_text(f"# the JAR\nhadoop-aws-3.3.4.jar  {pinned.UNPINNED}  {pinned.MAVEN_CENTRAL}org/apache/hadoop/hadoop-aws/3.3.4/hadoop-aws-3.3.4.jar\n")
-    yield f"http://127.0.0.1:{server.server_port}/", jar, lock
+    yield f"http://127.0.0.1:{server.server_port}/", jar, lock, keys
     server.shutdown()
 
 
+@pytest.mark.subprocess  # GnuPG signs and checks the release
 def test_an_unpinned_artifact_is_refused_until_pinned_then_fetched_from_a_mirror_by_its_pin(maven_mirror, tmp_path, monkeypatch, capsys):
-    mirror, jar, lock = maven_mirror
+    mirror, jar, lock, keys = maven_mirror
     monkeypatch.setattr(pinned, "LOCK", lock)
     into = tmp_path / "jars"
     assert pinned.main(["hadoop-aws-3.3.4.jar", "--into", str(into), "--maven-repository", mirror]) == 1
@@ -86,8 +114,9 @@ def test_an_unpinned_artifact_is_refused_until_pinned_then_fetched_from_a_mirror
     assert pinned.main(["hadoop-aws-3.3.4.jar", "--into", str(into), "--optional", "1"]) == 0
     assert "hadoop-aws-3.3.4.jar" in (into / pinned.NOT_FETCHED_FILE).read_text()
 
-    assert pinned.main(["--pin", "hadoop-aws-3.3.4.jar", "--maven-repository", mirror]) == 0
+    assert pinned.main(["--pin", "hadoop-aws-3.3.4.jar", "--maven-repository", mirror, "--keys", str(keys)]) == 0
     digest = hashlib.sha256(jar.read_bytes()).hexdigest()
+    assert f"hadoop-aws-3.3.4.jar {digest} (signed by " in capsys.readouterr().out
     assert lock.read_text() == f"# the JAR\nhadoop-aws-3.3.4.jar  {digest}  {pinned.MAVEN_CENTRAL}org/apache/hadoop/hadoop-aws/3.3.4/hadoop-aws-3.3.4.jar\n"
     assert pinned.main(["hadoop-aws-3.3.4.jar", "--into", str(into), "--maven-repository", mirror]) == 0
     assert (into / "hadoop-aws-3.3.4.jar").read_bytes() == jar.read_bytes() and not (into / pinned.NOT_FETCHED_FILE).exists()
@@ -98,12 +127,13 @@ def test_an_unpinned_artifact_is_refused_until_pinned_then_fetched_from_a_mirror
     assert f"deploy/artifacts.lock pins {digest}" in capsys.readouterr().err
 
 
+@pytest.mark.subprocess  # GnuPG signs and checks the release
 def test_pinning_refuses_what_disagrees_with_the_sha1_its_repository_publishes(maven_mirror, monkeypatch, capsys):
-    mirror, jar, lock = maven_mirror
+    mirror, jar, lock, keys = maven_mirror
     monkeypatch.setattr(pinned, "LOCK", lock)
     jar.write_bytes(b"PK\x03\x04 corrupted on the way")
     before = lock.read_text()
-    assert pinned.main(["--pin", "hadoop-aws-3.3.4.jar", "--maven-repository", mirror]) == 1
+    assert pinned.main(["--pin", "hadoop-aws-3.3.4.jar", "--maven-repository", mirror, "--keys", str(keys)]) == 1
     assert ".sha1 says" in capsys.readouterr().err
     assert lock.read_text() == before
 
@@ -115,3 +145,34 @@ def test_the_image_jars_are_the_official_maven_artifacts_of_the_lock():
     for name in IMAGE_JAR_NAMES:
         assert lock[name].url.startswith(pinned.MAVEN_CENTRAL) and lock[name].url.endswith("/" + name)
         assert lock[name].sha256 == pinned.UNPINNED or len(lock[name].sha256) == 64
+
+
+@pytest.mark.subprocess  # GnuPG signs and checks the release
+def test_pinning_refuses_a_jar_whose_signature_is_missing_bad_or_by_a_key_the_publisher_does_not_list(maven_mirror, tmp_path, monkeypatch, capsys):
+    """Issue 69: the SHA-1 beside a JAR comes from the same server and catches corruption, not tampering; the release's
+    signature by a key of the publisher's KEYS file is what makes a pin trustworthy."""
+    mirror, jar, lock, keys = maven_mirror
+    monkeypatch.setattr(pinned, "LOCK", lock)
+    before, signature = lock.read_text(), jar.with_name(jar.name + ".asc")
+    release_managers = signature.read_bytes()
+
+    def pin() -> int:
+        return pinned.main(["--pin", "hadoop-aws-3.3.4.jar", "--maven-repository", mirror, "--keys", str(keys)])
+
+    # Replaced on the server, its SHA-1 beside it replaced to match.
+    jar.write_bytes(b"PK\x03\x04 tampered")
+    jar.with_name(jar.name + ".sha1").write_text(hashlib.sha1(jar.read_bytes(), usedforsecurity=False).hexdigest())
+    # ... with the release manager's signature of the real JAR: not good for these bytes;
+    assert pin() == 1 and "hadoop-aws-3.3.4.jar: the signature is not good" in capsys.readouterr().err
+    # ... signed by someone the publisher's KEYS does not list;
+    signing_key(tmp_path / "someone-else", "someone-else")
+    sign(tmp_path / "someone-else", jar)
+    assert signature.read_bytes() != release_managers
+    assert pin() == 1 and "signed by a key the KEYS file does not hold" in capsys.readouterr().err
+    # ... or with no signature at all.
+    signature.unlink()
+    assert pin() == 1 and "no signature beside it" in capsys.readouterr().err
+    assert lock.read_text() == before
+    with pytest.raises(SystemExit):  # no KEYS file named: nothing to trust a signature by
+        pinned.main(["--pin", "hadoop-aws-3.3.4.jar", "--maven-repository", mirror])
+    assert "--pin needs --keys" in capsys.readouterr().err
