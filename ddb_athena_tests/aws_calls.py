@@ -43,9 +43,10 @@ PLATFORM_LIBRARY = (DAGSTER_AWS_DIR / "ecs", DAGSTER_AWS_DIR / "s3" / "compute_l
 LAMBDA_MODULE = PACKAGE_DIR / "streamed" / "capture" / "lambda_handler.py"
 # ... and `ddb-athena replay-failures` (streamed/capture/failed_batches.py; its queue-depth reading, made from a check, is the
 # runs': a call is the operator's when the outermost package frame is one of these), and `ddb-athena restore-table`, a
-# break-glass step no run takes (lib/table_recovery.py).
+# break-glass step no run takes (lib/table_recovery.py), and who launches a run from the CLI (dev/launch.py).
 OPERATOR_MODULES = {
-    PACKAGE_DIR / name for name in ("dev/local_stack.py", "dev/simulate.py", "dev/cli.py", "streamed/capture/failed_batches.py", "lib/table_recovery.py")
+    PACKAGE_DIR / name
+    for name in ("dev/local_stack.py", "dev/simulate.py", "dev/cli.py", "dev/launch.py", "streamed/capture/failed_batches.py", "lib/table_recovery.py")
 }
 RESOURCE_PARAMETERS = (
     "Bucket",

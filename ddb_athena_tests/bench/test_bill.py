@@ -223,7 +223,7 @@ def test_the_platform_bill_has_its_database_secret_its_alarms_its_image_and_its_
     lines = {line.name: line for line in platform_bill()}
     secret = lines["its master password: an RDS-managed secret"]
     assert 0.40 < secret.usd < 0.41 and "read at each platform start" in secret.how
-    alarms = lines["alarms on the platform task and the database"]
-    assert alarms.usd == pytest.approx(0.30) and alarms.free_units == (("cloudwatch_alarm_month", 3),)
+    alarms = lines["alarms on the platform task, the database and the alerts' delivery"]
+    assert alarms.usd == pytest.approx(0.40) and alarms.free_units == (("cloudwatch_alarm_month", 4),)
     assert lines["the image in ECR"].usd > 0 and "GB compressed" in lines["the image in ECR"].how
     assert lines["its log in CloudWatch"].usd > 0

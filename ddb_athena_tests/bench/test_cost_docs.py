@@ -46,7 +46,7 @@ def test_the_generated_page_bills_everything_the_deployment_runs():
         "compute logs in S3",
         "freshness checks",
         "its master password: an RDS-managed secret",
-        "alarms on the platform task and the database",
+        "alarms on the platform task, the database and the alerts' delivery",
         "the image in ECR",
     )
     for line in lines:
