@@ -27,15 +27,10 @@ LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "t
 
 # A setting's environment variable is this prefix and its name in capitals (DDB_ATHENA_MERGE_INTERVAL_SECONDS).
 SETTING_PREFIX = "DDB_ATHENA_"
-# The EMR Serverless job's settings (the stack's outputs), by the name the orders load runner gives them.
+# The EMR Serverless job's settings (the stack's outputs), by the name the load runner's fields give them.
 EMR_SETTINGS = {
-    "emr_application_id": "DDB_ATHENA_EMR_APPLICATION_ID",
-    "emr_execution_role_arn": "DDB_ATHENA_EMR_EXECUTION_ROLE_ARN",
-    "emr_code_uri": "DDB_ATHENA_EMR_CODE_URI",
-    "emr_log_group": "DDB_ATHENA_EMR_LOG_GROUP",
-    "emr_release_label": "DDB_ATHENA_EMR_RELEASE_LABEL",
-    "emr_python": "DDB_ATHENA_EMR_PYTHON",
-    "emr_timeout_minutes": "DDB_ATHENA_EMR_TIMEOUT_MINUTES",
+    name: SETTING_PREFIX + name.upper()
+    for name in ("emr_application_id", "emr_execution_role_arn", "emr_code_uri", "emr_log_group", "emr_release_label", "emr_python", "emr_timeout_minutes")
 }
 EMR_REQUIRED = ("emr_application_id", "emr_execution_role_arn", "emr_code_uri", "emr_log_group")
 NAMESPACE = "library"
