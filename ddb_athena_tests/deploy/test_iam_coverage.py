@@ -52,6 +52,10 @@ UNSEEN_BY_BOTOCORE = {
             ("ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel"),
             "the Session Manager agent ECS Exec runs in the task (the UI's port forwarding)",
         ),
+        **dict.fromkeys(
+            ("logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogGroups"),
+            "the Session Manager agent writes each ECS Exec session's log (the cluster's ExecuteCommandConfiguration)",
+        ),
     },
     # The orders load on EMR Serverless: all of it in the job's JVM (its Pipes messages go to stdout, no AWS call).
     SPARK_JOB: {
