@@ -451,7 +451,7 @@ def sync_settings(settings: Settings, **options) -> SyncSettings:
     `options` over both (tests). Validated here, once, by the field's declaration: a bad value is refused when the
     code location loads, naming the variable."""
     deployment = {name: getattr(settings, name) for name in DEPLOYMENT_FIELDS}
-    sync = from_variables(SyncSettings, settings.environ, **deployment, **options)
+    sync = from_variables(SyncSettings, settings.environ, **{**deployment, **options})
     if "longest_merge_interval_seconds" not in sync.model_fields_set:
         # Unset, the longest interval is never shorter than a longer merge interval.
         sync = sync.model_copy(update={"longest_merge_interval_seconds": max(sync.longest_merge_interval_seconds, sync.merge_interval_seconds)})

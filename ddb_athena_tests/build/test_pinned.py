@@ -1,7 +1,9 @@
 """ddb_athena_build/pinned.py: what the image downloads lands only with the SHA-256 deploy/artifacts.lock pins."""
 
 import hashlib
+import shutil
 import subprocess
+import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -58,10 +60,11 @@ def test_the_lock_pins_the_rds_certificate_authorities_from_awss_trust_store_ove
     assert len(bundle.sha256) == 64 and int(bundle.sha256, 16) >= 0
 
 
-def signing_key(home: Path, name: str) -> Path:
-    """A throwaway GnuPG key in a keyring of its own (`home`), as a release manager's: its public half exported as a
-    KEYS file is what the pin trusts."""
-    home.mkdir(mode=0o700)
+def signing_key(name: str) -> tuple[Path, Path]:
+    """A throwaway GnuPG key in a keyring of its own, as a release manager's: (its home, its public half exported as a
+    KEYS file, which is what the pin trusts). The home is short (/tmp/gpg-...): the agent's socket path must fit 108
+    bytes, which a test's own directory under pytest-xdist does not."""
+    home = Path(tempfile.mkdtemp(prefix="gpg-"))
     gpg = ["gpg", "--homedir", str(home), "--batch", "--pinentry-mode", "loopback", "--passphrase", ""]
     try:
         subprocess.run([*gpg, "--quick-generate-key", f"{name} <{name}@example.com>", "ed25519", "sign", "never"], check=True, capture_output=True)
@@ -69,7 +72,7 @@ def signing_key(home: Path, name: str) -> Path:
         keys.write_bytes(subprocess.run([*gpg, "--armor", "--export"], check=True, capture_output=True).stdout)
     finally:
         subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False, capture_output=True)  # the agent a key needs
-    return keys
+    return home, keys
 
 
 def sign(home: Path, path: Path) -> None:
@@ -92,8 +95,8 @@ def maven_mirror(tmp_path):
     jar.parent.mkdir(parents=True)
     jar.write_bytes(b"PK\x03\x04 hadoop-aws")
     jar.with_name(jar.name + ".sha1").write_text(hashlib.sha1(jar.read_bytes(), usedforsecurity=False).hexdigest() + "  hadoop-aws-3.3.4.jar\n")
-    keys = signing_key(tmp_path / "release-manager", "release-manager")
-    sign(tmp_path / "release-manager", jar)
+    home, keys = signing_key("release-manager")
+    sign(home, jar)
     quiet = type("Quiet", (SimpleHTTPRequestHandler,), {"log_message": lambda *args: None})
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(quiet, directory=str(root)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -101,6 +104,7 @@ def maven_mirror(tmp_path):
     lock.write_text(f"# the JAR\nhadoop-aws-3.3.4.jar  {pinned.UNPINNED}  {pinned.MAVEN_CENTRAL}org/apache/hadoop/hadoop-aws/3.3.4/hadoop-aws-3.3.4.jar\n")
     yield f"http://127.0.0.1:{server.server_port}/", jar, lock, keys
     server.shutdown()
+    shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.mark.subprocess  # GnuPG signs and checks the release
@@ -165,8 +169,9 @@ def test_pinning_refuses_a_jar_whose_signature_is_missing_bad_or_by_a_key_the_pu
     # ... with the release manager's signature of the real JAR: not good for these bytes;
     assert pin() == 1 and "hadoop-aws-3.3.4.jar: the signature is not good" in capsys.readouterr().err
     # ... signed by someone the publisher's KEYS does not list;
-    signing_key(tmp_path / "someone-else", "someone-else")
-    sign(tmp_path / "someone-else", jar)
+    someone_else, _ = signing_key("someone-else")
+    sign(someone_else, jar)
+    shutil.rmtree(someone_else, ignore_errors=True)
     assert signature.read_bytes() != release_managers
     assert pin() == 1 and "signed by a key the KEYS file does not hold" in capsys.readouterr().err
     # ... or with no signature at all.
