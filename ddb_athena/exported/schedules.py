@@ -5,12 +5,13 @@ from dagster import DefaultScheduleStatus, build_schedule_from_partitioned_job
 from ddb_athena.exported.jobs import DAILY_JOBS
 from ddb_athena.lib.settings import Settings
 
-# Each tick runs the partition of the previous day, once that day has ended.
+# Each tick runs the partition of the previous day, once that day has ended; the hours read once, with the code location.
+_EXPORTED = Settings.from_env().exported
 DAILY_SCHEDULES = {
     name: build_schedule_from_partitioned_job(
         job,
         name=f"{name}_daily_schedule",
-        hour_of_day=Settings.from_env().exported[name].schedule_hour,
+        hour_of_day=_EXPORTED[name].schedule_hour,
         minute_of_hour=0,
         default_status=DefaultScheduleStatus.RUNNING,
     )
