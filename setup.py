@@ -19,6 +19,8 @@ setup(
         # The Iceberg runtime JAR we use locally is built for Spark 3.5 / Scala 2.12.
         "pyspark>=3.5,<3.6",
         "boto3>=1.34",
+        # Every DDB_ATHENA_* variable is read into declared models (ddb_athena/lib/settings.py).
+        "pydantic-settings>=2.3,<3",
     ],
     extras_require={
         # A deployment's instance (deploy/dagster.yaml): PostgreSQL storage. The image installs it.
