@@ -11,7 +11,7 @@ CHECKOV := .ddb_athena/tools/checkov/bin/checkov
 CFN_GUARD_PACKAGE := @cdklabs/cdk-validator-cfnguard@0.0.62
 CFN_GUARD := .ddb_athena/tools/cfn-guard/node_modules/@cdklabs/cdk-validator-cfnguard/package.json
 
-.PHONY: install test test-image test-image-arm64 test-fast test-soak dev templates bench bench-calibrate bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-interruption bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity bench-many-declarations faults lambda emr-job lint clean
+.PHONY: install test test-image test-image-arm64 test-fast test-soak dev templates bench bench-calibrate bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-interruption bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity bench-many-declarations faults lambda emr-job lint lock clean
 
 install: $(INSTALLED) $(CHECKOV) $(CFN_GUARD)
 	@# Cheap when the JARs are cached (.ddb_athena/jars); builds or fetches whatever is missing, and dumps the archive of
@@ -63,6 +63,16 @@ test-image: install
 # The same for the Graviton image (linux/arm64), through QEMU on an x86 machine: slow, so not part of CI.
 test-image-arm64: install
 	ARCH=arm64 bash scripts/test_image.sh
+
+# The image's Python distributions, each pinned by version and hash (deploy/Dockerfile installs only these): run after
+# a change to setup.py's requirements (a test fails until then); it keeps every pin it can. `make lock UPGRADE=--upgrade`
+# takes the newest releases the requirements allow. Needs the package index.
+PIP_TOOLS := .ddb_athena/tools/pip-tools/bin/pip-compile
+LOCK_OPTIONS := --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
+lock:
+	test -x $(PIP_TOOLS) || { $(PYTHON) -m venv .ddb_athena/tools/pip-tools && .ddb_athena/tools/pip-tools/bin/pip install --quiet pip-tools==7.7.0; }
+	$(PIP_TOOLS) $(LOCK_OPTIONS) $(UPGRADE) --extra deploy --output-file deploy/requirements.lock setup.py
+	$(PIP_TOOLS) $(LOCK_OPTIONS) $(UPGRADE) --output-file deploy/build-requirements.lock deploy/build-requirements.in
 
 lint: install
 	$(BIN)/ruff check ddb_athena ddb_athena_build ddb_athena_tests ddb_athena_bench ddb_athena_faults

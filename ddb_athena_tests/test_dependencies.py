@@ -1,10 +1,12 @@
-"""Every third-party module the package imports is installed by what the image installs (`pip install '.[deploy]'`).
+"""Every third-party module the package imports is installed by what the image installs (`.[deploy]`, as
+deploy/requirements.lock pins it, each distribution by version and hash).
 
 A module present in the test environment only through a test tool's dependencies (pydantic-settings came with
 cfn-lint's) passes every test here and fails the image at its first import: this finds it without building the image.
 """
 
 import ast
+import re
 import sys
 from importlib.metadata import distribution, packages_distributions
 from pathlib import Path
@@ -12,10 +14,20 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-PACKAGE = Path(__file__).resolve().parents[1] / "ddb_athena"
+from ddb_athena.lib.settings import REPO_ROOT
+
+PACKAGE = REPO_ROOT / "ddb_athena"
+LOCKS = [REPO_ROOT / "deploy" / "requirements.lock", REPO_ROOT / "deploy" / "build-requirements.lock"]
+PIN = re.compile(r"^([A-Za-z0-9._-]+)==(\S+)")
 # The local stack (ddb_athena/dev) runs from a developer's checkout, installed with the `dev` extra.
 EXTRAS_BY_PART = {"dev": ("deploy", "dev")}
 IMAGE_EXTRAS = ("deploy",)
+
+
+def _requirements(name: str, wanted_extras: tuple[str, ...]) -> list[Requirement]:
+    environments = [{"extra": extra} for extra in wanted_extras] or [{"extra": ""}]
+    requirements = [Requirement(line) for line in distribution(name).requires or []]
+    return [requirement for requirement in requirements if requirement.marker is None or any(requirement.marker.evaluate(e) for e in environments)]
 
 
 def _installed_closure(extras: tuple[str, ...]) -> set[str]:
@@ -25,11 +37,7 @@ def _installed_closure(extras: tuple[str, ...]) -> set[str]:
     while pending:
         name, wanted_extras = pending.pop()
         seen.add(canonicalize_name(name))
-        for line in distribution(name).requires or []:
-            requirement = Requirement(line)
-            environments = [{"extra": extra} for extra in wanted_extras] or [{"extra": ""}]
-            if requirement.marker is not None and not any(requirement.marker.evaluate(environment) for environment in environments):
-                continue
+        for requirement in _requirements(name, wanted_extras):
             if canonicalize_name(requirement.name) not in seen:
                 pending.append((requirement.name, tuple(requirement.extras)))
     return seen
@@ -63,3 +71,31 @@ def test_the_check_finds_a_module_that_only_a_test_tool_brings():
     # cfn-lint (the `test` extra) brings jsonschema; nothing the image installs does.
     assert "jsonschema" not in _installed_closure(IMAGE_EXTRAS)
     assert "jsonschema" in _installed_closure(("test",))
+
+
+def _locked(path) -> dict[str, tuple[str, int]]:
+    """name: (version, number of hashes) for each distribution the lock pins."""
+    pins, name = {}, None
+    for line in path.read_text().splitlines():
+        if match := PIN.match(line):
+            name = canonicalize_name(match.group(1))
+            pins[name] = (match.group(2), 0)
+        elif name and line.strip().startswith("--hash=sha256:"):
+            pins[name] = (pins[name][0], pins[name][1] + 1)
+    return pins
+
+
+def test_the_lock_pins_by_hash_what_setup_py_requires_at_versions_it_allows():
+    """`make lock` after a change to setup.py's requirements: the image installs only what the lock pins."""
+    locked = _locked(LOCKS[0])
+    unhashed = [name for name, (_, hashes) in locked.items() if hashes == 0]
+    assert unhashed == []
+    wrong = [
+        f"{requirement} (locked: {locked.get(canonicalize_name(requirement.name), ('nothing',))[0]})"
+        for requirement in _requirements("ddb_athena", IMAGE_EXTRAS)
+        if canonicalize_name(requirement.name) not in locked or locked[canonicalize_name(requirement.name)][0] not in requirement.specifier
+    ]
+    assert wrong == [], "deploy/requirements.lock is behind setup.py (`make lock`): " + ", ".join(wrong)
+    # What the requirements bring, as this environment resolved them: the lock holds each of them too.
+    assert _installed_closure(IMAGE_EXTRAS) - {"ddb-athena"} <= set(locked)
+    assert {"setuptools", "wheel"} <= set(_locked(LOCKS[1]))

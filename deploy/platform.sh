@@ -12,10 +12,11 @@ stop() {
 trap stop TERM INT
 
 # An image built offline (DOWNLOADS_OPTIONAL=1) went without its pinned JARs, and its runs would download unpinned
-# ones at every start: it serves nothing unless told it is a test's (DDB_ATHENA_ALLOW_UNPINNED_IMAGE=1).
-not_fetched="${DDB_ATHENA_JAR_DIR:-/opt/ddb_athena/jars}/not-fetched.txt"
-if [ -e "$not_fetched" ] && [ "${DDB_ATHENA_ALLOW_UNPINNED_IMAGE:-0}" != 1 ]; then
-  echo "platform: this image was built without its pinned JARs ($(tr '\n' ' ' < "$not_fetched")): build it where Maven Central (or a mirror) is reachable (docs/operations.md, step 1)" >&2
+# ones at every start, or on a base named by tag alone: it serves nothing unless told it is a test's
+# (DDB_ATHENA_ALLOW_UNPINNED_IMAGE=1).
+unpinned=$( (cat "${DDB_ATHENA_JAR_DIR:-/opt/ddb_athena/jars}/not-fetched.txt" /opt/ddb_athena/base-not-pinned.txt 2>/dev/null || true) | tr '\n' ' ')
+if [ -n "$unpinned" ] && [ "${DDB_ATHENA_ALLOW_UNPINNED_IMAGE:-0}" != 1 ]; then
+  echo "platform: this image was built offline, without what it pins (${unpinned% }): build it where the registries are reachable (docs/operations.md, step 1)" >&2
   exit 1
 fi
 code_port="${DAGSTER_CODE_SERVER_PORT:-4000}"

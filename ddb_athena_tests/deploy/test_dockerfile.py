@@ -38,6 +38,15 @@ def test_the_base_image_is_an_argument_and_the_image_runs_as_a_numeric_user():
     assert users and users[-1].split(":")[0].isdigit() and users[-1].split(":")[0] != "0"
 
 
+def test_every_python_distribution_the_image_installs_is_checked_against_its_locked_hash():
+    """Issue 69: only the project itself (no dependency: --no-deps) is installed from outside the locks, and nothing is
+    built in an isolated environment whose tools pip would fetch unchecked."""
+    installs = re.findall(r"pip install ([^&\\]+)", DOCKERFILE.read_text())
+    assert installs and all("--no-deps" in install for install in installs)
+    assert [install for install in installs if "--require-hashes" not in install] == ["--quiet --no-deps --no-build-isolation -e . "]
+    assert all("--no-build-isolation" in install for install in installs if "requirements.lock" in install and "build-requirements" not in install)
+
+
 def test_the_deployment_keeps_the_same_pools_as_make_dev():
     deployed = yaml.safe_load((REPO_ROOT / "deploy" / "dagster.yaml").read_text())
     local = yaml.safe_load((REPO_ROOT / "dagster.yaml").read_text())

@@ -89,6 +89,17 @@ def test_the_image_runs_as_a_user_with_python_3_11_and_java_17_on_its_platform(i
     assert '"17.' in java
 
 
+def test_a_base_named_by_tag_alone_is_refused_but_offline_where_the_image_says_so_and_the_platform_will_not_serve_it(image):
+    """Issue 69: a build names its base by digest; the suite's offline build (a local base, no registry) records it."""
+    tag, _ = image
+    refused = _docker("build", "-f", "deploy/Dockerfile", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "-t", f"{tag}-refused", str(REPO_ROOT))
+    assert refused.returncode != 0 and f"BASE_IMAGE={BASE_IMAGE} names no digest" in refused.stdout + refused.stderr
+    recorded = _run(tag, "cat", "/opt/ddb_athena/base-not-pinned.txt")
+    assert recorded.stdout.strip() == BASE_IMAGE
+    served = _run(tag, "bash", "/opt/ddb_athena/platform.sh")
+    assert served.returncode == 1 and "built offline, without what it pins (" in served.stderr and f" {BASE_IMAGE})" in served.stderr
+
+
 def test_the_aws_profiles_jars_are_baked_from_the_lock_or_the_offline_build_named_them_and_baked_the_local_set(image):
     tag, _ = image
     probe = (
