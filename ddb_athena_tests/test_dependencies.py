@@ -96,6 +96,6 @@ def test_the_lock_pins_by_hash_what_setup_py_requires_at_versions_it_allows():
         if canonicalize_name(requirement.name) not in locked or locked[canonicalize_name(requirement.name)][0] not in requirement.specifier
     ]
     assert wrong == [], "deploy/requirements.lock is behind setup.py (`make lock`): " + ", ".join(wrong)
-    # What the requirements bring, as this environment resolved them: the lock holds each of them too.
-    assert _installed_closure(IMAGE_EXTRAS) - {"ddb-athena"} <= set(locked)
+    # Not compared: what those requirements bring, as this environment resolved them (a release tomorrow may bring
+    # another); the image's `pip check` holds the lock to itself.
     assert {"setuptools", "wheel"} <= set(_locked(LOCKS[1]))
