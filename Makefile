@@ -36,7 +36,7 @@ $(INSTALLED): setup.py
 # first), listing its 25 slowest tests; then the IAM coverage tests, on the AWS calls every worker saved ($(2): which).
 # The tiers are markers (setup.cfg): `make test` is what CI runs; `make test-fast`, the inner loop, leaves out every
 # test that needs a JVM or a process of its own; `make test-soak` runs what needs minutes of real time.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 AWS_CALLS := .ddb_athena/test-aws-calls
 define run_suite
 	rm -rf $(AWS_CALLS)
