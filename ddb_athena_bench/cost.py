@@ -41,6 +41,7 @@ from ddb_athena.lib.declarations import declared
 from ddb_athena.lib.settings import DEFAULT_MERGE_INTERVAL_SECONDS, REPO_ROOT
 from ddb_athena.lib.writer_lease import WriterLease
 from ddb_athena_bench import bill as billing
+from ddb_athena_bench import stage_metrics
 from ddb_athena_bench.counting_emulator import PROBE_ACCESS_KEY
 from ddb_athena_bench.freshness import OUT, request_counts
 from ddb_athena_bench.prices import FREE_TIERS, PRICES, SPOT_SHARE_WORSE
@@ -502,6 +503,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--beside-interval", type=float, default=None, help="each table beside books declared with this merge_interval_seconds (default: the run's)"
     )
+    parser.add_argument(
+        "--spark-event-log", action="store_true", help="keep Spark's event log and print each cell's statements by stage metrics (stage_metrics.py)"
+    )
     parser.add_argument("--write-docs", action="store_true", help="write docs/cost.md from every cell measured so far")
     parser.add_argument("--docs-only", action="store_true", help="measure nothing: write docs/cost.md from the saved cells")
     arguments = parser.parse_args(argv)
@@ -515,6 +519,8 @@ def main(argv: list[str] | None = None) -> int:
         # killed at once, the JVMs of two bootstraps within one 2.5 GB limit).
         limits = TaskLimits(f"ddb_athena_bench_{os.getpid()}", arguments.vcpu, arguments.memory_gb)
         stack_options = {"warehouse_on_s3": True, "spark_memory": arguments.spark_memory, "limits": limits, "copies": arguments.copies}
+        event_log = OUT / "stage-events" if arguments.spark_event_log else None
+        stack_options["event_log"] = event_log
         with capacity_stack(scratch, arguments.initial_books, arguments.summary_bytes, arguments.shards, **stack_options) as stack:
             limits.release_this_process_memory()
             sync = stack.resources["sync"]
@@ -527,7 +533,12 @@ def main(argv: list[str] | None = None) -> int:
                 beside = [TableBeside(table, arguments.beside_rate, _lease(stack, sync.iceberg_table_of(table)).check) for table in tables]
                 minutes = max(arguments.minutes, 10 * interval / 60)
                 print(f"--- {rate:g} writes/s, a cycle every {interval:g} s, {count} tables beside, {minutes:g} minutes measured", flush=True)
+                measured_from = time.time() + arguments.warm_up_minutes * 60
                 cell = measure_cell(stack, limits, lease, rate, interval, minutes, arguments.warm_up_minutes, beside)
+                if event_log is not None:
+                    application = stack.resources["spark"].spark_session.sparkContext.applicationId
+                    (log,) = event_log.glob(f"{application}*")
+                    print(stage_metrics.table(stage_metrics.summary(stage_metrics.read(log), int(measured_from * 1000))), flush=True)
                 cell.update(
                     code=_code_version(),
                     vcpu=arguments.vcpu,

@@ -113,8 +113,10 @@ def capacity_stack(
     spark_memory: str | None = None,
     limits=None,
     copies: int = 1,
+    event_log: Path | None = None,
 ) -> Iterator[CapacityStack]:
-    """`spark_memory`: the JVM's heap (`spark.driver.memory`). `limits` (task_limits.TaskLimits): the task's size,
+    """`spark_memory`: the JVM's heap (`spark.driver.memory`). `event_log`: a directory for Spark's event log (every
+    stage's metrics; `stage_metrics.py` reads it). `limits` (task_limits.TaskLimits): the task's size,
     entered once the emulator runs and the table is seeded, before the JVM starts. `copies` > 1: after the bootstrap,
     the table holds that many of each item, written into Iceberg by Spark (`copy_rows`, every core) and held by the
     memory table as they are read (`CopiedItems`): a table ten times as large as this process can seed."""
@@ -130,10 +132,14 @@ def capacity_stack(
             env = {**env, "DDB_ATHENA_SPARK_MASTER": limits.spark_master}
         settings = Settings.from_env(env)
         resources = resources_from_settings(settings)
-        if spark_memory:
+        extra = {"spark.driver.memory": spark_memory} if spark_memory else {}
+        if event_log is not None:
+            event_log.mkdir(parents=True, exist_ok=True)
+            extra.update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": event_log.as_uri(), "spark.eventLog.compress": "false"})
+        if extra:
             spark = resources["spark"]
             fields = {name: getattr(spark, name) for name in type(spark).model_fields}
-            resources["spark"] = type(spark)(**{**fields, "extra_config": {**spark.extra_config, "spark.driver.memory": spark_memory}})
+            resources["spark"] = type(spark)(**{**fields, "extra_config": {**spark.extra_config, **extra}})
         stack = CapacityStack(env, settings, resources, table, rng, processes, summary_bytes)
         started = time.monotonic()
         _syncer(stack, MemoryClients(table, resources["aws"])).cycle("bootstrap")
