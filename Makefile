@@ -139,10 +139,11 @@ bench-sync-capacity: install
 # heap SPARK_MEMORY), a 1 GB table, every request counted by step and priced (ddb_athena_bench/prices.py). WRITE_DOCS=1
 # writes docs/cost.md from every cell measured so far (docs/cost-cells.json, versioned; DOCS_ONLY=1 measures nothing).
 # Each cell runs MINUTES (30: two maintenance passes). COPIES=10: books ten times its 1 GB (copied by Spark).
+# STAGES=1: Spark's event log kept, each cell's statements printed by their stages' metrics (stage_metrics.py).
 bench-cost: install
 	$(BIN)/python -m ddb_athena_bench.cost --rates $${RATES:-1,10,100,230} --intervals $${INTERVALS:-10,20,30,60,120} --minutes $${MINUTES:-30} \
 		$${VCPU:+--vcpu $$VCPU} $${MEMORY_GB:+--memory-gb $$MEMORY_GB} $${SPARK_MEMORY:+--spark-memory $$SPARK_MEMORY} $${WRITE_DOCS:+--write-docs} $${DOCS_ONLY:+--docs-only} \
-		--tables-beside $${TABLES_BESIDE:-0} --beside-rate $${BESIDE_RATE:-2} $${BESIDE_INTERVAL:+--beside-interval $$BESIDE_INTERVAL} $${COPIES:+--copies $$COPIES}
+		--tables-beside $${TABLES_BESIDE:-0} --beside-rate $${BESIDE_RATE:-2} $${BESIDE_INTERVAL:+--beside-interval $$BESIDE_INTERVAL} $${COPIES:+--copies $$COPIES} $${STAGES:+--spark-event-log}
 
 # How fast this host is now: the CPU seconds of fixed Python and Spark work. Run it before and after each cell of a
 # before/after (A B B A): the same code measures a third slower on a slow hour here. ROUNDS warm Spark rounds.
