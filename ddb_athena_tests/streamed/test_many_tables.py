@@ -435,3 +435,31 @@ def test_key_parity_of_the_declared_composite_key_table_end_to_end(spark, settin
     spark.sql(f"DELETE FROM {settings.namespace}.reviews WHERE book_id = '{victim['book_id']}' AND review_id = {victim['review_id']}")
     after = parity()
     assert not after.passed and after.metadata()["unexplained_examples"] == f"{key_text((victim['book_id'], victim['review_id']))} (missing from Iceberg)"
+
+
+def test_a_table_declared_to_read_its_own_stream_syncs_beside_one_the_capture_lambda_serves_in_one_run(spark, settings, instance):
+    """The deployment's capture is the Lambda's (books' changes come only as its change files); reviews is declared
+    `capture = "run"`: the same run reads reviews' stream itself and never books'."""
+    from ddb_athena.lib.source_layout import SourceLayout
+    from ddb_athena.streamed.capture.lambda_handler import handle_stream_event
+    from ddb_athena_tests.streamed.test_assets import lambda_event
+    from ddb_athena_tests.streamed.test_cycle import stream_records
+
+    dynamodb, s3 = settings.client("dynamodb"), settings.client("s3")
+    reviews_table(dynamodb)
+    reading_its_stream = streamed_assets(replace(declared("reviews"), capture="run"))
+    dynamodb.put_item(TableName=settings.dynamodb_tables["books"], Item={"id": {"S": "scanned"}, "name": {"S": "n"}})
+    newest = int(stream_records(settings)[-1]["dynamodb"]["SequenceNumber"])
+
+    def on_cycle(number: int) -> None:
+        if number == 1:
+            return  # the first cycle bootstraps both tables from their scans
+        # In DynamoDB only: were books' stream read by the run, these would reach the table.
+        dynamodb.put_item(TableName=settings.dynamodb_tables["books"], Item={"id": {"S": f"direct-{number}"}, "name": {"S": "n"}})
+        handle_stream_event(lambda_event(f"lambda-{number}", str(newest + 200 + number), "by the Lambda"), s3, SourceLayout(settings.bucket, "books_source"))
+        dynamodb.put_item(TableName="reviews", Item={"book_id": {"S": "b"}, "review_id": {"N": str(number)}, "stars": {"N": "4"}})
+
+    run_two_tables(instance, on_cycle, cycles=4, tables=(BOOKS, reading_its_stream), books_capture="lambda")
+    books = {row["id"] for row in spark.table(f"{settings.namespace}.books").collect()}
+    assert books == {"scanned", "lambda-2", "lambda-3", "lambda-4"}
+    assert {review for _, review in rows(spark, f"{settings.namespace}.reviews")} == {2, 3, 4}
