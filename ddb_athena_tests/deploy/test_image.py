@@ -172,6 +172,11 @@ def test_the_platform_container_serves_the_ui_from_its_code_server_and_its_daemo
 
     tag, _ = image
     webserver_port, code_server_port = free_port(), free_port()
+    # The on-call's queue on the alert topic: the platform's start sends a test alert before it serves.
+    sns, sqs = settings.client("sns"), settings.client("sqs")
+    topic = sns.create_topic(Name="ddb-athena-alerts")["TopicArn"]
+    queue_url = sqs.create_queue(QueueName="on-call")["QueueUrl"]
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"])
     with postgres_server() as postgres:
         environment = {
             **postgres.environment(),
@@ -188,6 +193,7 @@ def test_the_platform_container_serves_the_ui_from_its_code_server_and_its_daemo
             "DAGSTER_RUN_FAMILY_PREFIX": "ddb_athena",
             # The suite's image is built offline, without the pinned JARs: the platform refuses such an image otherwise.
             "DDB_ATHENA_ALLOW_UNPINNED_IMAGE": "1",
+            "DDB_ATHENA_ALERT_TOPIC_ARN": topic,
         }
         options = [option for name, value in environment.items() for option in ("-e", f"{name}={value}")]
         # The front's CA in place of the image's RDS bundle (PGSSLROOTCERT), at the same path.
@@ -207,6 +213,8 @@ def test_the_platform_container_serves_the_ui_from_its_code_server_and_its_daemo
 
             served = wait_for("the webserver to serve the code location", assets_served, timeout=300 * PATIENCE, poll=3)
             assert {"books_source", "books_iceberg", "orders_export", "orders_athena"} <= served
+            alerts = [json.loads(message["Body"]) for message in sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", [])]
+            assert [alert["Subject"] for alert in alerts] == ["ddb_athena: the platform started - a test alert"]
             for name, value in environment.items():
                 monkeypatch.setenv(name, value)  # this process reads the same instance
             instance_home = Path(tempfile.mkdtemp())
