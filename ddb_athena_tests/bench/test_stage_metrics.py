@@ -3,7 +3,7 @@ the long plan texts): a probe that collected a GROUP BY over 100,000 rows, then 
 
 from pathlib import Path
 
-from ddb_athena_bench.stage_metrics import read, summary
+from ddb_athena_bench.stage_metrics import read, stages_of, summary
 
 EVENT_LOG = Path(__file__).with_name("spark_event_log.jsonl")
 
@@ -27,3 +27,9 @@ def test_only_the_executions_begun_in_the_window_are_counted():
     executions = read(EVENT_LOG)
     last = max(execution.started_ms for execution in executions.values())
     assert [row["statement"] for row in summary(executions, since_ms=last)] == ["sql: Execute CreateDataSourceTableAsSelectCommand"]
+
+
+def test_a_statements_stages_are_listed_in_order_with_their_own_metrics():
+    (stage,) = stages_of(read(EVENT_LOG), "sql: Execute CreateDataSourceTableAsSelectCommand")
+    assert stage["stage"] == 1 and stage["input_records"] == 100_000 and stage["output_bytes"] > 0
+    assert stages_of(read(EVENT_LOG), "no such statement") == []
