@@ -10,6 +10,8 @@ CHECKOV := .ddb_athena/tools/checkov/bin/checkov
 # cfn-guard 3.1 and AWS Control Tower's guard rules, as AWS ships them in one npm package (deploy/test_scanners.py).
 CFN_GUARD_PACKAGE := @cdklabs/cdk-validator-cfnguard@0.0.62
 CFN_GUARD := .ddb_athena/tools/cfn-guard/node_modules/@cdklabs/cdk-validator-cfnguard/package.json
+# pip-tools, for `make lock` only (its own virtualenv).
+PIP_TOOLS := .ddb_athena/tools/pip-tools/bin/pip-compile
 
 .PHONY: install test test-image test-image-arm64 test-fast test-soak dev templates bench bench-calibrate bench-platform bench-bootstrap bench-capture bench-cost bench-freshness bench-interruption bench-requests bench-volume bench-sync-cpu bench-sync-phases bench-parity bench-many-declarations faults lambda emr-job lint lock clean
 
@@ -22,6 +24,10 @@ install: $(INSTALLED) $(CHECKOV) $(CFN_GUARD)
 $(CHECKOV):
 	$(PYTHON) -m venv .ddb_athena/tools/checkov
 	.ddb_athena/tools/checkov/bin/python -m pip install --quiet checkov==$(CHECKOV_VERSION)
+
+$(PIP_TOOLS):
+	$(PYTHON) -m venv .ddb_athena/tools/pip-tools
+	.ddb_athena/tools/pip-tools/bin/python -m pip install --quiet pip-tools==7.7.0
 
 $(CFN_GUARD):
 	npm install --silent --no-audit --no-fund --prefix .ddb_athena/tools/cfn-guard $(CFN_GUARD_PACKAGE)
@@ -67,10 +73,8 @@ test-image-arm64: install
 # The image's Python distributions, each pinned by version and hash (deploy/Dockerfile installs only these): run after
 # a change to setup.py's requirements (a test fails until then); it keeps every pin it can. `make lock UPGRADE=--upgrade`
 # takes the newest releases the requirements allow. Needs the package index.
-PIP_TOOLS := .ddb_athena/tools/pip-tools/bin/pip-compile
 LOCK_OPTIONS := --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
-lock:
-	test -x $(PIP_TOOLS) || { $(PYTHON) -m venv .ddb_athena/tools/pip-tools && .ddb_athena/tools/pip-tools/bin/pip install --quiet pip-tools==7.7.0; }
+lock: $(PIP_TOOLS)
 	$(PIP_TOOLS) $(LOCK_OPTIONS) $(UPGRADE) --extra deploy --output-file deploy/requirements.lock setup.py
 	$(PIP_TOOLS) $(LOCK_OPTIONS) $(UPGRADE) --output-file deploy/build-requirements.lock deploy/build-requirements.in
 
