@@ -36,12 +36,12 @@ from ddb_athena.lake.table_spec import (
     image_problem_sql,
     image_schema_ddl,
     key_match_sql,
+    matched_merge_sql,
     properties_sql,
     set_properties_sql,
     tombstone_table,
     type_mismatch_sql,
     typed_columns_sql,
-    upsert_merge_sql,
     value_problem_cases,
 )
 from ddb_athena.lake.writer_branch import WriterBranch
@@ -66,7 +66,9 @@ _NO_SNAPSHOT = "~"
 # A stream batch is a few rows to a few thousand: one shuffle partition and a static plan (adaptive execution
 # plans each stage again) cost ~10% less CPU per sync cycle (interleaved A/B in one warm session, docs/performance-log.md "CPU of a
 # sync cycle"). A bootstrap's rebuild, the whole table, keeps the session's settings.
-STREAM_BATCH_PLAN = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
+# A batch up to 64 MB (cached, so its size is exact) is broadcast to the table's scan (_upsert); a larger one, a stream
+# far behind, is shuffled with the table (slower, as right). A cycle at 230 writes/s holds ~10 MB, Spark's default limit.
+STREAM_BATCH_PLAN = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1", "spark.sql.autoBroadcastJoinThreshold": str(64 << 20)}
 ITEM_PROBLEM_FUNCTION = "ddb_athena_item_problem"
 TOMBSTONE_PROPERTIES = {
     **dict(METADATA_UPKEEP_PROPERTIES),
@@ -584,38 +586,74 @@ def unburied_sql(spec: TableSpec, latest_view: str, tombstones: str) -> str:
 def _upsert(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: DataFrame, oldest_sequence: str, result: MergeResult) -> None:
     """Applies `latest` (one change per key, none older than `oldest_sequence`) to the table and its tombstones.
 
-    One scan of the table per cycle, the MERGE's: its conditions decide against the row it finds (a change not newer
-    than the row is skipped), so the batch is not first classified against the table. Every delete not recorded yet is
-    recorded as a tombstone, also one of a key the table no longer holds or holds newer: such a tombstone is older than
-    the row, so it buries only changes the row's own sequence number already refuses. The counts are Iceberg's own,
-    from the commit's summary: rows written (inserted or updated) and rows removed (deleted, or replaced by an update)."""
+    The cycle's cost follows its changes, not the table: every join streams the table past the batch, broadcast (no
+    shuffle or sort of the table's keys). First the keys the table holds among the batch (a semi join); then a MERGE
+    of only those (an inner join: a MERGE that also inserts is an outer join with the batch on the preserved side,
+    which Spark cannot broadcast, so it shuffled and sorted every key of the table each cycle); then the rest
+    appended. The MERGE's conditions decide against the row it finds (a change not newer than the row is skipped).
+    Every delete not recorded yet is recorded as a tombstone, also one of a key the table no longer holds or holds
+    newer: such a tombstone is older than the row, so it buries only changes the row's own sequence number already
+    refuses. The counts are Iceberg's own, from the commits' summaries: rows written (inserted or updated) and rows
+    removed (deleted, or replaced by an update)."""
     latest_view = validate_identifier(f"{spec.table}_latest_changes")
     latest.createOrReplaceTempView(latest_view)
-    changes = spark.sql(unburied_sql(spec, latest_view, tables.tombstones), args={"oldest": oldest_sequence}).localCheckpoint()
-    summary = changes.groupBy("_buried", "event_name", "_held").agg(F.count("*").alias("count"), F.max(CHANGED_AT_COLUMN).alias("newest")).collect()
-    result.changes = sum(row["count"] for row in summary)
-    result.newest_change_at = _utc(max((row["newest"] for row in summary if row["newest"]), default=None))
-    unburied = [row for row in summary if not row["_buried"]]
-    # A held key's tombstone too (its event is REMOVE).
-    deletes = sum(row["count"] for row in unburied if row["event_name"] == "REMOVE")
-    upserts = sum(row["count"] for row in unburied if row["event_name"] != "REMOVE")
+    # Cached, not checkpointed: a cached batch's size is exact, so Spark may broadcast it.
+    changes = spark.sql(unburied_sql(spec, latest_view, tables.tombstones), args={"oldest": oldest_sequence}).persist()
+    try:
+        summary = changes.groupBy("_buried", "event_name", "_held").agg(F.count("*").alias("count"), F.max(CHANGED_AT_COLUMN).alias("newest")).collect()
+        result.changes = sum(row["count"] for row in summary)
+        result.newest_change_at = _utc(max((row["newest"] for row in summary if row["newest"]), default=None))
+        unburied = [row for row in summary if not row["_buried"]]
+        # A held key's tombstone too (its event is REMOVE).
+        deletes = sum(row["count"] for row in unburied if row["event_name"] == "REMOVE")
+        upserts = sum(row["count"] for row in unburied if row["event_name"] != "REMOVE")
 
-    view = validate_identifier(f"{spec.table}_changes")
-    # Tombstones first: if the run dies between the two commits, the retry still knows the delete (and appends
-    # it again, which changes no key's newest delete). An append, not a MERGE: no join, a third of the jobs.
-    if deletes:
-        _tombstones_of(changes.where("NOT _buried"), spec).writeTo(tables.tombstones).append()
-        tables.written.add(tombstone_table(tables.target))
-    # A delete goes to the MERGE even when recorded already: the run that recorded it may have died before its MERGE,
-    # and removing a row older than a delete is always right.
-    if upserts or any(row["event_name"] == "REMOVE" for row in summary):
-        changes.where("NOT _buried OR event_name = 'REMOVE'").createOrReplaceTempView(view)
-        spark.sql(upsert_merge_sql(spec, tables.table, view))
-        tables.written.add(tables.target)
-        written = _summary_of(spark, tables)
-        result.rows_written, result.rows_removed = int(written.get("added-records", 0)), int(written.get("added-position-deletes", 0))
-    # Inserts and updates older than a recorded delete or the row, and deletes recorded already.
-    result.stale_skipped = result.changes - sum(row["count"] for row in unburied) + upserts - result.rows_written
+        # Tombstones first: if the run dies between the commits, the retry still knows the delete (and appends
+        # it again, which changes no key's newest delete). An append, not a MERGE: no join, a third of the jobs.
+        if deletes:
+            _tombstones_of(changes.where("NOT _buried"), spec).writeTo(tables.tombstones).append()
+            tables.written.add(tombstone_table(tables.target))
+        # A delete goes to the MERGE even when recorded already: the run that recorded it may have died before its
+        # MERGE, and removing a row older than a delete is always right.
+        if upserts or any(row["event_name"] == "REMOVE" for row in summary):
+            _apply(spark, spec, tables, changes.where("NOT _buried OR event_name = 'REMOVE'"), result)
+        # Inserts and updates older than a recorded delete or the row, and deletes recorded already.
+        result.stale_skipped = result.changes - sum(row["count"] for row in unburied) + upserts - result.rows_written
+    finally:
+        changes.unpersist()
+
+
+def _apply(spark: SparkSession, spec: TableSpec, tables: _Tables, changes: DataFrame, result: MergeResult) -> None:
+    """Updates and deletes the rows of the keys of `changes` the table holds (a change newer than its row), in one
+    MERGE, then appends the other keys' inserts and updates: two commits on the writer's branch, published together
+    (without a writer, on `main`: a reader may see the first alone). A run that dies between them leaves the second to
+    its retry, which finds the first's rows as new as their changes."""
+    view, present_view = validate_identifier(f"{spec.table}_changes"), validate_identifier(f"{spec.table}_present_keys")
+    changes.createOrReplaceTempView(view)
+    keys = ", ".join(f"t.{name}" for name in spec.key_names)
+    present = spark.sql(f"SELECT /*+ BROADCAST(c) */ {keys} FROM {tables.table} t LEFT SEMI JOIN {view} c ON {key_match_sql(spec, 't', 'c')}").persist()
+    try:
+        present.createOrReplaceTempView(present_view)
+        if present.count():
+            spark.sql(matched_merge_sql(spec, tables.table, view))
+            tables.written.add(tables.target)
+            merged = _summary_of(spark, tables)
+            result.rows_written += int(merged.get("added-records", 0))
+            result.rows_removed += int(merged.get("added-position-deletes", 0))
+        new = spark.sql(
+            f"SELECT {', '.join(spec.table_column_names)} FROM {view} c WHERE event_name <> 'REMOVE' AND NOT _buried "
+            f"AND NOT EXISTS (SELECT 1 FROM {present_view} t WHERE {key_match_sql(spec, 't', 'c')})"
+        ).persist()
+        try:
+            inserted = new.count()
+            if inserted:
+                new.writeTo(tables.table).append()
+                tables.written.add(tables.target)
+                result.rows_written += inserted
+        finally:
+            new.unpersist()
+    finally:
+        present.unpersist()
 
 
 def _summary_of(spark: SparkSession, tables: _Tables) -> dict[str, str]:

@@ -216,19 +216,40 @@ def test_a_bootstrap_snapshot_replaces_what_came_before_and_later_changes_apply_
 
 def test_a_stream_batch_is_merged_with_its_plan_settings_and_the_session_keeps_its_own(files, monkeypatch):
     at_merge = []
-    build_merge = change_merge.upsert_merge_sql
+    apply = change_merge._apply
 
     def recording(*args):
         at_merge.append({name: files.spark.conf.get(name) for name in STREAM_BATCH_PLAN})
-        return build_merge(*args)
+        return apply(*args)
 
-    monkeypatch.setattr(change_merge, "upsert_merge_sql", recording)
+    monkeypatch.setattr(change_merge, "_apply", recording)
     sessions_own = {name: files.spark.conf.get(name) for name in STREAM_BATCH_PLAN}
     assert sessions_own != STREAM_BATCH_PLAN
     files.write(change(1, "a", "INSERT"), change(2, "b", "INSERT"))
     assert files.merge().rows_written == 2
     assert at_merge == [STREAM_BATCH_PLAN]
     assert {name: files.spark.conf.get(name) for name in STREAM_BATCH_PLAN} == sessions_own
+
+
+def test_a_cycle_broadcasts_its_changes_into_the_tables_scan_and_appends_the_new_keys(files, monkeypatch):
+    """A cycle's cost follows its changes: its MERGE streams the table past the broadcast batch. A MERGE that also
+    inserted was an outer join Spark cannot broadcast, which shuffled and sorted every key of the table each cycle."""
+    plans = []
+    build = change_merge.matched_merge_sql
+
+    def explained(*args):
+        sql = build(*args)
+        plans.append(files.spark.sql(f"EXPLAIN {sql}").collect()[0][0])
+        return sql
+
+    monkeypatch.setattr(change_merge, "matched_merge_sql", explained)
+    files.merge([files.write(*[change(number, f"k{number}", "INSERT") for number in range(1, 5)])])
+    assert plans == []  # no key was in the table: nothing to MERGE
+    result = files.merge([files.write(change(10, "k1", "MODIFY", name="new"), change(11, "k2", "REMOVE"), change(12, "k9", "INSERT"))])
+    assert files.names() == {"k1": "new", "k3": "k3@3", "k4": "k4@4", "k9": "k9@12"}
+    assert (result.rows_written, result.rows_removed, result.stale_skipped) == (2, 2, 0)
+    [plan] = plans
+    assert "BroadcastHashJoin" in plan and "SortMergeJoin" not in plan, plan
 
 
 def test_a_bootstrap_rebuild_keeps_the_sessions_plan_settings(files, monkeypatch):
@@ -271,7 +292,7 @@ def test_a_run_that_dies_between_the_tombstone_and_the_merge_never_applies_a_cha
     def dies(*_):
         raise RuntimeError("the run dies before its MERGE")
 
-    monkeypatch.setattr(change_merge, "upsert_merge_sql", dies)
+    monkeypatch.setattr(change_merge, "matched_merge_sql", dies)
     with pytest.raises(RuntimeError):
         files.merge([delete])
     monkeypatch.undo()

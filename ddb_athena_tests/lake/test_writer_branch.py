@@ -84,7 +84,7 @@ def frozen_writer():
     "pause_at",
     [
         "_tombstones_of",  # its batch looked up against the tombstones, before their append
-        "upsert_merge_sql",  # tombstones appended, before the MERGE is planned
+        "matched_merge_sql",  # tombstones appended, before the MERGE is planned
         "publish",  # both committed to its branch, before main moves
     ],
 )
