@@ -597,8 +597,9 @@ def _upsert(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: DataF
     removed (deleted, or replaced by an update)."""
     latest_view = validate_identifier(f"{spec.table}_latest_changes")
     latest.createOrReplaceTempView(latest_view)
-    # Cached, not checkpointed: a cached batch's size is exact, so Spark may broadcast it.
-    changes = spark.sql(unburied_sql(spec, latest_view, tables.tombstones), args={"oldest": oldest_sequence}).persist()
+    # Checkpointed: computed once, whatever the cycle then commits (a write makes Spark compute again every cached plan
+    # that reads the table written). Cached too: a cached batch's size is exact, so Spark may broadcast it.
+    changes = spark.sql(unburied_sql(spec, latest_view, tables.tombstones), args={"oldest": oldest_sequence}).localCheckpoint().persist()
     try:
         summary = changes.groupBy("_buried", "event_name", "_held").agg(F.count("*").alias("count"), F.max(CHANGED_AT_COLUMN).alias("newest")).collect()
         result.changes = sum(row["count"] for row in summary)
@@ -631,29 +632,24 @@ def _apply(spark: SparkSession, spec: TableSpec, tables: _Tables, changes: DataF
     view, present_view = validate_identifier(f"{spec.table}_changes"), validate_identifier(f"{spec.table}_present_keys")
     changes.createOrReplaceTempView(view)
     keys = ", ".join(f"t.{name}" for name in spec.key_names)
-    present = spark.sql(f"SELECT /*+ BROADCAST(c) */ {keys} FROM {tables.table} t LEFT SEMI JOIN {view} c ON {key_match_sql(spec, 't', 'c')}").persist()
-    try:
-        present.createOrReplaceTempView(present_view)
-        if present.count():
-            spark.sql(matched_merge_sql(spec, tables.table, view))
-            tables.written.add(tables.target)
-            merged = _summary_of(spark, tables)
-            result.rows_written += int(merged.get("added-records", 0))
-            result.rows_removed += int(merged.get("added-position-deletes", 0))
-        new = spark.sql(
-            f"SELECT {', '.join(spec.table_column_names)} FROM {view} c WHERE event_name <> 'REMOVE' AND NOT _buried "
-            f"AND NOT EXISTS (SELECT 1 FROM {present_view} t WHERE {key_match_sql(spec, 't', 'c')})"
-        ).persist()
-        try:
-            inserted = new.count()
-            if inserted:
-                new.writeTo(tables.table).append()
-                tables.written.add(tables.target)
-                result.rows_written += inserted
-        finally:
-            new.unpersist()
-    finally:
-        present.unpersist()
+    # Checkpointed, as the batch: the MERGE must not make Spark scan the table again for them.
+    present = spark.sql(f"SELECT /*+ BROADCAST(c) */ {keys} FROM {tables.table} t LEFT SEMI JOIN {view} c ON {key_match_sql(spec, 't', 'c')}")
+    present.localCheckpoint().createOrReplaceTempView(present_view)
+    new = spark.sql(
+        f"SELECT {', '.join(spec.table_column_names)} FROM {view} c WHERE event_name <> 'REMOVE' AND NOT _buried "
+        f"AND NOT EXISTS (SELECT 1 FROM {present_view} t WHERE {key_match_sql(spec, 't', 'c')})"
+    ).localCheckpoint()
+    if spark.table(present_view).count():
+        spark.sql(matched_merge_sql(spec, tables.table, view))
+        tables.written.add(tables.target)
+        merged = _summary_of(spark, tables)
+        result.rows_written += int(merged.get("added-records", 0))
+        result.rows_removed += int(merged.get("added-position-deletes", 0))
+    inserted = new.count()
+    if inserted:
+        new.writeTo(tables.table).append()
+        tables.written.add(tables.target)
+        result.rows_written += inserted
 
 
 def _summary_of(spark: SparkSession, tables: _Tables) -> dict[str, str]:
