@@ -136,6 +136,30 @@ def test_a_writer_branch_is_invisible_until_published_and_gone_when_dropped(spar
     assert [row["name"] for row in spark.sql(f"SELECT name FROM {files.table}.refs").collect()] == ["main"]
 
 
+def test_a_cycle_that_dies_between_its_merge_and_its_append_publishes_neither_and_its_retry_publishes_both(spark, settings, monkeypatch):
+    """The MERGE of the keys held is committed on the branch, the append of the new keys is not: readers see neither;
+    the retry over the same files finds the updated row as new as its change and appends the new key."""
+    from pyspark.sql import DataFrameWriterV2
+
+    files = ChangeFiles(spark, settings)
+    files.merge([files.write(change(1, "a", "INSERT"))])
+    batch = files.write(change(2, "a", name="updated"), change(3, "b", "INSERT"))
+    writer = WriterBranch(lambda: spark, "lake", (files.table, f"{files.table}_tombstones"), "t0ken", 1)
+
+    def dies(*_):
+        raise RuntimeError("the run dies before its append")
+
+    monkeypatch.setattr(DataFrameWriterV2, "append", dies)
+    with pytest.raises(RuntimeError):
+        files.merge([batch], writer=writer)
+    monkeypatch.undo()
+    assert files.names() == {"a": "a@1"}  # readers see main: nothing of the cycle
+    retry = files.merge([batch], writer=writer)
+    assert files.names() == {"a": "updated", "b": "b@3"}
+    assert (retry.stale_skipped, retry.rows_written) == (1, 1)
+    writer.drop()
+
+
 def test_a_branch_that_another_writer_fenced_cannot_be_published(spark, settings):
     files = ChangeFiles(spark, settings)
     files.write(change(1, "a"))
