@@ -36,7 +36,7 @@ from ddb_athena.lake.table_spec import (
     image_problem_sql,
     image_schema_ddl,
     key_match_sql,
-    matched_merge_sql,
+    merge_sql,
     properties_sql,
     set_properties_sql,
     tombstone_table,
@@ -69,6 +69,10 @@ _NO_SNAPSHOT = "~"
 # A batch up to 64 MB (cached, so its size is exact) is broadcast to the table's scan (_upsert); a larger one, a stream
 # far behind, is shuffled with the table (slower, as right). A cycle at 230 writes/s holds ~10 MB, Spark's default limit.
 STREAM_BATCH_PLAN = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1", "spark.sql.autoBroadcastJoinThreshold": str(64 << 20)}
+# Below this many rows a cycle applies its batch in one MERGE that also inserts: sorting the table's keys costs less
+# than a second scan and commit (at 100k rows 0.45 s less a cycle; at 1 M the same CPU; at 10 M 8.5 CPU-s a minute
+# more: docs/performance-log.md, "The MERGE of the keys held").
+ONE_MERGE_BELOW_ROWS = 1_000_000
 ITEM_PROBLEM_FUNCTION = "ddb_athena_item_problem"
 TOMBSTONE_PROPERTIES = {
     **dict(METADATA_UPKEEP_PROPERTIES),
@@ -625,12 +629,16 @@ def _upsert(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: DataF
 
 
 def _apply(spark: SparkSession, spec: TableSpec, tables: _Tables, changes: DataFrame, result: MergeResult) -> None:
-    """Updates and deletes the rows of the keys of `changes` the table holds (a change newer than its row), in one
-    MERGE, then appends the other keys' inserts and updates: two commits on the writer's branch, published together
-    (without a writer, on `main`: a reader may see the first alone). A run that dies between them leaves the second to
-    its retry, which finds the first's rows as new as their changes."""
+    """Applies `changes` to the rows of their keys (a change newer than its row). A table of fewer than
+    ONE_MERGE_BELOW_ROWS rows in one MERGE that also inserts; a larger one in a MERGE of the keys it holds, then an
+    append of the other keys' inserts and updates: two commits on the writer's branch, published together (without a
+    writer, on `main`: a reader may see the first alone). A run that dies between them leaves the second to its retry,
+    which finds the first's rows as new as their changes."""
     view, present_view = validate_identifier(f"{spec.table}_changes"), validate_identifier(f"{spec.table}_present_keys")
     changes.createOrReplaceTempView(view)
+    if int(_summary_of(spark, tables).get("total-records", 0)) < ONE_MERGE_BELOW_ROWS:
+        _merge(spark, spec, tables, view, result, insert_new=True)
+        return
     keys = ", ".join(f"t.{name}" for name in spec.key_names)
     # Checkpointed, as the batch: the MERGE must not make Spark scan the table again for them.
     present = spark.sql(f"SELECT /*+ BROADCAST(c) */ {keys} FROM {tables.table} t LEFT SEMI JOIN {view} c ON {key_match_sql(spec, 't', 'c')}")
@@ -640,11 +648,7 @@ def _apply(spark: SparkSession, spec: TableSpec, tables: _Tables, changes: DataF
         f"AND NOT EXISTS (SELECT 1 FROM {present_view} t WHERE {key_match_sql(spec, 't', 'c')})"
     ).localCheckpoint()
     if spark.table(present_view).count():
-        spark.sql(matched_merge_sql(spec, tables.table, view))
-        tables.written.add(tables.target)
-        merged = _summary_of(spark, tables)
-        result.rows_written += int(merged.get("added-records", 0))
-        result.rows_removed += int(merged.get("added-position-deletes", 0))
+        _merge(spark, spec, tables, view, result, insert_new=False)
     inserted = new.count()
     if inserted:
         new.writeTo(tables.table).append()
@@ -652,8 +656,16 @@ def _apply(spark: SparkSession, spec: TableSpec, tables: _Tables, changes: DataF
         result.rows_written += inserted
 
 
+def _merge(spark: SparkSession, spec: TableSpec, tables: _Tables, view: str, result: MergeResult, insert_new: bool) -> None:
+    spark.sql(merge_sql(spec, tables.table, view, insert_new))
+    tables.written.add(tables.target)
+    merged = _summary_of(spark, tables)
+    result.rows_written += int(merged.get("added-records", 0))
+    result.rows_removed += int(merged.get("added-position-deletes", 0))
+
+
 def _summary_of(spark: SparkSession, tables: _Tables) -> dict[str, str]:
-    """The summary of the commit this merge just made to the table (on the writer's branch, or `main`)."""
+    """The summary of the table's head on the branch this merge writes (the writer's, or `main`): after a commit, its."""
     return branch_summary(spark, tables.target, tables.writer.name if tables.writer is not None else "main")
 
 

@@ -383,17 +383,23 @@ def properties_sql(properties: Mapping[str, str]) -> str:
     return ", ".join(f"{string_literal(key)}={string_literal(value)}" for key, value in properties.items())
 
 
-def matched_merge_sql(spec: TableSpec, catalog_table: str, source_view: str) -> str:
+def merge_sql(spec: TableSpec, catalog_table: str, source_view: str, insert_new: bool) -> str:
     """MERGE applying the latest change per key to the row of that key: newer changes win, REMOVE deletes, never the
-    reverse. A key the table does not hold is left to an append: without a NOT MATCHED clause the MERGE is an inner
-    join, which Spark may broadcast the changes into."""
+    reverse. With `insert_new`, a key the table does not hold is inserted (an outer join, the changes on its preserved
+    side: Spark sorts every key of the table into it); without, it is left to an append (an inner join, which Spark
+    may broadcast the changes into)."""
     columns = spec.table_column_names
     newer = f"t.{SEQUENCE_COLUMN} < s.{SEQUENCE_COLUMN}"
+    inserts = (
+        f" WHEN NOT MATCHED AND s.event_name <> 'REMOVE' THEN INSERT ({', '.join(columns)}) VALUES ({', '.join('s.' + name for name in columns)})"
+        if insert_new
+        else ""
+    )
     return (
         f"MERGE INTO {dotted_name(catalog_table)} t "
         f"USING {validate_identifier(source_view)} s ON {key_match_sql(spec, 't', 's')} "
         f"WHEN MATCHED AND s.event_name = 'REMOVE' AND {newer} THEN DELETE "
-        f"WHEN MATCHED AND s.event_name <> 'REMOVE' AND {newer} THEN UPDATE SET " + ", ".join(f"t.{name} = s.{name}" for name in columns)
+        f"WHEN MATCHED AND s.event_name <> 'REMOVE' AND {newer} THEN UPDATE SET " + ", ".join(f"t.{name} = s.{name}" for name in columns) + inserts
     )
 
 

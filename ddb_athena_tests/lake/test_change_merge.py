@@ -231,18 +231,25 @@ def test_a_stream_batch_is_merged_with_its_plan_settings_and_the_session_keeps_i
     assert {name: files.spark.conf.get(name) for name in STREAM_BATCH_PLAN} == sessions_own
 
 
-def test_a_cycle_broadcasts_its_changes_into_the_tables_scan_and_appends_the_new_keys(files, monkeypatch):
-    """A cycle's cost follows its changes: its MERGE streams the table past the broadcast batch. A MERGE that also
-    inserted was an outer join Spark cannot broadcast, which shuffled and sorted every key of the table each cycle."""
+def _explained_merges(files, monkeypatch) -> list[str]:
+    """The plan of every MERGE a cycle runs, from here on."""
     plans = []
-    build = change_merge.matched_merge_sql
+    build = change_merge.merge_sql
 
     def explained(*args):
         sql = build(*args)
         plans.append(files.spark.sql(f"EXPLAIN {sql}").collect()[0][0])
         return sql
 
-    monkeypatch.setattr(change_merge, "matched_merge_sql", explained)
+    monkeypatch.setattr(change_merge, "merge_sql", explained)
+    return plans
+
+
+def test_a_large_tables_cycle_broadcasts_its_changes_into_the_tables_scan_and_appends_the_new_keys(files, monkeypatch):
+    """A cycle's cost follows its changes: its MERGE streams the table past the broadcast batch. A MERGE that also
+    inserted is an outer join Spark cannot broadcast, which shuffled and sorted every key of the table each cycle."""
+    monkeypatch.setattr(change_merge, "ONE_MERGE_BELOW_ROWS", 0)
+    plans = _explained_merges(files, monkeypatch)
     files.merge([files.write(*[change(number, f"k{number}", "INSERT") for number in range(1, 5)])])
     assert plans == []  # no key was in the table: nothing to MERGE
     result = files.merge([files.write(change(10, "k1", "MODIFY", name="new"), change(11, "k2", "REMOVE"), change(12, "k9", "INSERT"))])
@@ -250,6 +257,21 @@ def test_a_cycle_broadcasts_its_changes_into_the_tables_scan_and_appends_the_new
     assert (result.rows_written, result.rows_removed, result.stale_skipped) == (2, 2, 0)
     [plan] = plans
     assert "BroadcastHashJoin" in plan and "SortMergeJoin" not in plan, plan
+
+
+def test_a_small_tables_cycle_is_one_merge_that_inserts_too(files, monkeypatch):
+    """Below ONE_MERGE_BELOW_ROWS sorting the table's keys costs less than a second scan and commit: one MERGE."""
+    files.merge([files.write(change(1, "a", "INSERT"))])
+    monkeypatch.setattr(change_merge, "ONE_MERGE_BELOW_ROWS", 2)
+    plans = _explained_merges(files, monkeypatch)
+    commits = files.spark.table(f"{files.table}.snapshots").count()
+    result = files.merge([files.write(change(2, "a", name="new"), change(3, "b", "INSERT"))])
+    assert files.names() == {"a": "new", "b": "b@3"} and (result.rows_written, result.rows_removed) == (2, 1)
+    assert len(plans) == 1 and files.spark.table(f"{files.table}.snapshots").count() == commits + 1
+    # Two rows now: the next cycle's batch is a large table's, a MERGE of the keys held and an append.
+    files.merge([files.write(change(4, "b", name="newer"), change(5, "c", "INSERT"))])
+    assert files.names() == {"a": "new", "b": "newer", "c": "c@5"}
+    assert len(plans) == 2 and files.spark.table(f"{files.table}.snapshots").count() == commits + 3
 
 
 def test_a_bootstrap_rebuild_keeps_the_sessions_plan_settings(files, monkeypatch):
@@ -292,7 +314,7 @@ def test_a_run_that_dies_between_the_tombstone_and_the_merge_never_applies_a_cha
     def dies(*_):
         raise RuntimeError("the run dies before its MERGE")
 
-    monkeypatch.setattr(change_merge, "matched_merge_sql", dies)
+    monkeypatch.setattr(change_merge, "merge_sql", dies)
     with pytest.raises(RuntimeError):
         files.merge([delete])
     monkeypatch.undo()

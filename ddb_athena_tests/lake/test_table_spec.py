@@ -1,7 +1,7 @@
 import pytest
 
 from ddb_athena.lake.identifiers import InvalidIdentifierError
-from ddb_athena.lake.table_spec import ColumnSpec, TableSpec, create_table_sql, image_problem_sql, image_schema_ddl, matched_merge_sql, typed_value_sql
+from ddb_athena.lake.table_spec import ColumnSpec, TableSpec, create_table_sql, image_problem_sql, image_schema_ddl, merge_sql, typed_value_sql
 from ddb_athena.lib.declarations import declared
 
 
@@ -46,12 +46,14 @@ def test_partitioning_is_validated_and_rendered():
         TableSpec("orders", ColumnSpec("order_id", "order_id"), spec.columns, partition_by=("drop(created_at)",))
 
 
-def test_merge_sql_guards_against_older_changes_and_deletes_on_remove():
-    sql = matched_merge_sql(declared("books").spec, "library.books", "books_changes")
+@pytest.mark.parametrize("insert_new", [True, False])
+def test_merge_sql_guards_against_older_changes_and_deletes_on_remove(insert_new):
+    sql = merge_sql(declared("books").spec, "library.books", "books_changes", insert_new)
     assert sql.startswith("MERGE INTO library.books t USING books_changes s ON t.id = s.id ")
     assert "WHEN MATCHED AND s.event_name = 'REMOVE' AND t._sequence_number < s._sequence_number THEN DELETE" in sql
     assert "WHEN MATCHED AND s.event_name <> 'REMOVE' AND t._sequence_number < s._sequence_number THEN UPDATE SET" in sql
-    assert "NOT MATCHED" not in sql  # new keys are appended: an inner join, which Spark can broadcast the changes into
+    # Without inserts, an inner join, which Spark can broadcast the changes into; a REMOVE is never inserted.
+    assert ("WHEN NOT MATCHED AND s.event_name <> 'REMOVE' THEN INSERT" in sql) == insert_new and sql.count("NOT MATCHED") == insert_new
 
 
 def test_an_attribute_name_reaches_sql_quoted_and_its_messages_as_text():
@@ -82,7 +84,7 @@ def test_problem_sql_names_missing_keys_and_unparseable_values():
         lambda: TableSpec("books", ColumnSpec("id", "id"), (ColumnSpec("id", "other"),)),
         lambda: TableSpec("books", ColumnSpec("id", "id"), (ColumnSpec("item", "item"),)),
         lambda: create_table_sql(declared("books").spec, "library.books; DROP TABLE x"),
-        lambda: matched_merge_sql(declared("books").spec, "library.books", "v; --"),
+        lambda: merge_sql(declared("books").spec, "library.books", "v; --", True),
     ],
 )
 def test_bad_specs_and_names_are_refused(make):

@@ -84,7 +84,7 @@ def frozen_writer():
     "pause_at",
     [
         "_tombstones_of",  # its batch looked up against the tombstones, before their append
-        "matched_merge_sql",  # tombstones appended, before the MERGE is planned
+        "merge_sql",  # tombstones appended, before the MERGE is planned
         "publish",  # both committed to its branch, before main moves
     ],
 )
@@ -141,6 +141,9 @@ def test_a_cycle_that_dies_between_its_merge_and_its_append_publishes_neither_an
     the retry over the same files finds the updated row as new as its change and appends the new key."""
     from pyspark.sql import DataFrameWriterV2
 
+    from ddb_athena.lake import change_merge
+
+    monkeypatch.setattr(change_merge, "ONE_MERGE_BELOW_ROWS", 0)  # a large table's two commits
     files = ChangeFiles(spark, settings)
     files.merge([files.write(change(1, "a", "INSERT"))])
     batch = files.write(change(2, "a", name="updated"), change(3, "b", "INSERT"))
@@ -149,10 +152,11 @@ def test_a_cycle_that_dies_between_its_merge_and_its_append_publishes_neither_an
     def dies(*_):
         raise RuntimeError("the run dies before its append")
 
+    append = DataFrameWriterV2.append
     monkeypatch.setattr(DataFrameWriterV2, "append", dies)
     with pytest.raises(RuntimeError):
         files.merge([batch], writer=writer)
-    monkeypatch.undo()
+    monkeypatch.setattr(DataFrameWriterV2, "append", append)
     assert files.names() == {"a": "a@1"}  # readers see main: nothing of the cycle
     retry = files.merge([batch], writer=writer)
     assert files.names() == {"a": "updated", "b": "b@3"}
