@@ -66,9 +66,12 @@ _NO_SNAPSHOT = "~"
 # A stream batch is a few rows to a few thousand: one shuffle partition and a static plan (adaptive execution
 # plans each stage again) cost ~10% less CPU per sync cycle (interleaved A/B in one warm session, docs/performance-log.md "CPU of a
 # sync cycle"). A bootstrap's rebuild, the whole table, keeps the session's settings.
-# A batch up to 64 MB (cached, so its size is exact) is broadcast to the table's scan (_upsert); a larger one, a stream
-# far behind, is shuffled with the table (slower, as right). A cycle at 230 writes/s holds ~10 MB, Spark's default limit.
-STREAM_BATCH_PLAN = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1", "spark.sql.autoBroadcastJoinThreshold": str(64 << 20)}
+STREAM_BATCH_PLAN = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
+# A large table's MERGE of the keys it holds broadcasts a batch up to 64 MB (cached, so its size is exact) to the table's
+# scan; a larger one, a stream far behind, is shuffled with the table (slower, as right). A cycle at 230 writes/s holds
+# ~10 MB, Spark's default limit. Not for one MERGE that also inserts: Spark would broadcast a small table instead, which
+# cost a cycle of 100k rows 0.1 s more.
+_BROADCAST_THE_BATCH = {"spark.sql.autoBroadcastJoinThreshold": str(64 << 20)}
 # Below this many rows a cycle applies its batch in one MERGE that also inserts: sorting the table's keys costs less
 # than a second scan and commit (at 100k rows 0.45 s less a cycle; at 1 M the same CPU; at 10 M 8.5 CPU-s a minute
 # more: docs/performance-log.md, "The MERGE of the keys held").
@@ -657,7 +660,8 @@ def _apply(spark: SparkSession, spec: TableSpec, tables: _Tables, changes: DataF
 
 
 def _merge(spark: SparkSession, spec: TableSpec, tables: _Tables, view: str, result: MergeResult, insert_new: bool) -> None:
-    spark.sql(merge_sql(spec, tables.table, view, insert_new))
+    with session_settings(spark, {} if insert_new else _BROADCAST_THE_BATCH):
+        spark.sql(merge_sql(spec, tables.table, view, insert_new))
     tables.written.add(tables.target)
     merged = _summary_of(spark, tables)
     result.rows_written += int(merged.get("added-records", 0))
