@@ -604,31 +604,28 @@ def _upsert(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: DataF
     removed (deleted, or replaced by an update)."""
     latest_view = validate_identifier(f"{spec.table}_latest_changes")
     latest.createOrReplaceTempView(latest_view)
-    # Checkpointed: computed once, whatever the cycle then commits (a write makes Spark compute again every cached plan
-    # that reads the table written). Cached too: a cached batch's size is exact, so Spark may broadcast it.
-    changes = spark.sql(unburied_sql(spec, latest_view, tables.tombstones), args={"oldest": oldest_sequence}).localCheckpoint().persist()
-    try:
-        summary = changes.groupBy("_buried", "event_name", "_held").agg(F.count("*").alias("count"), F.max(CHANGED_AT_COLUMN).alias("newest")).collect()
-        result.changes = sum(row["count"] for row in summary)
-        result.newest_change_at = _utc(max((row["newest"] for row in summary if row["newest"]), default=None))
-        unburied = [row for row in summary if not row["_buried"]]
-        # A held key's tombstone too (its event is REMOVE).
-        deletes = sum(row["count"] for row in unburied if row["event_name"] == "REMOVE")
-        upserts = sum(row["count"] for row in unburied if row["event_name"] != "REMOVE")
+    # Checkpointed: computed once, whatever the cycle then commits (a write makes Spark compute again every plan that
+    # reads the table written).
+    changes = spark.sql(unburied_sql(spec, latest_view, tables.tombstones), args={"oldest": oldest_sequence}).localCheckpoint()
+    summary = changes.groupBy("_buried", "event_name", "_held").agg(F.count("*").alias("count"), F.max(CHANGED_AT_COLUMN).alias("newest")).collect()
+    result.changes = sum(row["count"] for row in summary)
+    result.newest_change_at = _utc(max((row["newest"] for row in summary if row["newest"]), default=None))
+    unburied = [row for row in summary if not row["_buried"]]
+    # A held key's tombstone too (its event is REMOVE).
+    deletes = sum(row["count"] for row in unburied if row["event_name"] == "REMOVE")
+    upserts = sum(row["count"] for row in unburied if row["event_name"] != "REMOVE")
 
-        # Tombstones first: if the run dies between the commits, the retry still knows the delete (and appends
-        # it again, which changes no key's newest delete). An append, not a MERGE: no join, a third of the jobs.
-        if deletes:
-            _tombstones_of(changes.where("NOT _buried"), spec).writeTo(tables.tombstones).append()
-            tables.written.add(tombstone_table(tables.target))
-        # A delete goes to the MERGE even when recorded already: the run that recorded it may have died before its
-        # MERGE, and removing a row older than a delete is always right.
-        if upserts or any(row["event_name"] == "REMOVE" for row in summary):
-            _apply(spark, spec, tables, changes.where("NOT _buried OR event_name = 'REMOVE'"), result)
-        # Inserts and updates older than a recorded delete or the row, and deletes recorded already.
-        result.stale_skipped = result.changes - sum(row["count"] for row in unburied) + upserts - result.rows_written
-    finally:
-        changes.unpersist()
+    # Tombstones first: if the run dies between the commits, the retry still knows the delete (and appends
+    # it again, which changes no key's newest delete). An append, not a MERGE: no join, a third of the jobs.
+    if deletes:
+        _tombstones_of(changes.where("NOT _buried"), spec).writeTo(tables.tombstones).append()
+        tables.written.add(tombstone_table(tables.target))
+    # A delete goes to the MERGE even when recorded already: the run that recorded it may have died before its
+    # MERGE, and removing a row older than a delete is always right.
+    if upserts or any(row["event_name"] == "REMOVE" for row in summary):
+        _apply(spark, spec, tables, changes.where("NOT _buried OR event_name = 'REMOVE'"), result)
+    # Inserts and updates older than a recorded delete or the row, and deletes recorded already.
+    result.stale_skipped = result.changes - sum(row["count"] for row in unburied) + upserts - result.rows_written
 
 
 def _apply(spark: SparkSession, spec: TableSpec, tables: _Tables, changes: DataFrame, result: MergeResult) -> None:
@@ -642,16 +639,21 @@ def _apply(spark: SparkSession, spec: TableSpec, tables: _Tables, changes: DataF
     if int(_summary_of(spark, tables).get("total-records", 0)) < ONE_MERGE_BELOW_ROWS:
         _merge(spark, spec, tables, view, result, insert_new=True)
         return
-    keys = ", ".join(f"t.{name}" for name in spec.key_names)
-    # Checkpointed, as the batch: the MERGE must not make Spark scan the table again for them.
-    present = spark.sql(f"SELECT /*+ BROADCAST(c) */ {keys} FROM {tables.table} t LEFT SEMI JOIN {view} c ON {key_match_sql(spec, 't', 'c')}")
-    present.localCheckpoint().createOrReplaceTempView(present_view)
-    new = spark.sql(
-        f"SELECT {', '.join(spec.table_column_names)} FROM {view} c WHERE event_name <> 'REMOVE' AND NOT _buried "
-        f"AND NOT EXISTS (SELECT 1 FROM {present_view} t WHERE {key_match_sql(spec, 't', 'c')})"
-    ).localCheckpoint()
-    if spark.table(present_view).count():
-        _merge(spark, spec, tables, view, result, insert_new=False)
+    # Cached: a cached batch's size is exact, so Spark broadcasts it to the table's scan (the joins below).
+    changes.persist()
+    try:
+        keys = ", ".join(f"t.{name}" for name in spec.key_names)
+        # Checkpointed, as the batch: the MERGE must not make Spark scan the table again for them.
+        present = spark.sql(f"SELECT /*+ BROADCAST(c) */ {keys} FROM {tables.table} t LEFT SEMI JOIN {view} c ON {key_match_sql(spec, 't', 'c')}")
+        present.localCheckpoint().createOrReplaceTempView(present_view)
+        new = spark.sql(
+            f"SELECT {', '.join(spec.table_column_names)} FROM {view} c WHERE event_name <> 'REMOVE' AND NOT _buried "
+            f"AND NOT EXISTS (SELECT 1 FROM {present_view} t WHERE {key_match_sql(spec, 't', 'c')})"
+        ).localCheckpoint()
+        if spark.table(present_view).count():
+            _merge(spark, spec, tables, view, result, insert_new=False)
+    finally:
+        changes.unpersist()
     inserted = new.count()
     if inserted:
         new.writeTo(tables.table).append()
