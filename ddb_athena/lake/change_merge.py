@@ -73,9 +73,11 @@ STREAM_BATCH_PLAN = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.p
 # cost a cycle of 100k rows 0.1 s more.
 _BROADCAST_THE_BATCH = {"spark.sql.autoBroadcastJoinThreshold": str(64 << 20)}
 # Below this many rows a cycle applies its batch in one MERGE that also inserts: sorting the table's keys costs less
-# than a second scan and commit (at 100k rows 0.45 s less a cycle; at 1 M the same CPU; at 10 M 8.5 CPU-s a minute
-# more: docs/performance-log.md, "The MERGE of the keys held").
-ONE_MERGE_BELOW_ROWS = 1_000_000
+# than a second scan and commit. At 1 M rows both cost the same CPU, and the second commit and scan 6.8 USD a month more
+# in requests at a 20-s interval; at 10 M one MERGE spills its sort and takes 8.5 CPU-s a minute more, its cycles back
+# to back within half a vCPU (docs/performance-log.md, "The MERGE of the keys held"). Two million keeps a 1 GB table,
+# ~1.0-1.5 M rows, on one MERGE; where between 1 and 10 M the two cross is not measured.
+ONE_MERGE_BELOW_ROWS = 2_000_000
 ITEM_PROBLEM_FUNCTION = "ddb_athena_item_problem"
 TOMBSTONE_PROPERTIES = {
     **dict(METADATA_UPKEEP_PROPERTIES),
