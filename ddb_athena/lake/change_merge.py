@@ -595,11 +595,8 @@ def unburied_sql(spec: TableSpec, latest_view: str, tombstones: str) -> str:
 def _upsert(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: DataFrame, oldest_sequence: str, result: MergeResult) -> None:
     """Applies `latest` (one change per key, none older than `oldest_sequence`) to the table and its tombstones.
 
-    The cycle's cost follows its changes, not the table: every join streams the table past the batch, broadcast (no
-    shuffle or sort of the table's keys). First the keys the table holds among the batch (a semi join); then a MERGE
-    of only those (an inner join: a MERGE that also inserts is an outer join with the batch on the preserved side,
-    which Spark cannot broadcast, so it shuffled and sorted every key of the table each cycle); then the rest
-    appended. The MERGE's conditions decide against the row it finds (a change not newer than the row is skipped).
+    The batch goes to the table by `_apply` (one MERGE on a small table; a large one's MERGE of the keys it holds,
+    then an append). The MERGE's conditions decide against the row it finds (a change not newer than the row is skipped).
     Every delete not recorded yet is recorded as a tombstone, also one of a key the table no longer holds or holds
     newer: such a tombstone is older than the row, so it buries only changes the row's own sequence number already
     refuses. The counts are Iceberg's own, from the commits' summaries: rows written (inserted or updated) and rows

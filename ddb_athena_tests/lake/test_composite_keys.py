@@ -10,6 +10,7 @@ from decimal import Decimal
 import pytest
 
 from ddb_athena.dev.local_stack import table_exists
+from ddb_athena.lake import change_merge
 from ddb_athena.lake.change_merge import merge_change_files, tombstone_versions
 from ddb_athena.lake.dynamodb_json import item_to_wire
 from ddb_athena.lake.export_load import ExportDataFile, load_export_files
@@ -139,15 +140,17 @@ def replay(s3, layout: SourceLayout, keys: list[str], at: datetime) -> None:
     ],
     ids=["S+N", "B+S"],
 )
-def test_composite_keys_through_the_stream_converge_to_the_model_with_replays_late_files_and_a_bootstrap(spark, settings, spec, make):
+def test_composite_keys_through_the_stream_converge_to_the_model_with_replays_late_files_and_a_bootstrap(spark, settings, spec, make, monkeypatch):
     dynamodb, s3 = settings.client("dynamodb"), settings.client("s3")
     create_table(dynamodb, spec)
     layout = SourceLayout(settings.bucket, f"{spec.table}_source")
     table = f"{settings.namespace}.{spec.table}"
     streams = KeysAsAwsSendsThem(settings.client("dynamodbstreams"))
     sync = StreamSync(dynamodb, streams, s3, lambda: spark, "s3a", spec.table, table, layout, log=print, warn=print, spec=spec)
-    model, rng, reinserted = Model(spec), random.Random(20261127), 0
+    model, rng, reinserted, one_merge_below_rows = Model(spec), random.Random(20261127), 0, change_merge.ONE_MERGE_BELOW_ROWS
     for round_number in range(6):
+        # Both shapes of a cycle, in turns: the split's semi and anti joins match on every key column.
+        monkeypatch.setattr(change_merge, "ONE_MERGE_BELOW_ROWS", 0 if round_number % 2 else one_merge_below_rows)
         deleted, again = random_traffic(dynamodb, spec, model, rng, make, 40)
         reinserted += again
         if round_number in (2, 4):
