@@ -18,8 +18,9 @@ from ddb_athena_tests.lake.helpers import ChangeFiles, change
 TTL = 2.0
 
 # The first writer, in a process of its own: for each merge it is given (a line of JSON), it takes the lease and its
-# branch, and merges the change files, stopping at `pause_at` to print "paused" (the test then freezes it) before it
-# goes on; then it waits for the next merge.
+# branch, and merges the change files, stopping at `pause_at` (before its call, or once it has returned) to print
+# "paused" (the test then freezes it) before it goes on; then it waits for the next merge. `split`: the merge takes a
+# large table's shape (a MERGE of the keys held, then an append), whatever the table's size.
 FROZEN_WRITER = textwrap.dedent(
     """
     import json
@@ -35,12 +36,21 @@ FROZEN_WRITER = textwrap.dedent(
     spark = IcebergSparkResource(profile="local", warehouse=warehouse, s3_endpoint_url=endpoint, access_key_id="testing",
                                  secret_access_key="testing", extra_config={"spark.ui.enabled": "false"}).spark_session
 
-    def paused(original):
+    def pause():
+        print("paused", flush=True)
+        sys.stdin.readline()  # the test freezes this process now, and later tells it to go on
+
+    def paused(original, after):
         def pausing(*args, **kwargs):
-            print("paused", flush=True)
-            sys.stdin.readline()  # the test freezes this process now, and later tells it to go on
-            return original(*args, **kwargs)
+            if not after:
+                pause()
+            returned = original(*args, **kwargs)
+            if after:
+                pause()
+            return returned
         return pausing
+
+    one_merge_below_rows = change_merge.ONE_MERGE_BELOW_ROWS
 
     while line := sys.stdin.readline():
         merge = json.loads(line)
@@ -50,7 +60,8 @@ FROZEN_WRITER = textwrap.dedent(
         writer = writer_branch.WriterBranch(lambda: spark, "lake", (table, tombstone_table(table)), lease.token, lease.epoch)
         module = writer_branch.WriterBranch if pause_at == "publish" else change_merge
         original = getattr(module, pause_at)
-        setattr(module, pause_at, paused(original))
+        setattr(module, pause_at, paused(original, merge["after"]))
+        change_merge.ONE_MERGE_BELOW_ROWS = 0 if merge["split"] else one_merge_below_rows
         try:
             positions = {STREAM_POSITIONS_PROPERTY: "the frozen writer's positions"}
             merge_change_files(spark, declared("books").spec, table, merge["uris"], merge["quarantine"], writer=writer, commit_properties=positions)
@@ -63,9 +74,9 @@ FROZEN_WRITER = textwrap.dedent(
 )
 
 
-def merge_of(files: ChangeFiles, pause_at: str, keys: list[str]) -> str:
-    """FROZEN_WRITER's job: the merge of `keys`, pausing at `pause_at`."""
-    merge = {"bucket": files.layout.bucket, "table": files.table, "pause_at": pause_at, "ttl": TTL}
+def merge_of(files: ChangeFiles, pause_at: str, keys: list[str], after: bool, split: bool) -> str:
+    """FROZEN_WRITER's job: the merge of `keys`, pausing at `pause_at` (once it has returned, if `after`)."""
+    merge = {"bucket": files.layout.bucket, "table": files.table, "pause_at": pause_at, "after": after, "split": split, "ttl": TTL}
     merge["uris"] = [files.layout.uri(key, "s3a") for key in keys]
     merge["quarantine"] = files.layout.uri(files.layout.quarantine_prefix + "frozen", "s3a")
     return json.dumps(merge)
@@ -81,14 +92,19 @@ def frozen_writer():
 # One worker runs every variant: they share the frozen writer's process.
 @pytest.mark.xdist_group("frozen_writer")
 @pytest.mark.parametrize(
-    "pause_at",
+    ("pause_at", "after", "split"),
     [
-        "_tombstones_of",  # its batch looked up against the tombstones, before their append
-        "merge_sql",  # tombstones appended, before the MERGE is planned
-        "publish",  # both committed to its branch, before main moves
+        # its batch looked up against the tombstones, before their append
+        pytest.param("_tombstones_of", False, False, id="_tombstones_of"),
+        # tombstones appended, before the MERGE is planned
+        pytest.param("merge_sql", False, False, id="merge_sql"),
+        # a large table's shape: the MERGE of the keys held committed to its branch, before the append of the new key
+        pytest.param("_merge", True, True, id="between the split's merge and append"),
+        # both committed to its branch, before main moves
+        pytest.param("publish", False, False, id="publish"),
     ],
 )
-def test_a_writer_frozen_mid_merge_past_its_lease_changes_nothing_once_resumed(spark, settings, frozen_writer, pause_at):
+def test_a_writer_frozen_mid_merge_past_its_lease_changes_nothing_once_resumed(spark, settings, frozen_writer, pause_at, after, split):
     files = ChangeFiles(spark, settings)
     files.write(change(1, "kept"), change(2, "deleted-by-b"), change(3, "updated"))
     files.merge()
@@ -97,9 +113,14 @@ def test_a_writer_frozen_mid_merge_past_its_lease_changes_nothing_once_resumed(s
     # The frozen writer's batch: a delete (tombstone), an update, an insert.
     first_batch = [files.write(change(10, "deleted-by-b", "REMOVE"), change(11, "updated", name="by the frozen writer"), change(12, "only-frozen"))]
     arguments = (spark.conf.get("spark.sql.catalog.lake.warehouse"), os.environ["AWS_ENDPOINT_URL"])
-    with frozen_writer.serving(merge_of(files, pause_at, first_batch), arguments) as first:
+    with frozen_writer.serving(merge_of(files, pause_at, first_batch, after, split), arguments) as first:
         assert first.line() == "paused"
         first.freeze()
+        if split:  # its MERGE of the keys held is on its branch, the append of its new key is not
+            spark.catalog.refreshTable(files.table)
+            (branch,) = [row["name"] for row in spark.sql(f"SELECT name FROM {files.table}.refs WHERE name <> 'main'").collect()]
+            on_branch = {row["id"]: row["name"] for row in spark.table(f"{files.table}.branch_{branch}").collect()}
+            assert on_branch == {"kept": "kept@1", "updated": "by the frozen writer"}
         # The next writer takes the expired lease (S3's clock) and commits newer changes of the same keys.
         second = WriterLease(settings.client("s3"), settings.bucket, files.table, "the next writer", ttl_seconds=TTL)
         second.acquire(wait_seconds=6 * TTL)
@@ -113,6 +134,8 @@ def test_a_writer_frozen_mid_merge_past_its_lease_changes_nothing_once_resumed(s
         first.resume()
         outcome = first.line()
         assert outcome.startswith("fenced:"), outcome
+    for table in (files.table, f"{files.table}_tombstones"):  # read as committed now, not as this session last saw them
+        spark.catalog.refreshTable(table)
     assert files.rows() == expected  # not one row changed by the resumed writer
     tombstones = {row["id"]: row["_sequence_number"] for row in spark.table(f"{files.table}_tombstones").collect()}
     assert "deleted-by-b" not in tombstones  # nor its tombstone
