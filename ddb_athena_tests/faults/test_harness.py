@@ -52,6 +52,19 @@ def test_a_key_that_disappears_without_a_delete_or_shows_twice_is_flagged():
     assert [anomaly.kind for anomaly in checker.anomalies] == [DUPLICATED, VANISHED]
 
 
+def test_a_read_that_fails_is_counted_by_the_file_it_could_not_open(tmp_path):
+    """A table directory whose version hint is missing (the local catalog's instant between deleting it and renaming the
+    next one in), then one whose hint names a metadata file that is not there: each read is counted, not checked."""
+    checker, _ = checker_with(KeyLog())
+    checker.table_dirs["books"] = tmp_path
+    (tmp_path / "metadata").mkdir()
+    checker.poll()
+    (tmp_path / "metadata" / "version-hint.text").write_text("7")
+    checker.poll()
+    assert checker.read_errors == {"books: FileNotFoundError of the version hint": 1, "books: FileNotFoundError of a metadata file": 1}
+    assert checker.reads == []
+
+
 def test_the_end_comparison_finds_lost_extra_and_stale_keys():
     checker, _ = checker_with(KeyLog())
     dynamodb = [book(3), book(None, "seeded-1"), book(None, "seeded-2")]
