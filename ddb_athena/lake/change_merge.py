@@ -26,6 +26,7 @@ from ddb_athena.lake.table_spec import (
     CHANGED_AT_COLUMN,
     ITEM_COLUMN,
     METADATA_UPKEEP_PROPERTIES,
+    SEQUENCE_BOUNDS_PROPERTY,
     SEQUENCE_COLUMN,
     SEQUENCE_DIGITS,
     SYNCED_AT_COLUMN,
@@ -73,18 +74,13 @@ STREAM_BATCH_PLAN = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.p
 # cost a cycle of 100k rows 0.1 s more.
 _BROADCAST_THE_BATCH = {"spark.sql.autoBroadcastJoinThreshold": str(64 << 20)}
 # Below this many rows a cycle applies its batch in one MERGE that also inserts: sorting the table's keys costs less
-# than a second scan and commit. At 1 M rows both cost the same CPU, and the second commit and scan 6.8 USD a month more
-# in requests at a 20-s interval; at 10 M one MERGE spills its sort and takes 8.5 CPU-s a minute more, its cycles back
-# to back within half a vCPU (docs/performance-log.md, "The MERGE of the keys held"). Two million keeps a 1 GB table,
-# ~1.0-1.5 M rows, on one MERGE; where between 1 and 10 M the two cross is not measured.
+# than a second commit. Measured when the split also scanned the table twice: at 1 M rows both cost the same CPU, and
+# the second commit and scan 6.8 USD a month more in requests at a 20-s interval; at 10 M one MERGE spills its sort and
+# takes 8.5 CPU-s a minute more, its cycles back to back within half a vCPU (docs/performance-log.md, "The MERGE of the
+# keys held"). Two million keeps a 1 GB table, ~1.0-1.5 M rows, on one MERGE; where the two cross is not measured.
 ONE_MERGE_BELOW_ROWS = 2_000_000
 ITEM_PROBLEM_FUNCTION = "ddb_athena_item_problem"
-TOMBSTONE_PROPERTIES = {
-    **dict(METADATA_UPKEEP_PROPERTIES),
-    # Exact bounds of the sequence number in each file (Iceberg keeps 16 characters by default, all zeros of the
-    # padding): a cycle's lookup of newer deletes skips every file whose newest delete is older than its changes.
-    f"write.metadata.metrics.column.{SEQUENCE_COLUMN}": "full",
-}
+TOMBSTONE_PROPERTIES = dict((*METADATA_UPKEEP_PROPERTIES, SEQUENCE_BOUNDS_PROPERTY))
 _ENVELOPE_SCHEMA = "event_name string, keys string, new_image string, sequence_number string, approximate_creation_time string"
 
 
@@ -622,35 +618,28 @@ def _upsert(spark: SparkSession, spec: TableSpec, tables: _Tables, latest: DataF
     # A delete goes to the MERGE even when recorded already: the run that recorded it may have died before its
     # MERGE, and removing a row older than a delete is always right.
     if upserts or any(row["event_name"] == "REMOVE" for row in summary):
-        _apply(spark, spec, tables, changes.where("NOT _buried OR event_name = 'REMOVE'"), result)
+        _apply(spark, spec, tables, changes.where("NOT _buried OR event_name = 'REMOVE'"), oldest_sequence, result)
     # Inserts and updates older than a recorded delete or the row, and deletes recorded already.
     result.stale_skipped = result.changes - sum(row["count"] for row in unburied) + upserts - result.rows_written
 
 
-def _apply(spark: SparkSession, spec: TableSpec, tables: _Tables, changes: DataFrame, result: MergeResult) -> None:
-    """Applies `changes` to the rows of their keys (a change newer than its row). A table of fewer than
-    ONE_MERGE_BELOW_ROWS rows in one MERGE that also inserts; a larger one in a MERGE of the keys it holds, then an
-    append of the other keys' inserts and updates: two commits on the writer's branch, published together (without a
-    writer, on `main`: a reader may see the first alone). A run that dies between them leaves the second to its retry,
-    which finds the first's rows as new as their changes."""
-    view, present_view = validate_identifier(f"{spec.table}_changes"), validate_identifier(f"{spec.table}_present_keys")
+def _apply(spark: SparkSession, spec: TableSpec, tables: _Tables, changes: DataFrame, oldest_sequence: str, result: MergeResult) -> None:
+    """Applies `changes` (none older than `oldest_sequence`) to the rows of their keys (a change newer than its row).
+    A table of fewer than ONE_MERGE_BELOW_ROWS rows in one MERGE that also inserts; a larger one in a MERGE of the keys
+    it holds, then an append of the other keys' inserts and updates: two commits on the writer's branch, published
+    together (without a writer, on `main`: a reader may see the first alone). A run that dies between them leaves the
+    second to its retry, which finds the first's rows as new as their changes."""
+    view = validate_identifier(f"{spec.table}_changes")
     changes.createOrReplaceTempView(view)
     if int(_summary_of(spark, tables).get("total-records", 0)) < ONE_MERGE_BELOW_ROWS:
         _merge(spark, spec, tables, view, result, insert_new=True)
         return
-    # Cached: a cached batch's size is exact, so Spark broadcasts it to the table's scan (the joins below).
+    # Cached: a cached batch's size is exact, so Spark broadcasts it to the table's scan.
     changes.persist()
     try:
-        keys = ", ".join(f"t.{name}" for name in spec.key_names)
-        # Checkpointed, as the batch: the MERGE must not make Spark scan the table again for them.
-        present = spark.sql(f"SELECT /*+ BROADCAST(c) */ {keys} FROM {tables.table} t LEFT SEMI JOIN {view} c ON {key_match_sql(spec, 't', 'c')}")
-        present.localCheckpoint().createOrReplaceTempView(present_view)
-        new = spark.sql(
-            f"SELECT {', '.join(spec.table_column_names)} FROM {view} c WHERE event_name <> 'REMOVE' AND NOT _buried "
-            f"AND NOT EXISTS (SELECT 1 FROM {present_view} t WHERE {key_match_sql(spec, 't', 'c')})"
-        ).localCheckpoint()
-        if spark.table(present_view).count():
-            _merge(spark, spec, tables, view, result, insert_new=False)
+        _merge(spark, spec, tables, view, result, insert_new=False)
+        # Checkpointed, as the batch: the append must not make Spark look again.
+        new = spark.sql(absent_keys_sql(spec, view, tables.table), args={"oldest": oldest_sequence}).localCheckpoint()
     finally:
         changes.unpersist()
     inserted = new.count()
@@ -658,6 +647,19 @@ def _apply(spark: SparkSession, spec: TableSpec, tables: _Tables, changes: DataF
         new.writeTo(tables.table).append()
         tables.written.add(tables.target)
         result.rows_written += inserted
+
+
+def absent_keys_sql(spec: TableSpec, changes_view: str, table: str) -> str:
+    """The table's columns of each insert or update of `changes_view` (none older than `:oldest`) whose key the table
+    does not hold as new as the change. After a MERGE of the keys the table holds, a key it holds has a row at least as
+    new as its change (updated by it, or newer already), so these are the keys it does not hold: the table's one scan a
+    cycle is the MERGE's. The bound lets Iceberg skip every file older than the batch (its sequence numbers' exact
+    bounds, SEQUENCE_BOUNDS_PROPERTY): this reads the MERGE's new rows, not the table."""
+    return (
+        f"SELECT {', '.join(spec.table_column_names)} FROM {validate_identifier(changes_view)} c "
+        f"WHERE event_name <> 'REMOVE' AND NOT _buried AND NOT EXISTS (SELECT 1 FROM {dotted_name(table)} t "
+        f"WHERE {key_match_sql(spec, 't', 'c')} AND t.{SEQUENCE_COLUMN} >= c.{SEQUENCE_COLUMN} AND t.{SEQUENCE_COLUMN} >= :oldest)"
+    )
 
 
 def _merge(spark: SparkSession, spec: TableSpec, tables: _Tables, view: str, result: MergeResult, insert_new: bool) -> None:

@@ -442,11 +442,16 @@ METADATA_UPKEEP_PROPERTIES = (
 # fits in it, a 128 MB one would not.
 TARGET_FILE_BYTES = 64 * 1024 * 1024
 
+# Exact bounds of the sequence number in each file (Iceberg keeps 16 characters by default, all zeros of the padding):
+# a cycle's lookup of rows or deletes as new as its changes skips every file older than them.
+SEQUENCE_BOUNDS_PROPERTY = (f"write.metadata.metrics.column.{SEQUENCE_COLUMN}", "full")
+
 # The properties of every table of a kind (lib/declarations.py): "stream" tables merge every few seconds, "export"
 # tables load a day of immutable documents at a time.
 SOURCE_PROPERTIES = {
     "stream": (
         *METADATA_UPKEEP_PROPERTIES,
+        SEQUENCE_BOUNDS_PROPERTY,
         # One position-delete file a commit, not one for each data file a MERGE touches: between compactions every
         # commit touched all the files the previous ones added, so a 10-s cycle wrote up to 12 delete files
         # (`make bench-requests`); the one file's few thousand positions cost a reader nothing to skip.

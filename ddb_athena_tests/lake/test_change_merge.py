@@ -2,11 +2,20 @@
 
 import json
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+from pyspark.sql import functions as F
 
 from ddb_athena.lake import change_merge
-from ddb_athena.lake.change_merge import BOOTSTRAP_FILE_PROPERTY, STREAM_BATCH_PLAN, STREAM_FLOOR_PROPERTY, table_properties, unburied_sql
+from ddb_athena.lake.change_merge import (
+    BOOTSTRAP_FILE_PROPERTY,
+    STREAM_BATCH_PLAN,
+    STREAM_FLOOR_PROPERTY,
+    absent_keys_sql,
+    table_properties,
+    unburied_sql,
+)
 from ddb_athena.lake.commit_properties import compare_and_set_properties
 from ddb_athena.lake.plan_settings import session_settings
 from ddb_athena.lake.table_spec import SEQUENCE_COLUMN
@@ -251,12 +260,30 @@ def test_a_large_tables_cycle_broadcasts_its_changes_into_the_tables_scan_and_ap
     monkeypatch.setattr(change_merge, "ONE_MERGE_BELOW_ROWS", 0)
     plans = _explained_merges(files, monkeypatch)
     files.merge([files.write(*[change(number, f"k{number}", "INSERT") for number in range(1, 5)])])
-    assert plans == []  # no key was in the table: nothing to MERGE
+    commits = files.spark.table(f"{files.table}.snapshots").count()
     result = files.merge([files.write(change(10, "k1", "MODIFY", name="new"), change(11, "k2", "REMOVE"), change(12, "k9", "INSERT"))])
     assert files.names() == {"k1": "new", "k3": "k3@3", "k4": "k4@4", "k9": "k9@12"}
     assert (result.rows_written, result.rows_removed, result.stale_skipped) == (2, 2, 0)
-    [plan] = plans
+    assert files.spark.table(f"{files.table}.snapshots").count() == commits + 2  # the MERGE and the append
+    plan = plans[-1]
     assert "BroadcastHashJoin" in plan and "SortMergeJoin" not in plan, plan
+
+
+def test_a_large_tables_lookup_of_the_keys_to_append_reads_only_files_as_new_as_its_batch(files, monkeypatch):
+    """After the MERGE of the keys held, a key the table holds has a row as new as its change: the keys to append are
+    found among the rows as new as the batch, and Iceberg skips every older file by its sequence numbers' exact bounds.
+    The table is scanned once a cycle, by the MERGE. An older file, gone from storage, would fail the lookup."""
+    monkeypatch.setattr(change_merge, "ONE_MERGE_BELOW_ROWS", 0)
+    files.merge([files.write(change(1, "a", "INSERT"), change(2, "b", "INSERT"))])
+    [older] = [row["file_path"] for row in files.spark.sql(f"SELECT file_path FROM {files.table}.files").collect()]
+    files.merge([files.write(change(10, "a", name="new"), change(12, "c", "INSERT"))])  # a MERGE's file and an append's
+    table = files.spark.table(files.table)
+    held = files.spark.createDataFrame(table.where("id IN ('a', 'c')").collect(), table.schema)
+    batch = held.unionByName(held.where("id = 'a'").withColumn("id", F.lit("d")).withColumn(SEQUENCE_COLUMN, F.lit("13".zfill(40))))
+    batch.withColumn("event_name", F.lit("MODIFY")).withColumn("_buried", F.lit(False)).createOrReplaceTempView("books_changes")
+    Path(older.removeprefix("file:")).unlink()
+    absent = files.spark.sql(absent_keys_sql(declared("books").spec, "books_changes", files.table), args={"oldest": "10".zfill(40)})
+    assert [row["id"] for row in absent.collect()] == ["d"]
 
 
 def test_a_small_tables_cycle_is_one_merge_that_inserts_too(files, monkeypatch):
