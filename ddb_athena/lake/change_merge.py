@@ -634,8 +634,9 @@ def _apply(spark: SparkSession, spec: TableSpec, tables: _Tables, changes: DataF
     if int(_summary_of(spark, tables).get("total-records", 0)) < ONE_MERGE_BELOW_ROWS:
         _merge(spark, spec, tables, view, result, insert_new=True)
         return
-    # Cached: a cached batch's size is exact, so Spark broadcasts it to the table's scan.
-    changes.persist()
+    # Cached and counted before the MERGE is planned: a cached batch's size is exact once computed, so Spark broadcasts it
+    # to the table's scan (planned before, its size is unknown, and Spark shuffles and sorts the table instead).
+    changes.persist().count()
     try:
         _merge(spark, spec, tables, view, result, insert_new=False)
         # Checkpointed, as the batch: the append must not make Spark look again.

@@ -258,15 +258,26 @@ def test_a_large_tables_cycle_broadcasts_its_changes_into_the_tables_scan_and_ap
     """A cycle's cost follows its changes: its MERGE streams the table past the broadcast batch. A MERGE that also
     inserted is an outer join Spark cannot broadcast, which shuffled and sorted every key of the table each cycle."""
     monkeypatch.setattr(change_merge, "ONE_MERGE_BELOW_ROWS", 0)
-    plans = _explained_merges(files, monkeypatch)
+    plans, sizes, explained = _explained_merges(files, monkeypatch), [], change_merge.merge_sql
+
+    def sized(spec, table, view, insert_new):
+        """The batch's size as the MERGE is planned, and once computed: Spark knows a cached batch's size only then."""
+        planned = files.spark.table(view)._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
+        files.spark.table(view).count()
+        sizes.append((planned, files.spark.table(view)._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+        return explained(spec, table, view, insert_new)
+
+    monkeypatch.setattr(change_merge, "merge_sql", sized)
     files.merge([files.write(*[change(number, f"k{number}", "INSERT") for number in range(1, 5)])])
     commits = files.spark.table(f"{files.table}.snapshots").count()
     result = files.merge([files.write(change(10, "k1", "MODIFY", name="new"), change(11, "k2", "REMOVE"), change(12, "k9", "INSERT"))])
     assert files.names() == {"k1": "new", "k3": "k3@3", "k4": "k4@4", "k9": "k9@12"}
     assert (result.rows_written, result.rows_removed, result.stale_skipped) == (2, 2, 0)
     assert files.spark.table(f"{files.table}.snapshots").count() == commits + 2  # the MERGE and the append
-    plan = plans[-1]
-    assert "BroadcastHashJoin" in plan and "SortMergeJoin" not in plan, plan
+    # The batch is broadcast by its exact size, never the table (at 10 GB an estimate sorted the table instead).
+    assert sizes[-1][0] == sizes[-1][1], sizes
+    broadcast = plans[-1].split("BroadcastExchange", 1)[-1]
+    assert "InMemoryTableScan" in broadcast and "BatchScan" not in broadcast and "SortMergeJoin" not in plans[-1], plans[-1]
 
 
 def test_a_large_tables_lookup_of_the_keys_to_append_reads_only_files_as_new_as_its_batch(files, monkeypatch):
