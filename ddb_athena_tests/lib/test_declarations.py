@@ -17,7 +17,8 @@ BOOKS_TABLE_SQL = (
     "change, zero-padded', _changed_at timestamp COMMENT 'approximate time of the last applied change in DynamoDB', _synced_at timestamp COMMENT "
     "'when the change was merged into this table') USING iceberg TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='merge-on-read', "
     "'write.update.mode'='merge-on-read', 'write.delete.mode'='merge-on-read', 'write.metadata.delete-after-commit.enabled'='true', "
-    "'write.metadata.previous-versions-max'='20', 'commit.manifest.min-count-to-merge'='2', 'write.delete.granularity'='partition', "
+    "'write.metadata.previous-versions-max'='20', 'commit.manifest.min-count-to-merge'='2', "
+    "'write.metadata.metrics.column._sequence_number'='full', 'write.delete.granularity'='partition', "
     "'write.target-file-size-bytes'='67108864')"
 )
 ORDERS_TABLE_SQL = (
