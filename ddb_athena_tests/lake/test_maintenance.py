@@ -329,16 +329,19 @@ def test_manifests_are_merged_at_commit_so_a_query_reads_few_of_them(spark, sett
     assert files.names() == {"k0": "k0@12", "k1": "k1@10", "k2": "k2@11"}
 
 
-def test_a_tombstone_table_created_before_the_upkeep_properties_takes_them_at_the_next_run(spark, settings):
+def test_a_table_and_its_tombstones_created_before_their_properties_take_them_at_the_next_run(spark, settings):
+    """Upkeep's properties, and the sequence numbers' exact bounds a large table's lookup of new keys prunes by."""
     from ddb_athena.lake.change_merge import ensure_tables, table_properties
-    from ddb_athena.lake.table_spec import METADATA_UPKEEP_PROPERTIES
+    from ddb_athena.lake.table_spec import METADATA_UPKEEP_PROPERTIES, SEQUENCE_BOUNDS_PROPERTY
 
     files = ChangeFiles(spark, settings)
     files.merge([files.write(change(1, "k", "INSERT"))])
     tombstones = tombstone_table(files.table)
     spark.sql(f"ALTER TABLE {tombstones} UNSET TBLPROPERTIES ('commit.manifest.min-count-to-merge')")
+    spark.sql(f"ALTER TABLE {files.table} UNSET TBLPROPERTIES ('{SEQUENCE_BOUNDS_PROPERTY[0]}')")
     ensure_tables(spark, declared("books").spec, files.table)
-    assert all(table_properties(spark, tombstones).get(name) == value for name, value in METADATA_UPKEEP_PROPERTIES)
+    for table in (files.table, tombstones):
+        assert all(table_properties(spark, table).get(name) == value for name, value in (*METADATA_UPKEEP_PROPERTIES, SEQUENCE_BOUNDS_PROPERTY))
 
 
 def test_expiry_keeps_the_writers_epoch_and_stream_positions_when_upkeep_committed_after_its_last_merge(spark, settings):
