@@ -297,6 +297,21 @@ def test_a_large_tables_lookup_of_the_keys_to_append_reads_only_files_as_new_as_
     assert [row["id"] for row in absent.collect()] == ["d"]
 
 
+def test_a_large_tables_batch_of_only_new_keys_commits_an_empty_merge_and_appends_them(files, monkeypatch):
+    """The MERGE of the keys held runs before anything knows whether the table holds any (that would be a second
+    scan): for a batch of keys all new it commits a snapshot with no file, and the append writes every row. A delete
+    of a key never written is buried in the tombstones, not appended."""
+    monkeypatch.setattr(change_merge, "ONE_MERGE_BELOW_ROWS", 0)
+    files.merge([files.write(change(1, "a", "INSERT"))])
+    commits = files.spark.table(f"{files.table}.snapshots").count()
+    result = files.merge([files.write(change(2, "b", "INSERT"), change(3, "c", "INSERT"), change(4, "ghost", "REMOVE"))])
+    assert files.names() == {"a": "a@1", "b": "b@2", "c": "c@3"}
+    assert (result.rows_written, result.rows_removed) == (2, 0)
+    merge, append = [row["summary"] for row in files.spark.sql(f"SELECT summary FROM {files.table}.snapshots ORDER BY committed_at").collect()[commits:]]
+    assert (merge.get("added-data-files", "0"), merge.get("added-delete-files", "0"), merge.get("added-records", "0")) == ("0", "0", "0"), merge
+    assert (append["added-data-files"], append["added-records"]) == ("1", "2"), append
+
+
 def test_a_small_tables_cycle_is_one_merge_that_inserts_too(files, monkeypatch):
     """Below ONE_MERGE_BELOW_ROWS sorting the table's keys costs less than a second scan and commit: one MERGE."""
     files.merge([files.write(change(1, "a", "INSERT"))])
