@@ -5,6 +5,9 @@ metadata every few seconds (as Athena does, not the project's Spark) and every k
   back with a version older than its delete.
 - A key vanishes when a read no longer shows it and no delete of it was acknowledged after the version last seen.
 - A key is duplicated when a read shows two rows of it.
+- A read fails on a missing data, delete or manifest file of the snapshot it opened (Athena's HIVE_CANNOT_OPEN_SPLIT):
+  only expiry deletes them, and never a retained snapshot's. A missing version hint or metadata file is the local
+  catalog's instant mid-commit: counted, read again.
 At the end (the load stopped, the stack quiet) the table must equal DynamoDB: every key present in both or in neither,
 each of the load's keys at DynamoDB's version. Between reads, the freshest write each read shows tells when the sync
 caught up again after a fault (its recovery).
@@ -27,6 +30,7 @@ DUPLICATED = "duplicate rows of a key"
 LOST = "lost at the end (DynamoDB has it, or a newer version)"
 RESURRECTED = "extra at the end (only in Iceberg)"
 DUPLICATED_AT_END = "duplicate rows at the end"
+UNREADABLE = "a file the snapshot names is missing"
 
 
 @dataclass(frozen=True)
@@ -60,21 +64,28 @@ def read_rows(table_dir: Path) -> list[dict]:
     return [json.loads(item) for item in table.scan(selected_fields=("item",)).to_arrow().column("item").to_pylist()]
 
 
-# What a failed read could not open, told by the file its error names. A reader must never miss a data or delete
-# file. The version hint is missing for an instant at each commit of the local (Hadoop) catalog, which deletes it before
-# it renames the new one in; Glue's pointer, which Athena reads, has no such gap.
+# What a failed read could not open, told by the file its error names. The version hint is missing for an instant at
+# each commit of the local (Hadoop) catalog, which deletes it before it renames the new one in; Glue's pointer, which
+# Athena reads, has no such gap.
 _MISSING_FILE_KINDS = (
     ("version-hint.text", "the version hint"),
     (".metadata.json", "a metadata file"),
     (".avro", "a manifest"),
     (".parquet", "a data or delete file"),
 )
+# A reader must never miss these: they are the snapshot's own, kept while it is retained.
+_SNAPSHOT_FILE_KINDS = ("a manifest", "a data or delete file")
+
+
+def missing_file_kind(error: Exception) -> str | None:
+    """For a file not found, which of the table's files it was."""
+    return next((kind for marker, kind in _MISSING_FILE_KINDS if marker in str(error)), None) if isinstance(error, FileNotFoundError) else None
 
 
 def read_error(error: Exception) -> str:
     """`error`'s class, and for a file not found which of the table's files it was."""
-    missing = next((kind for marker, kind in _MISSING_FILE_KINDS if marker in str(error)), None)
-    return f"{type(error).__name__} of {missing}" if isinstance(error, FileNotFoundError) and missing else type(error).__name__
+    missing = missing_file_kind(error)
+    return f"{type(error).__name__} of {missing}" if missing else type(error).__name__
 
 
 def rows_by_key(table: TableDeclaration, items: list[dict]) -> tuple[dict[Key, dict], Counter]:
@@ -106,6 +117,8 @@ class Checker:
                 items = read_rows(self.table_dirs[name])
             except Exception as error:  # noqa: BLE001 - counted and reported; the next poll reads again
                 self.read_errors[f"{name}: {read_error(error)}"] += 1
+                if missing_file_kind(error) in _SNAPSHOT_FILE_KINDS:
+                    self._flag(UNREADABLE, name, (), str(error)[:300])
                 return
             # The writes acknowledged before the read: anything the read shows was written by then.
             freshest[name] = self.observe(name, table, items, self.writes()[name])

@@ -1,6 +1,7 @@
 """The fault harness's own logic (recoveries of overlapping faults, a reader's view of a key), and a short harness run
 on the real stack."""
 
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddb_athena.lib.declarations import declared_tables
-from ddb_athena_faults.checker import DUPLICATED, LOST, MOVED_BACKWARDS, OLDER_AFTER_DELETE, RESURRECTED, VANISHED, Checker
+from ddb_athena_faults.checker import DUPLICATED, LOST, MOVED_BACKWARDS, OLDER_AFTER_DELETE, RESURRECTED, UNREADABLE, VANISHED, Checker
 from ddb_athena_faults.harness import fault_clusters
 from ddb_athena_faults.versioned_writes import KeyLog
 
@@ -63,6 +64,30 @@ def test_a_read_that_fails_is_counted_by_the_file_it_could_not_open(tmp_path):
     checker.poll()
     assert checker.read_errors == {"books: FileNotFoundError of the version hint": 1, "books: FileNotFoundError of a metadata file": 1}
     assert checker.reads == []
+
+
+def test_a_read_that_misses_a_file_of_its_snapshot_is_an_anomaly(tmp_path):
+    """A data file gone from under the snapshot a reader opened is what fails an Athena query (HIVE_CANNOT_OPEN_SPLIT):
+    flagged, unlike the local catalog's instant without a version hint. The table is written by PyIceberg in the local
+    catalog's layout (a version hint naming its metadata file)."""
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("faults", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}")
+    catalog.create_namespace("library")
+    table = catalog.create_table("library.books", pa.schema([("item", pa.string())]))
+    table.append(pa.table({"item": [json.dumps(book(1))]}))
+    table_dir = Path(table.location().removeprefix("file://"))
+    (table_dir / "metadata" / "version-hint.text").write_text(Path(table.metadata_location).name)
+    checker, _ = checker_with(KeyLog([1], [False], [1.0]))
+    checker.table_dirs["books"] = table_dir
+    checker.poll()
+    assert len(checker.reads) == 1 and checker.anomalies == []
+    [data_file] = (table_dir / "data").glob("*.parquet")
+    data_file.unlink()
+    checker.poll()
+    assert checker.read_errors == {"books: FileNotFoundError of a data or delete file": 1}
+    assert [anomaly.kind for anomaly in checker.anomalies] == [UNREADABLE] and len(checker.reads) == 1
 
 
 def test_the_end_comparison_finds_lost_extra_and_stale_keys():
