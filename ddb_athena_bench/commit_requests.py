@@ -4,7 +4,8 @@ The cycle code without Dagster (as `bench-sync-cpu`), its warehouse on the emula
 request a commit makes reaches the emulator: the capture's (DynamoDB Streams, S3), the merge's (S3 through S3A: the
 change files read, the table's data, delete and metadata files written and read; the Hadoop catalog's version hint),
 and the per-cycle checks'. The simulator's own writes to DynamoDB are left out. Prints the mean requests a cycle by
-step and operation, and the Iceberg commits a cycle to each table, then the same per commit.
+step and operation, and the Iceberg commits a cycle to each table; then the PUTs and GETs a cycle of each table's
+files by kind (data, position deletes, manifest, manifest list, metadata); then the totals per cycle and per commit.
 
     .venv/bin/python -m ddb_athena_bench.commit_requests [--cycles 30] [--interval 10] [--rate 10]
 """
@@ -17,6 +18,7 @@ import time
 
 from ddb_athena.lib.declarations import declared
 from ddb_athena.streamed.check_results import cycle_check_results
+from ddb_athena_bench.counting_emulator import FILE_COUNTS_PATH
 from ddb_athena_bench.freshness import OUT, request_counts
 from ddb_athena_bench.sync_cpu import TABLE_CHECKS_EVERY, warm_sync
 
@@ -43,18 +45,20 @@ def run(cycles: int, interval: float, rate: float) -> dict:
         books = sync.iceberg_table_of(declared("books"))
         tables = {"books": books, "tombstones": f"{books}_tombstones"}
         by_step = {step: collections.Counter() for step in STEPS}
-        commits = collections.Counter()
+        commits, files = collections.Counter(), collections.Counter()
         merged_cycles = 0
         for number in range(1, cycles + 1):
             started = time.monotonic()
             before = {name: _snapshots(session, table) for name, table in tables.items()}
             request_counts(endpoint, reset=True)
+            request_counts(endpoint, reset=True, path=FILE_COUNTS_PATH)
             source = syncer.capture(False)
             by_step["capture"].update(request_counts(endpoint, reset=True))
             merged = syncer.merge(f"cycle-{number}")
             by_step["merge"].update(request_counts(endpoint, reset=True))
             cycle_check_results(aws, sync, declared("books"), list_s3=number % TABLE_CHECKS_EVERY == 0)
             by_step["checks"].update(request_counts(endpoint, reset=True))
+            files.update(request_counts(endpoint, reset=True, path=FILE_COUNTS_PATH))
             merged_cycles += merged is not None
             for name, table in tables.items():
                 commits[name] += _snapshots(session, table) - before[name]
@@ -63,7 +67,7 @@ def run(cycles: int, interval: float, rate: float) -> dict:
     for counts in by_step.values():
         for operation in LOAD_OPERATIONS:
             counts.pop(operation, None)
-    return {"cycles": cycles, "interval": interval, "rate": rate, "merged_cycles": merged_cycles, "by_step": by_step, "commits": commits}
+    return {"cycles": cycles, "interval": interval, "rate": rate, "merged_cycles": merged_cycles, "by_step": by_step, "commits": commits, "files": files}
 
 
 def report(result: dict) -> str:
@@ -84,6 +88,17 @@ def report(result: dict) -> str:
                 totals[f"S3 {_s3_class(operation)}-class"] += count
             else:
                 totals[operation.split()[0]] += count
+    # What the commits write and read, file by file (the version hint is the local catalog's alone, not on AWS).
+    lines += ["", "| table | file | PUT a cycle | GET a cycle |", "| --- | --- | --- | --- |"]
+    by_file: dict[tuple[str, str], collections.Counter] = collections.defaultdict(collections.Counter)
+    for request, count in result["files"].items():
+        operation, table, kind = request.split(" ", 2)
+        by_file[(table, kind)][operation] += count
+    lines += [
+        f"| {table} | {kind} | {counts['PutObject'] / cycles:.2f} | {counts['GetObject'] / cycles:.2f} |"
+        for (table, kind), counts in sorted(by_file.items())
+        if counts["PutObject"] or counts["GetObject"]
+    ]
     lines += ["", "| in all | per cycle | per commit |", "| --- | --- | --- |"]
     lines += [
         f"| {kind} | {count / cycles:.1f} | {count / commits:.1f} |" if commits else f"| {kind} | {count / cycles:.1f} | |" for kind, count in totals.items()

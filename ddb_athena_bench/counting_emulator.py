@@ -3,6 +3,8 @@ serves by service and operation, so a benchmark reports the requests a sync cycl
 
     GET  /_bench/requests    the counts so far, as JSON {"s3 GetObject books/metadata": 12, "dynamodb PutItem": 3, ...}
     POST /_bench/requests    the same, and the counts start again from zero
+    GET  /_bench/files       the S3 requests on an Iceberg table's files, by the kind of file (`iceberg_file`):
+                             {"PutObject books manifest list": 1, ...}; POST: the same, and they start again
 
 The service is read from the request's SigV4 credential scope (what AWS itself routes on); the operation from the
 JSON protocols' X-Amz-Target header, or for S3's REST protocol from the method, the key and the query string.
@@ -24,6 +26,7 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_ba
 from werkzeug.serving import make_server
 
 COUNTS_PATH = "/_bench/requests"
+FILE_COUNTS_PATH = "/_bench/files"
 # Requests signed with this access key are a benchmark's own reads (its probe), counted as the service "probe".
 PROBE_ACCESS_KEY = "bench-probe"
 _SCOPE = re.compile(r"Credential=([^/]+)/\d{8}/[^/]+/([^/]+)/aws4_request")
@@ -68,9 +71,43 @@ def _s3_tag(path: str) -> str:
     return " version-hint" if key.endswith(("version-hint.text", "-version-hint.temp")) else ""
 
 
+# The kind of an Iceberg table's file, by its name's ending (a manifest list is a manifest named `snap-...`).
+_FILE_ENDINGS = (
+    ("-deletes.parquet", "position deletes"),
+    (".parquet", "data"),
+    (".avro", "manifest"),
+    (".metadata.json", "metadata"),
+    ("version-hint.text", "version hint"),
+    ("-version-hint.temp", "version hint"),
+)
+
+
+def _headers(environ: dict) -> dict[str, str]:
+    return {key[5:].replace("_", "-").lower(): value for key, value in environ.items() if key.startswith("HTTP_")}
+
+
+def iceberg_file(environ: dict) -> str | None:
+    """'<operation> <table> <kind of file>' of an S3 request on a file of an Iceberg table (in its `data` or `metadata`
+    folder): data, position deletes, manifest, manifest list, metadata, version hint. None for anything else, and for
+    a benchmark's own reads (its probe)."""
+    path = environ.get("PATH_INFO", "/")
+    parts = path.strip("/").split("/")
+    headers = _headers(environ)
+    scope = _SCOPE.search(headers.get("authorization", ""))
+    if len(parts) < 4 or parts[-2] not in ("data", "metadata") or (scope and scope.group(1) == PROBE_ACCESS_KEY):
+        return None
+    kind = next((kind for ending, kind in _FILE_ENDINGS if parts[-1].endswith(ending)), None)
+    if kind is None:
+        return None
+    if kind == "manifest" and parts[-1].startswith("snap-"):
+        kind = "manifest list"
+    query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+    return f"{_s3_operation(environ['REQUEST_METHOD'], path, query, headers)} {parts[-3]} {kind}"
+
+
 def request_kind(environ: dict) -> str:
     """'<service> <operation>' of one request (WSGI environ); for S3, '<service> <operation> <area>[ marker| version-hint]' (`_s3_area`, `_s3_tag`)."""
-    headers = {key[5:].replace("_", "-").lower(): value for key, value in environ.items() if key.startswith("HTTP_")}
+    headers = _headers(environ)
     scope = _SCOPE.search(headers.get("authorization", ""))
     service = scope.group(2) if scope else "unsigned"
     label = "probe" if scope and scope.group(1) == PROBE_ACCESS_KEY else service
@@ -87,24 +124,28 @@ def request_kind(environ: dict) -> str:
 
 
 class CountingApp:
-    """WSGI middleware: counts each request by `request_kind`, and serves the counts at COUNTS_PATH."""
+    """WSGI middleware: counts each request by `request_kind` and, on a table's files, by `iceberg_file`; serves the
+    counts at COUNTS_PATH and FILE_COUNTS_PATH."""
 
     def __init__(self, app):
         self._app = app
         self._lock = threading.Lock()
-        self._counts: collections.Counter = collections.Counter()
+        self._counts = {COUNTS_PATH: collections.Counter(), FILE_COUNTS_PATH: collections.Counter()}
 
     def __call__(self, environ, start_response):
-        if environ.get("PATH_INFO") == COUNTS_PATH:
+        counts = self._counts.get(environ.get("PATH_INFO"))
+        if counts is not None:
             with self._lock:
-                body = json.dumps(dict(self._counts)).encode()
+                body = json.dumps(dict(counts)).encode()
                 if environ["REQUEST_METHOD"] == "POST":
-                    self._counts.clear()
+                    counts.clear()
             start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
             return [body]
-        kind = request_kind(environ)
+        kind, file = request_kind(environ), iceberg_file(environ)
         with self._lock:
-            self._counts[kind] += 1
+            self._counts[COUNTS_PATH][kind] += 1
+            if file is not None:
+                self._counts[FILE_COUNTS_PATH][file] += 1
         return self._app(environ, start_response)
 
 

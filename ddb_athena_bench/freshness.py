@@ -183,9 +183,10 @@ def _table_dir(warehouse: Path, namespace: str) -> Path:
     return warehouse / namespace / "books"
 
 
-def request_counts(endpoint: str, reset: bool = False) -> dict[str, int]:
-    """The requests the emulator has served since its start or the last reset, by '<service> <operation>'."""
-    request = urllib.request.Request(f"{endpoint}{COUNTS_PATH}", method="POST" if reset else "GET")
+def request_counts(endpoint: str, reset: bool = False, path: str = COUNTS_PATH) -> dict[str, int]:
+    """The requests the emulator has served since its start or the last reset, by '<service> <operation>' (at
+    FILE_COUNTS_PATH: the S3 requests on tables' files, by kind of file)."""
+    request = urllib.request.Request(f"{endpoint}{path}", method="POST" if reset else "GET")
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.load(response)
 

@@ -9,7 +9,7 @@ import boto3
 import pytest
 
 from ddb_athena.dev.local_stack import wait_for_endpoint
-from ddb_athena_bench.counting_emulator import PROBE_ACCESS_KEY
+from ddb_athena_bench.counting_emulator import FILE_COUNTS_PATH, PROBE_ACCESS_KEY
 from ddb_athena_bench.freshness import request_counts
 from ddb_athena_tests.conftest import _free_port
 
@@ -77,3 +77,35 @@ def test_what_only_hadoops_file_system_and_catalog_write_is_tagged(counting_endp
         "s3 PutObject books/metadata version-hint": 2,
     }
     assert request_counts(counting_endpoint) == {}
+
+
+def test_requests_on_a_tables_files_are_counted_by_kind_of_file(counting_endpoint):
+    """What a commit writes, file by file (`make bench-requests`): the floor of a cycle's requests."""
+    s3 = _client("s3", counting_endpoint)
+    s3.create_bucket(Bucket="files")
+    request_counts(counting_endpoint, reset=True, path=FILE_COUNTS_PATH)
+    table = "warehouse/library/books"
+    for key in (
+        "data/00000-1-a-00001.parquet",
+        "data/00000-1-a-00001-deletes.parquet",
+        "metadata/7c1e-m0.avro",
+        "metadata/7c1e-m1.avro",
+        "metadata/snap-123-1-7c1e.avro",
+        "metadata/7c1e.metadata.json",
+        "metadata/0f2c-version-hint.temp",
+    ):
+        s3.put_object(Bucket="files", Key=f"{table}/{key}", Body=b"x")
+    s3.get_object(Bucket="files", Key=f"{table}/metadata/snap-123-1-7c1e.avro")
+    s3.put_object(Bucket="files", Key="books_source/changes/one.json", Body=b"{}")  # not a table's file
+    _client("s3", counting_endpoint, key=PROBE_ACCESS_KEY).get_object(Bucket="files", Key=f"{table}/data/00000-1-a-00001.parquet")
+
+    assert request_counts(counting_endpoint, reset=True, path=FILE_COUNTS_PATH) == {
+        "PutObject books data": 1,
+        "PutObject books position deletes": 1,
+        "PutObject books manifest": 2,
+        "PutObject books manifest list": 1,
+        "PutObject books metadata": 1,
+        "PutObject books version hint": 1,
+        "GetObject books manifest list": 1,
+    }
+    assert request_counts(counting_endpoint, path=FILE_COUNTS_PATH) == {}
