@@ -73,11 +73,12 @@ STREAM_BATCH_PLAN = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.p
 # ~10 MB, Spark's default limit. Not for one MERGE that also inserts: Spark would broadcast a small table instead, which
 # cost a cycle of 100k rows 0.1 s more.
 _BROADCAST_THE_BATCH = {"spark.sql.autoBroadcastJoinThreshold": str(64 << 20)}
-# Below this many rows a cycle applies its batch in one MERGE that also inserts: sorting the table's keys costs less
-# than a second commit. Measured when the split also scanned the table twice: at 1 M rows both cost the same CPU, and
-# the second commit and scan 6.8 USD a month more in requests at a 20-s interval; at 10 M one MERGE spills its sort and
-# takes 8.5 CPU-s a minute more, its cycles back to back within half a vCPU (docs/performance-log.md, "The MERGE of the
-# keys held"). Two million keeps a 1 GB table, ~1.0-1.5 M rows, on one MERGE; where the two cross is not measured.
+# Below this many rows a cycle applies its batch in one MERGE that also inserts: sorting the table's keys costs CPU,
+# the split's second commit costs dollars. At 1.27 M rows, 230 writes/s every 20 s within half a vCPU, the split took
+# 26% less CPU (10.2 against 13.8 CPU-s a minute) and 2.3 s off the p95 (26.0 against 28.3 s), for 6.38 USD a month
+# more on Spot (5.7 PUTs and 21 GETs a cycle more); at 10 M one MERGE spills its sort and its cycles run back to back
+# (docs/performance-log.md, "The split at 1 GB" and "The MERGE of the keys held"). Two million keeps a 1 GB table,
+# ~1.0-1.5 M rows, on the cheaper of the two while its p95 holds the targets.
 ONE_MERGE_BELOW_ROWS = 2_000_000
 ITEM_PROBLEM_FUNCTION = "ddb_athena_item_problem"
 TOMBSTONE_PROPERTIES = dict((*METADATA_UPKEEP_PROPERTIES, SEQUENCE_BOUNDS_PROPERTY))
