@@ -359,7 +359,7 @@ def test_a_table_declared_with_its_own_interval_merges_at_it_beside_a_faster_one
 
     books_cycles, reviews_cycles = merged_cycles(instance, "books_iceberg"), merged_cycles(instance, "reviews_iceberg")
     # How many of the run's cycles that is depends on how long each takes on the host: the gaps say it.
-    assert books_cycles == list(range(1, 15)) and 2 <= len(reviews_cycles) < len(books_cycles), (books_cycles, reviews_cycles)
+    assert books_cycles == list(range(1, 15)) and len(reviews_cycles) >= 2, (books_cycles, reviews_cycles)
     # A table's cadence counts from the start of the run's cycle, not its own (reviews starts after books' turn). Books
     # takes each cycle's first turn, so its starts are the run's.
     books_metadata = sorted(
@@ -367,6 +367,9 @@ def test_a_table_declared_with_its_own_interval_merges_at_it_beside_a_faster_one
         key=lambda metadata: metadata["cycle"].value,
     )
     books_gaps = [metadata["seconds_since_previous_cycle"].value for metadata in books_metadata]
+    # Reviews skips a cycle whenever the run's cycles are shorter than its interval late (a host too loaded for that
+    # merges it in every cycle, rightly: each is 12 s of the run's clock or more).
+    assert len(reviews_cycles) < len(books_cycles) or min(books_gaps[1:]) >= 1.5 * 8.0, (reviews_cycles, books_gaps)
     run_cycle_starts = dict(zip(books_cycles, itertools.accumulate(books_gaps), strict=True))
     reviews_gaps = [run_cycle_starts[later] - run_cycle_starts[earlier] for earlier, later in itertools.pairwise(reviews_cycles)]
     assert min(reviews_gaps) >= 1.5 * 8.0, (reviews_gaps, books_gaps)
